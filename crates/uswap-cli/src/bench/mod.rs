@@ -1,0 +1,108 @@
+//! `uswap bench`: the seeds' experiments on the core.
+//!
+//! Every bench runs all its variants in one invocation, interleaved round by
+//! round (A B C A B C ...), so that the machine's noise lands on all of them
+//! alike and their ratios hold even where absolute numbers drift.
+
+pub mod alloc;
+pub mod extent;
+pub mod huge;
+pub mod lru;
+pub mod report;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use uswap::stats::Registry;
+
+pub use report::{emit, progress, summarize, Report, Round, Variant};
+
+/// Options every bench takes.
+#[derive(Args, Clone, Debug)]
+pub struct Common {
+    /// Worker thread counts to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub threads: Vec<usize>,
+    /// Seconds each variant runs per round.
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+    /// Rounds: each variant runs this many times, interleaved with the others.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Common {
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.seconds.max(0.01))
+    }
+
+    /// Reject option values that cannot run, with the reason.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            !self.threads.is_empty(),
+            "--threads needs at least one count"
+        );
+        anyhow::ensure!(
+            self.threads.iter().all(|&t| (1..=1024).contains(&t)),
+            "--threads counts must be between 1 and 1024, got {:?}",
+            self.threads
+        );
+        anyhow::ensure!(self.rounds >= 1, "--rounds must be at least 1");
+        anyhow::ensure!(
+            self.seconds.is_finite() && self.seconds > 0.0 && self.seconds <= 3600.0,
+            "--seconds must be in (0, 3600], got {}",
+            self.seconds
+        );
+        Ok(())
+    }
+}
+
+/// Run `work` on `threads` threads for `duration`, all released together.
+/// `work(thread_index, stop)` runs until `stop` turns true and returns the
+/// operations it completed.  Statistics are those `registry` gathered
+/// between the release and the last thread's return.
+pub fn run_timed<F>(threads: usize, duration: Duration, registry: &Registry, work: F) -> Round
+where
+    F: Fn(usize, &AtomicBool) -> u64 + Sync,
+{
+    let stop = AtomicBool::new(false);
+    let barrier = Barrier::new(threads + 1);
+    let (ops, elapsed, stats) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                let (work, stop, barrier) = (&work, &stop, &barrier);
+                s.spawn(move || {
+                    barrier.wait();
+                    work(t, stop)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let before = registry.snapshot();
+        let start = Instant::now();
+        std::thread::sleep(duration);
+        stop.store(true, Ordering::Relaxed);
+        let ops: u64 = handles
+            .into_iter()
+            .map(|h| h.join().expect("bench worker panicked"))
+            .sum();
+        let elapsed = start.elapsed();
+        (ops, elapsed, registry.snapshot().since(&before))
+    });
+    Round {
+        ops,
+        elapsed,
+        threads,
+        stats,
+    }
+}
+
+/// A registry handle that a bench builds its structures on.
+pub fn fresh_registry() -> Arc<Registry> {
+    Registry::new()
+}

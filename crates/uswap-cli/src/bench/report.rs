@@ -1,0 +1,197 @@
+//! What every benchmark prints: a progress bar while it runs, then a summary
+//! table, or one JSON object with `--json`.
+//!
+//! The JSON shape is shared by all benches:
+//! `{"bench": NAME, "variants": [{"name", "threads", "throughput",
+//! "lock_wait", "locks": {SITE: {"acquisitions", "contended", "wait_ns"}},
+//! ...}]}`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use uswap::stats::{LockStats, Snapshot};
+
+/// One measured configuration.
+#[derive(Clone, Debug, Serialize)]
+pub struct Variant {
+    /// "default", or the switch this variant flips.
+    pub name: String,
+    /// Worker threads.
+    pub threads: usize,
+    /// Operations per second, summed over threads (median of the rounds).
+    pub throughput: f64,
+    /// Fraction of thread time spent waiting on locks (median of the rounds).
+    pub lock_wait: f64,
+    /// Lock statistics per site, summed over the rounds.
+    pub locks: BTreeMap<String, LockStats>,
+    /// Operation counters, summed over the rounds.
+    pub counters: BTreeMap<String, u64>,
+    /// Throughput of each round, in run order.
+    pub rounds: Vec<f64>,
+    /// Bench-specific parameters and results.
+    #[serde(flatten)]
+    pub extra: BTreeMap<String, serde_json::Value>,
+}
+
+/// A whole benchmark run.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    pub bench: String,
+    pub variants: Vec<Variant>,
+}
+
+/// One timed run of one variant.
+#[derive(Clone, Debug, Default)]
+pub struct Round {
+    pub ops: u64,
+    pub elapsed: Duration,
+    pub threads: usize,
+    /// Statistics accumulated during the run.
+    pub stats: Snapshot,
+}
+
+impl Round {
+    pub fn throughput(&self) -> f64 {
+        self.ops as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Lock wait as a fraction of all threads' time.
+    pub fn lock_wait(&self) -> f64 {
+        let thread_ns = self.elapsed.as_nanos() as f64 * self.threads.max(1) as f64;
+        self.stats.total_wait_ns() as f64 / thread_ns.max(1.0)
+    }
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// Fold the rounds of one variant into its reported line.
+pub fn summarize(
+    name: &str,
+    rounds: &[Round],
+    extra: BTreeMap<String, serde_json::Value>,
+) -> Variant {
+    let mut locks: BTreeMap<String, LockStats> = BTreeMap::new();
+    let mut counters: BTreeMap<String, u64> = BTreeMap::new();
+    for r in rounds {
+        for (k, v) in &r.stats.locks {
+            let e = locks.entry(k.to_string()).or_default();
+            e.acquisitions += v.acquisitions;
+            e.contended += v.contended;
+            e.wait_ns += v.wait_ns;
+        }
+        for (k, v) in &r.stats.counters {
+            *counters.entry(k.to_string()).or_default() += v;
+        }
+    }
+    Variant {
+        name: name.to_string(),
+        threads: rounds.first().map_or(0, |r| r.threads),
+        throughput: median(rounds.iter().map(Round::throughput).collect()),
+        lock_wait: median(rounds.iter().map(Round::lock_wait).collect()),
+        locks,
+        counters,
+        rounds: rounds.iter().map(Round::throughput).collect(),
+        extra,
+    }
+}
+
+/// A progress bar over `total` runs, hidden when output is JSON or not a
+/// terminal (indicatif draws to stderr only when it is one).
+pub fn progress(total: u64, bench: &str, quiet: bool) -> ProgressBar {
+    if quiet {
+        return ProgressBar::hidden();
+    }
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} runs, {elapsed} {msg}")
+            .expect("static template")
+            .progress_chars("=> "),
+    );
+    pb.set_prefix(bench.to_string());
+    pb
+}
+
+/// Print the report: JSON on stdout, or a table.  `baseline_of` names, for a
+/// variant, the variant its ratio is taken against (usually "default").
+pub fn emit(report: &Report, json: bool, baseline_of: impl Fn(&Variant) -> Option<String>) {
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string(report).expect("report serializes")
+        );
+        return;
+    }
+    println!("bench {}", report.bench);
+    let mut sites: Vec<&String> = Vec::new();
+    for v in &report.variants {
+        for (k, l) in &v.locks {
+            if l.acquisitions > 0 && !sites.contains(&k) {
+                sites.push(k);
+            }
+        }
+    }
+    print!(
+        "{:<28} {:>7} {:>14} {:>9} {:>9}",
+        "variant", "threads", "ops/s", "vs base", "lock wait"
+    );
+    for s in &sites {
+        print!(" {:>18}", format!("{s} wait%"));
+    }
+    println!();
+    for v in &report.variants {
+        let ratio = baseline_of(v)
+            .and_then(|b| {
+                report
+                    .variants
+                    .iter()
+                    .find(|x| x.name == b && x.threads == v.threads)
+            })
+            .map(|b| format!("{:+.1}%", (v.throughput / b.throughput - 1.0) * 100.0))
+            .unwrap_or_else(|| "-".into());
+        print!(
+            "{:<28} {:>7} {:>14.0} {:>9} {:>8.2}%",
+            v.name,
+            v.threads,
+            v.throughput,
+            ratio,
+            v.lock_wait * 100.0
+        );
+        for s in &sites {
+            let l = v.locks.get(*s).copied().unwrap_or_default();
+            let pct = if l.acquisitions == 0 {
+                0.0
+            } else {
+                l.contended as f64 / l.acquisitions as f64 * 100.0
+            };
+            print!(
+                " {:>18}",
+                format!("{:.2}% c{:.1}%", site_wait_share(v, s) * 100.0, pct)
+            );
+        }
+        println!();
+    }
+    println!("(per site: share of thread time spent waiting, and c = share of acquisitions that found the lock held)");
+}
+
+/// One site's share of the variant's total lock wait times its lock_wait:
+/// i.e. the fraction of thread time spent waiting on this site.
+fn site_wait_share(v: &Variant, site: &str) -> f64 {
+    let total: u64 = v.locks.values().map(|l| l.wait_ns).sum();
+    if total == 0 {
+        return 0.0;
+    }
+    v.lock_wait * v.locks.get(site).map_or(0, |l| l.wait_ns) as f64 / total as f64
+}

@@ -1,0 +1,27 @@
+//! uswap: a swap subsystem in user space.
+//!
+//! This crate is the core of the design of the Linux swap subsystem as the
+//! seed patches describe it (see `docs/DESIGN.md`):
+//!
+//! - [`swap_space`]: swap devices of slots with per-slot use counts,
+//!   clusters of 512 slots on free / nonfull / frag / full lists, per-CPU
+//!   current clusters and slot caches (seed 000), per-CPU scan bases
+//!   (seed 001), whole-cluster allocation of 2 MB units (seed 003), several
+//!   devices by priority.
+//! - [`extent`]: swap offset -> (backing, byte offset), a balanced tree
+//!   (seed 004) or the old linear list with a one-entry cache.
+//! - [`swap_cache`]: slot -> staged page, split into trunks with a lock each
+//!   (seed 001).
+//! - [`lru`]: active and inactive lists with per-CPU add/activate batches
+//!   (seed 002).
+//! - [`stats`]: counters and per-site lock profiles.
+//!
+//! Every seed mechanism is a switch in the configuration, so that its effect
+//! can be measured against the behaviour before it.
+
+pub mod extent;
+pub mod lru;
+pub mod percpu;
+pub mod stats;
+pub mod swap_cache;
+pub mod swap_space;

@@ -1,0 +1,356 @@
+//! Statistics: operation counters and lock profiles, cheap enough to leave on.
+//!
+//! The seeds argue from `perf lock` profiles ("`get_swap_pages` 21.03% ->
+//! gone"), so every lock in uswap is a [`StatMutex`] that reports, per lock
+//! *site* (all cluster locks share the site `cluster`, all swap-cache trunks
+//! the site `swap_cache_trunk`), how often it was taken, how often the taker
+//! found it held, and how long it waited.
+//!
+//! Cost: an uncontended acquisition adds one relaxed increment to a counter
+//! shard owned (in practice) by the calling thread, so counters never bounce
+//! a cache line between CPUs.  The clock is read only when the lock was
+//! found held, where the wait dwarfs it.
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use crossbeam_utils::CachePadded;
+use parking_lot::{Mutex, MutexGuard};
+use serde::Serialize;
+
+/// Counter shards per site.  Threads are spread over the shards round-robin,
+/// so with up to this many threads no two share a cache line; beyond it two
+/// threads sharing a shard only costs some line bouncing, never accuracy.
+const SHARDS: usize = 64;
+
+static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
+
+thread_local! {
+    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
+}
+
+/// The counter shard of the calling thread, assigned on first use.
+#[inline]
+fn shard_index() -> usize {
+    SHARD.with(|s| {
+        let v = s.get();
+        if v != usize::MAX {
+            return v;
+        }
+        let v = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
+        s.set(v);
+        v
+    })
+}
+
+/// A monotonically increasing event count, sharded per thread.
+pub struct Counter {
+    name: &'static str,
+    shards: Box<[CachePadded<AtomicU64>]>,
+}
+
+impl Counter {
+    fn new(name: &'static str) -> Self {
+        Counter {
+            name,
+            shards: (0..SHARDS)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
+        }
+    }
+
+    /// The name this counter is reported under.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Add `n` events.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.shards[shard_index()].fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Add one event.
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    /// The sum over all shards.  Concurrent increments may or may not be
+    /// included; a quiescent read is exact.
+    pub fn get(&self) -> u64 {
+        self.shards.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+    }
+}
+
+#[derive(Default)]
+struct LockShard {
+    acquisitions: AtomicU64,
+    contended: AtomicU64,
+    wait_ns: AtomicU64,
+}
+
+/// The statistics of one lock site: every lock of one kind (all cluster
+/// locks, all LRU locks of an instance) reports into the same site.
+pub struct LockSite {
+    name: &'static str,
+    shards: Box<[CachePadded<LockShard>]>,
+}
+
+/// What a lock site reports: the seeds' `perf lock` columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LockStats {
+    /// Times the lock was taken.
+    pub acquisitions: u64,
+    /// Times the taker found the lock held and had to wait.
+    pub contended: u64,
+    /// Total nanoseconds spent waiting for the lock.
+    pub wait_ns: u64,
+}
+
+impl LockStats {
+    /// Field-wise difference, for measuring an interval.
+    pub fn since(&self, earlier: &LockStats) -> LockStats {
+        LockStats {
+            acquisitions: self.acquisitions.saturating_sub(earlier.acquisitions),
+            contended: self.contended.saturating_sub(earlier.contended),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+        }
+    }
+}
+
+impl LockSite {
+    fn new(name: &'static str) -> Self {
+        LockSite {
+            name,
+            shards: (0..SHARDS)
+                .map(|_| CachePadded::new(LockShard::default()))
+                .collect(),
+        }
+    }
+
+    /// The name this site is reported under.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The totals over all shards.
+    pub fn get(&self) -> LockStats {
+        let mut t = LockStats::default();
+        for s in self.shards.iter() {
+            t.acquisitions += s.acquisitions.load(Ordering::Relaxed);
+            t.contended += s.contended.load(Ordering::Relaxed);
+            t.wait_ns += s.wait_ns.load(Ordering::Relaxed);
+        }
+        t
+    }
+}
+
+/// A mutex that reports to a [`LockSite`].
+///
+/// `parking_lot`'s mutex spins briefly before parking, like a kernel
+/// spinlock that gives up the CPU: on a machine with fewer CPUs than
+/// threads, a pure spinlock would burn the holder's time slice.
+pub struct StatMutex<T> {
+    lock: Mutex<T>,
+    site: Arc<LockSite>,
+}
+
+impl<T> StatMutex<T> {
+    /// A mutex holding `value`, reporting to `site`.
+    pub fn new(value: T, site: Arc<LockSite>) -> Self {
+        StatMutex {
+            lock: Mutex::new(value),
+            site,
+        }
+    }
+
+    /// Take the lock, counting the acquisition and any wait.
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        let shard = &self.site.shards[shard_index()];
+        if let Some(g) = self.lock.try_lock() {
+            shard.acquisitions.fetch_add(1, Ordering::Relaxed);
+            return g;
+        }
+        let start = Instant::now();
+        let g = self.lock.lock();
+        let waited = start.elapsed().as_nanos() as u64;
+        shard.acquisitions.fetch_add(1, Ordering::Relaxed);
+        shard.contended.fetch_add(1, Ordering::Relaxed);
+        shard.wait_ns.fetch_add(waited, Ordering::Relaxed);
+        g
+    }
+
+    /// Take the lock only if it is free; counts an acquisition on success.
+    #[inline]
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        let g = self.lock.try_lock()?;
+        self.site.shards[shard_index()]
+            .acquisitions
+            .fetch_add(1, Ordering::Relaxed);
+        Some(g)
+    }
+
+    /// Access without locking through exclusive ownership.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.lock.get_mut()
+    }
+}
+
+/// The counters and lock sites of one uswap instance, by name.
+///
+/// Modules ask for their sites and counters once, at construction, and keep
+/// the `Arc`s; the registry's own lock is never taken on a hot path.
+#[derive(Default)]
+pub struct Registry {
+    inner: Mutex<RegistryInner>,
+}
+
+#[derive(Default)]
+struct RegistryInner {
+    counters: BTreeMap<&'static str, Arc<Counter>>,
+    locks: BTreeMap<&'static str, Arc<LockSite>>,
+}
+
+/// A point-in-time copy of a registry.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Snapshot {
+    /// Operation counters by name.
+    pub counters: BTreeMap<&'static str, u64>,
+    /// Lock statistics by site.
+    pub locks: BTreeMap<&'static str, LockStats>,
+}
+
+impl Snapshot {
+    /// Counter `name`, or 0 when no such counter exists.
+    pub fn counter(&self, name: &str) -> u64 {
+        self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    /// Lock site `name`, or zeros when no such site exists.
+    pub fn lock(&self, name: &str) -> LockStats {
+        self.locks.get(name).copied().unwrap_or_default()
+    }
+
+    /// Total nanoseconds waited on all lock sites.
+    pub fn total_wait_ns(&self) -> u64 {
+        self.locks.values().map(|l| l.wait_ns).sum()
+    }
+
+    /// The events between `earlier` and `self`.
+    pub fn since(&self, earlier: &Snapshot) -> Snapshot {
+        Snapshot {
+            counters: self
+                .counters
+                .iter()
+                .map(|(k, v)| (*k, v.saturating_sub(earlier.counter(k))))
+                .collect(),
+            locks: self
+                .locks
+                .iter()
+                .map(|(k, v)| (*k, v.since(&earlier.lock(k))))
+                .collect(),
+        }
+    }
+}
+
+impl Registry {
+    /// An empty registry.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Registry::default())
+    }
+
+    /// The counter called `name`, created on first use.
+    pub fn counter(&self, name: &'static str) -> Arc<Counter> {
+        let mut g = self.inner.lock();
+        g.counters
+            .entry(name)
+            .or_insert_with(|| Arc::new(Counter::new(name)))
+            .clone()
+    }
+
+    /// The lock site called `name`, created on first use.
+    pub fn lock_site(&self, name: &'static str) -> Arc<LockSite> {
+        let mut g = self.inner.lock();
+        g.locks
+            .entry(name)
+            .or_insert_with(|| Arc::new(LockSite::new(name)))
+            .clone()
+    }
+
+    /// Copy every counter and lock site.
+    pub fn snapshot(&self) -> Snapshot {
+        let g = self.inner.lock();
+        Snapshot {
+            counters: g.counters.iter().map(|(k, c)| (*k, c.get())).collect(),
+            locks: g.locks.iter().map(|(k, l)| (*k, l.get())).collect(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::thread;
+    use std::time::Duration;
+
+    #[test]
+    fn counters_sum_over_threads() {
+        let reg = Registry::new();
+        let c = reg.counter("ops");
+        thread::scope(|s| {
+            for _ in 0..8 {
+                let c = c.clone();
+                s.spawn(move || {
+                    for _ in 0..10_000 {
+                        c.inc();
+                    }
+                });
+            }
+        });
+        assert_eq!(reg.snapshot().counter("ops"), 80_000);
+        // The same name yields the same counter.
+        reg.counter("ops").add(5);
+        assert_eq!(c.get(), 80_005);
+    }
+
+    #[test]
+    fn lock_counts_acquisitions_and_contention() {
+        let reg = Registry::new();
+        let m = Arc::new(StatMutex::new(0u64, reg.lock_site("site")));
+        {
+            let _g = m.lock();
+            let m2 = m.clone();
+            let h = thread::spawn(move || {
+                *m2.lock() += 1;
+            });
+            // Hold the lock long enough that the other thread must wait.
+            thread::sleep(Duration::from_millis(50));
+            drop(_g);
+            h.join().unwrap();
+        }
+        let s = reg.snapshot().lock("site");
+        assert_eq!(s.acquisitions, 2);
+        assert_eq!(s.contended, 1);
+        assert!(s.wait_ns >= 10_000_000, "waited only {} ns", s.wait_ns);
+        assert_eq!(*m.lock(), 1);
+        assert!(m.try_lock().is_some());
+        assert_eq!(reg.snapshot().lock("site").acquisitions, 4);
+    }
+
+    #[test]
+    fn snapshot_difference() {
+        let reg = Registry::new();
+        let c = reg.counter("a");
+        c.add(3);
+        let before = reg.snapshot();
+        c.add(4);
+        let d = reg.snapshot().since(&before);
+        assert_eq!(d.counter("a"), 4);
+        assert_eq!(d.counter("missing"), 0);
+    }
+}
