@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use clap::Args;
 use uswap::stats::Registry;
 
-pub use report::{emit, progress, summarize, Report, Round, Variant};
+pub use report::{emit, progress, same_params_default, summarize, Report, Round, Variant};
 
 /// Options every bench takes.
 #[derive(Args, Clone, Debug)]

@@ -124,9 +124,15 @@ pub fn progress(total: u64, bench: &str, quiet: bool) -> ProgressBar {
     pb
 }
 
-/// Print the report: JSON on stdout, or a table.  `baseline_of` names, for a
-/// variant, the variant its ratio is taken against (usually "default").
-pub fn emit(report: &Report, json: bool, baseline_of: impl Fn(&Variant) -> Option<String>) {
+/// Print the report: JSON on stdout, or a table.  `baseline_of(v, all)`
+/// picks, for variant `v`, the index in `all` of the variant its ratio is
+/// taken against (usually "default" with the same parameters); see
+/// [`same_params_default`].
+pub fn emit(
+    report: &Report,
+    json: bool,
+    baseline_of: impl Fn(&Variant, &[Variant]) -> Option<usize>,
+) {
     if json {
         println!(
             "{}",
@@ -194,4 +200,11 @@ fn site_wait_share(v: &Variant, site: &str) -> f64 {
         return 0.0;
     }
     v.lock_wait * v.locks.get(site).map_or(0, |l| l.wait_ns) as f64 / total as f64
+}
+
+/// The usual baseline: the variant called "default" with the same thread
+/// count and the same bench-specific parameters (`extra`).
+pub fn same_params_default(v: &Variant, all: &[Variant]) -> Option<usize> {
+    all.iter()
+        .position(|x| x.name == "default" && x.threads == v.threads && x.extra == v.extra)
 }
