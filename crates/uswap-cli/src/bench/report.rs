@@ -158,13 +158,8 @@ pub fn emit(
     }
     println!();
     for v in &report.variants {
-        let ratio = baseline_of(v)
-            .and_then(|b| {
-                report
-                    .variants
-                    .iter()
-                    .find(|x| x.name == b && x.threads == v.threads)
-            })
+        let ratio = baseline_of(v, &report.variants)
+            .map(|i| &report.variants[i])
             .map(|b| format!("{:+.1}%", (v.throughput / b.throughput - 1.0) * 100.0))
             .unwrap_or_else(|| "-".into());
         print!(
