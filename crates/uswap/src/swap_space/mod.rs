@@ -1,1 +1,763 @@
-//! placeholder
+//! Swap space: devices of slots and the allocator that hands them out
+//! (mm/swapfile.c and mm/swap_slots.c).
+//!
+//! ```
+//! use uswap::swap_space::{DeviceConfig, SwapSpace};
+//! use uswap::stats::Registry;
+//!
+//! let space = SwapSpace::builder()
+//!     .device(DeviceConfig::new(4096).priority(10))
+//!     .device(DeviceConfig::new(2048).priority(5))
+//!     .build(&Registry::new())?;
+//! let slot = space.alloc()?;
+//! assert_eq!(space.count(slot)?, 1);
+//! space.free(slot)?;
+//! # Ok::<(), uswap::swap_space::SwapError>(())
+//! ```
+//!
+//! Seed switches ([`Switches`]) restore the behaviour before each seed:
+//! `slot_cache` (per-CPU slot caches), `fragmented_scan` (seed 000),
+//! `scan_base` (seed 001), `huge_cluster` (seed 003).  `nonfull_clusters`
+//! goes past the seeds to kernel 6.12's per-list cluster allocation.
+
+mod cluster;
+mod device;
+mod slot_cache;
+
+use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
+use std::sync::Arc;
+
+pub use cluster::{ListId, CLUSTER_SLOTS};
+pub use device::{SwapDevice, LATENCY_LIMIT, SWAP_MAP_MAX};
+pub use slot_cache::SLOTS_CACHE_SIZE;
+
+use crate::percpu::{possible_cpus, PerCpu};
+use crate::stats::{Counter, Registry, StatMutex};
+use device::{Put, SWAP_HAS_CACHE};
+use slot_cache::{SlotCache, THRESHOLD_ACTIVATE, THRESHOLD_DEACTIVATE};
+
+/// Most devices in one swap space (`MAX_SWAPFILES`).
+pub const MAX_DEVICES: usize = 32;
+/// Most slots in one device: 2^32 slots are 16 TiB of swap and a 4 GiB
+/// `swap_map`; beyond that the metadata alone is unreasonable.
+pub const MAX_DEVICE_SLOTS: u64 = 1 << 32;
+/// Slots per swap-cache trunk, the unit the per-CPU scan bases spread CPUs
+/// over (`SWAP_ADDRESS_SPACE_PAGES`: 64 MB).
+pub const TRUNK_SLOTS: u64 = 16384;
+
+const OFFSET_BITS: u32 = 48;
+
+/// A swap entry: device index and slot offset (`swp_entry_t`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SwapEntry(u64);
+
+impl SwapEntry {
+    /// No entry (offset 0 is every device's header, never allocated).
+    pub const NONE: SwapEntry = SwapEntry(0);
+
+    /// The entry for slot `offset` of device `device`.
+    pub fn new(device: u16, offset: u64) -> Self {
+        debug_assert!(offset < 1 << OFFSET_BITS);
+        SwapEntry((device as u64) << OFFSET_BITS | offset)
+    }
+
+    /// The device index.
+    pub fn device(self) -> u16 {
+        (self.0 >> OFFSET_BITS) as u16
+    }
+
+    /// The slot offset within the device.
+    pub fn offset(self) -> u64 {
+        self.0 & ((1 << OFFSET_BITS) - 1)
+    }
+
+    /// The packed value.
+    pub fn raw(self) -> u64 {
+        self.0
+    }
+}
+
+/// What can go wrong in the swap space.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SwapError {
+    /// Every slot of every device is in use.
+    #[error("swap space is full: all {slots} slots are in use; add a device or free slots")]
+    Full { slots: u64 },
+    /// No device has a whole free cluster for a 2 MB unit; allocate its 512
+    /// pages one by one instead.
+    #[error("no free 2 MB cluster on any device; fall back to single slots")]
+    NoFreeCluster,
+    /// The entry does not name an allocated slot.
+    #[error("bad swap entry: device {device} slot {offset}: {reason}")]
+    BadEntry {
+        device: u16,
+        offset: u64,
+        reason: &'static str,
+    },
+    /// The slot's use count cannot grow further.
+    #[error("swap count overflow on device {device} slot {offset}: more than 2^32-1 references")]
+    CountOverflow { device: u16, offset: u64 },
+    /// A swap space needs at least one device.
+    #[error("a swap space needs at least one device")]
+    NoDevices,
+    /// More devices than `MAX_DEVICES`.
+    #[error("{0} devices given; at most {MAX_DEVICES} are supported")]
+    TooManyDevices(usize),
+    /// A device size that cannot work.
+    #[error("device {device}: {slots} slots is {problem}; give between 2 (one header slot and one page) and {MAX_DEVICE_SLOTS} slots")]
+    BadSize {
+        device: usize,
+        slots: u64,
+        problem: &'static str,
+    },
+    /// A configuration value out of range.
+    #[error("invalid swap space configuration: {0}")]
+    Config(String),
+}
+
+/// Where a solid-state device's linear scan starts (seed 001).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ScanBase {
+    /// Each CPU has its own scan base (`cluster_next_cpu`), re-randomised
+    /// when it crosses into another swap-cache trunk.
+    #[default]
+    PerCpu,
+    /// One base shared by all CPUs: the behaviour before seed 001 (and the
+    /// only one for rotational devices, where sequential IO matters more).
+    Shared,
+}
+
+/// The seeds' mechanisms, each of which can be switched back to the
+/// behaviour before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switches {
+    /// Per-CPU slot caches, refilled and returned 64 slots at a time.
+    /// Off: every allocation and free takes the device lock.
+    pub slot_cache: bool,
+    /// Seed 000: after the first slot, scan up to `LATENCY_LIMIT` more
+    /// slots even when no free cluster is left, so refills stay batched.
+    /// Off: a fragmented device returns one slot per call.
+    pub fragmented_scan: bool,
+    /// Seed 001: per-CPU or shared scan base on solid-state devices.
+    pub scan_base: ScanBase,
+    /// Seed 003: a 2 MB unit takes one whole free cluster.  Off:
+    /// `alloc_huge` always fails, so callers allocate 512 single slots.
+    pub huge_cluster: bool,
+    /// Kernel 6.12 (beyond the seeds): when no cluster is free, a CPU takes
+    /// a nonfull (then a fragmented) cluster as its current cluster instead
+    /// of scanning the map linearly.  Off: the seeds' linear scan.
+    pub nonfull_clusters: bool,
+}
+
+impl Switches {
+    /// The shipped configuration.
+    pub const DEFAULT: Switches = Switches {
+        slot_cache: true,
+        fragmented_scan: true,
+        scan_base: ScanBase::PerCpu,
+        huge_cluster: true,
+        nonfull_clusters: false,
+    };
+
+    /// All seed mechanisms on, nothing past them: Linux 5.8.
+    pub const SEEDS: Switches = Switches {
+        slot_cache: true,
+        fragmented_scan: true,
+        scan_base: ScanBase::PerCpu,
+        huge_cluster: true,
+        nonfull_clusters: false,
+    };
+
+    /// Every combination of the switches (for tests).
+    pub fn all() -> impl Iterator<Item = Switches> {
+        (0..32u32).map(|b| Switches {
+            slot_cache: b & 1 != 0,
+            fragmented_scan: b & 2 != 0,
+            scan_base: if b & 4 != 0 {
+                ScanBase::PerCpu
+            } else {
+                ScanBase::Shared
+            },
+            huge_cluster: b & 8 != 0,
+            nonfull_clusters: b & 16 != 0,
+        })
+    }
+}
+
+impl Default for Switches {
+    fn default() -> Self {
+        Switches::DEFAULT
+    }
+}
+
+/// One device of a swap space.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceConfig {
+    /// Slots, the header slot 0 included (so `slots - 1` pages of swap).
+    pub slots: u64,
+    /// Higher priorities are used first; equal priorities round-robin.
+    pub priority: i32,
+    /// Rotational (one shared scan base, sequential runs) or solid-state.
+    pub rotational: bool,
+}
+
+impl DeviceConfig {
+    /// A solid-state device of `slots` slots, priority 0.
+    pub fn new(slots: u64) -> Self {
+        DeviceConfig {
+            slots,
+            priority: 0,
+            rotational: false,
+        }
+    }
+
+    /// Set the priority.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Mark the device rotational.
+    pub fn rotational(mut self, rotational: bool) -> Self {
+        self.rotational = rotational;
+        self
+    }
+}
+
+/// Builds a [`SwapSpace`].
+#[derive(Clone, Debug)]
+pub struct SwapSpaceBuilder {
+    devices: Vec<DeviceConfig>,
+    switches: Switches,
+    cpus: usize,
+    trunk_slots: u64,
+    seed: u64,
+}
+
+impl SwapSpaceBuilder {
+    /// Add a device.
+    pub fn device(mut self, d: DeviceConfig) -> Self {
+        self.devices.push(d);
+        self
+    }
+
+    /// Set the seed switches.
+    pub fn switches(mut self, s: Switches) -> Self {
+        self.switches = s;
+        self
+    }
+
+    /// Per-CPU structures to keep (default: the CPUs of this machine).
+    pub fn cpus(mut self, n: usize) -> Self {
+        self.cpus = n;
+        self
+    }
+
+    /// The swap-cache trunk size the per-CPU scan bases spread over.
+    pub fn trunk_slots(mut self, n: u64) -> Self {
+        self.trunk_slots = n;
+        self
+    }
+
+    /// Seed for the randomised scan bases (reproducible layouts).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
+        self
+    }
+
+    /// Validate and build.
+    pub fn build(self, registry: &Registry) -> Result<SwapSpace, SwapError> {
+        if self.devices.is_empty() {
+            return Err(SwapError::NoDevices);
+        }
+        if self.devices.len() > MAX_DEVICES {
+            return Err(SwapError::TooManyDevices(self.devices.len()));
+        }
+        for (i, d) in self.devices.iter().enumerate() {
+            if d.slots < 2 {
+                return Err(SwapError::BadSize {
+                    device: i,
+                    slots: d.slots,
+                    problem: "too small",
+                });
+            }
+            if d.slots > MAX_DEVICE_SLOTS {
+                return Err(SwapError::BadSize {
+                    device: i,
+                    slots: d.slots,
+                    problem: "too large",
+                });
+            }
+        }
+        if self.cpus == 0 || self.cpus > 4096 {
+            return Err(SwapError::Config(format!(
+                "cpus must be 1..=4096, got {}",
+                self.cpus
+            )));
+        }
+        if self.trunk_slots == 0 {
+            return Err(SwapError::Config("trunk_slots must be at least 1".into()));
+        }
+        let shared = Arc::new(SpaceShared {
+            avail: StatMutex::new(
+                Vec::with_capacity(MAX_DEVICES),
+                registry.lock_site("swap_avail"),
+            ),
+            nr_free: AtomicI64::new(0),
+            priorities: self.devices.iter().map(|d| d.priority).collect(),
+        });
+        let devices: Vec<SwapDevice> = self
+            .devices
+            .iter()
+            .enumerate()
+            .map(|(i, d)| {
+                SwapDevice::new(
+                    i as u16,
+                    d,
+                    self.switches,
+                    self.cpus,
+                    self.trunk_slots,
+                    self.seed,
+                    shared.clone(),
+                    registry,
+                )
+            })
+            .collect();
+        for d in &devices {
+            shared
+                .nr_free
+                .fetch_add(d.pages() as i64, Ordering::Relaxed);
+            shared.avail_insert(d.index(), d.priority());
+        }
+        let total_slots = devices.iter().map(|d| d.pages()).sum();
+        Ok(SwapSpace {
+            caches: slot_cache::new_caches(self.cpus, registry),
+            cache_active: AtomicBool::new(self.switches.slot_cache),
+            devices,
+            shared,
+            switches: self.switches,
+            total_slots,
+            counters: Counters::new(registry),
+        })
+    }
+}
+
+/// What devices share: the list of devices with free slots, and the count
+/// of free slots (`nr_swap_pages`).
+pub(crate) struct SpaceShared {
+    /// Indices of devices that are not full, highest priority first; equal
+    /// priorities in round-robin order (`swap_avail_heads`).  Taken under a
+    /// device lock when that device fills up or frees its first slot, so
+    /// membership always matches fullness.  Capacity is reserved for every
+    /// device, so it never reallocates.
+    avail: StatMutex<Vec<u16>>,
+    nr_free: AtomicI64,
+    priorities: Vec<i32>,
+}
+
+impl SpaceShared {
+    fn avail_remove(&self, dev: u16) {
+        let mut a = self.avail.lock();
+        if let Some(i) = a.iter().position(|&d| d == dev) {
+            a.remove(i);
+        }
+    }
+
+    fn avail_insert(&self, dev: u16, prio: i32) {
+        let mut a = self.avail.lock();
+        if a.contains(&dev) {
+            return;
+        }
+        // After every device of higher or equal priority.
+        let at = a
+            .iter()
+            .position(|&d| self.priorities[d as usize] < prio)
+            .unwrap_or(a.len());
+        a.insert(at, dev);
+    }
+
+    /// The devices to try, in order, and rotate the first to the back of
+    /// its priority group (`plist_requeue`), so equal priorities take turns.
+    fn avail_order(&self, out: &mut [u16; MAX_DEVICES]) -> usize {
+        let mut a = self.avail.lock();
+        let n = a.len();
+        out[..n].copy_from_slice(&a);
+        if n > 1 {
+            let p = self.priorities[a[0] as usize];
+            let group_end = a
+                .iter()
+                .position(|&d| self.priorities[d as usize] != p)
+                .unwrap_or(n);
+            a[..group_end].rotate_left(1);
+        }
+        n
+    }
+}
+
+struct Counters {
+    alloc: Arc<Counter>,
+    alloc_fail: Arc<Counter>,
+    refill: Arc<Counter>,
+    refill_slots: Arc<Counter>,
+    free: Arc<Counter>,
+    free_batch: Arc<Counter>,
+    dup: Arc<Counter>,
+    huge_alloc: Arc<Counter>,
+    huge_fallback: Arc<Counter>,
+    huge_free: Arc<Counter>,
+    cache_drain: Arc<Counter>,
+}
+
+impl Counters {
+    fn new(r: &Registry) -> Self {
+        Counters {
+            alloc: r.counter("alloc"),
+            alloc_fail: r.counter("alloc_fail"),
+            refill: r.counter("slot_cache_refill"),
+            refill_slots: r.counter("slot_cache_refill_slots"),
+            free: r.counter("free"),
+            free_batch: r.counter("free_batch"),
+            dup: r.counter("dup"),
+            huge_alloc: r.counter("huge_alloc"),
+            huge_fallback: r.counter("huge_fallback"),
+            huge_free: r.counter("huge_free"),
+            cache_drain: r.counter("slot_cache_drain"),
+        }
+    }
+}
+
+/// A swap space: one or more devices, allocated by priority.
+pub struct SwapSpace {
+    devices: Vec<SwapDevice>,
+    shared: Arc<SpaceShared>,
+    caches: PerCpu<SlotCache>,
+    /// `swap_slot_cache_active`: the caches switch off when free slots run
+    /// low (see slot_cache.rs).
+    cache_active: AtomicBool,
+    switches: Switches,
+    total_slots: u64,
+    counters: Counters,
+}
+
+impl SwapSpace {
+    /// Start configuring a swap space.
+    pub fn builder() -> SwapSpaceBuilder {
+        SwapSpaceBuilder {
+            devices: Vec::new(),
+            switches: Switches::DEFAULT,
+            cpus: possible_cpus(),
+            trunk_slots: TRUNK_SLOTS,
+            seed: 0x5eed_0f_5a_a9,
+        }
+    }
+
+    /// The switches this space was built with.
+    pub fn switches(&self) -> Switches {
+        self.switches
+    }
+
+    /// The devices, by index.
+    pub fn devices(&self) -> &[SwapDevice] {
+        &self.devices
+    }
+
+    /// Usable slots over all devices.
+    pub fn total_slots(&self) -> u64 {
+        self.total_slots
+    }
+
+    /// Free slots over all devices (slots held in slot caches are not free).
+    pub fn nr_free(&self) -> u64 {
+        self.shared.nr_free.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    fn device(&self, e: SwapEntry) -> Result<&SwapDevice, SwapError> {
+        self.devices
+            .get(e.device() as usize)
+            .ok_or(SwapError::BadEntry {
+                device: e.device(),
+                offset: e.offset(),
+                reason: "no such device",
+            })
+    }
+
+    /// `get_swap_pages`: fill `out` with slots set to `usage` from the first
+    /// device, in priority order, that has any.
+    fn get_swap_pages(&self, cpu: usize, usage: u8, out: &mut [SwapEntry]) -> usize {
+        let mut order = [0u16; MAX_DEVICES];
+        let n = self.shared.avail_order(&mut order);
+        for &d in &order[..n] {
+            let got = self.devices[d as usize].scan_swap_map_slots(cpu, usage, out);
+            if got > 0 {
+                return got;
+            }
+        }
+        0
+    }
+
+    /// `check_cache_active`: whether the slot caches are in use, turning
+    /// them on or off by the number of free slots.
+    fn cache_active(&self) -> bool {
+        if !self.switches.slot_cache {
+            return false;
+        }
+        let free = self.shared.nr_free.load(Ordering::Relaxed);
+        let cpus = self.caches.len() as i64;
+        if !self.cache_active.load(Ordering::Relaxed) {
+            if free > cpus * THRESHOLD_ACTIVATE {
+                self.cache_active.store(true, Ordering::Relaxed);
+            }
+            return false;
+        }
+        if free < cpus * THRESHOLD_DEACTIVATE {
+            self.cache_active.store(false, Ordering::Relaxed);
+            self.drain_slot_caches();
+            return false;
+        }
+        true
+    }
+
+    /// Allocate one slot with use count 1.
+    pub fn alloc(&self) -> Result<SwapEntry, SwapError> {
+        self.counters.alloc.inc();
+        let cpu = self.caches.this_index();
+        if self.cache_active() {
+            let mut c = self.caches.get(cpu).alloc.lock();
+            if c.nr == 0 {
+                let got = self.get_swap_pages(cpu, SWAP_HAS_CACHE, &mut c.slots);
+                self.counters.refill.inc();
+                self.counters.refill_slots.add(got as u64);
+                c.cur = 0;
+                c.nr = got;
+            }
+            if c.nr > 0 {
+                let e = c.slots[c.cur];
+                c.cur += 1;
+                c.nr -= 1;
+                drop(c);
+                self.devices[e.device() as usize].claim_reserved(e.offset());
+                return Ok(e);
+            }
+        }
+        let mut one = [SwapEntry::NONE];
+        if self.get_swap_pages(cpu, 1, &mut one) == 1 {
+            return Ok(one[0]);
+        }
+        // Slots parked in other CPUs' caches are not lost: take them back
+        // and try once more before calling the space full.
+        if self.switches.slot_cache
+            && self.drain_slot_caches() > 0
+            && self.get_swap_pages(cpu, 1, &mut one) == 1
+        {
+            return Ok(one[0]);
+        }
+        self.counters.alloc_fail.inc();
+        Err(SwapError::Full {
+            slots: self.total_slots,
+        })
+    }
+
+    /// Allocate 512 contiguous, cluster-aligned slots for a 2 MB unit, each
+    /// with use count 1 (seed 003).  [`SwapError::NoFreeCluster`] when no
+    /// device has a free cluster (or the switch is off): allocate the pages
+    /// singly then.
+    pub fn alloc_huge(&self) -> Result<SwapEntry, SwapError> {
+        if self.switches.huge_cluster {
+            let mut order = [0u16; MAX_DEVICES];
+            let n = self.shared.avail_order(&mut order);
+            for &d in &order[..n] {
+                if let Some(e) = self.devices[d as usize].alloc_cluster() {
+                    self.counters.huge_alloc.inc();
+                    return Ok(e);
+                }
+            }
+        }
+        self.counters.huge_fallback.inc();
+        Err(SwapError::NoFreeCluster)
+    }
+
+    /// Free a 2 MB unit from [`alloc_huge`](Self::alloc_huge): whole in one
+    /// step when no slot of it was duplicated or freed alone, else slot by
+    /// slot (each dropping one reference).
+    pub fn free_huge(&self, base: SwapEntry) -> Result<(), SwapError> {
+        let dev = self.device(base)?;
+        if base.offset() % CLUSTER_SLOTS != 0 || base.offset() + CLUSTER_SLOTS > dev.max() {
+            return Err(SwapError::BadEntry {
+                device: base.device(),
+                offset: base.offset(),
+                reason: "not the first slot of a whole cluster",
+            });
+        }
+        self.counters.huge_free.inc();
+        if dev.free_cluster(base.offset()) {
+            return Ok(());
+        }
+        for off in base.offset()..base.offset() + CLUSTER_SLOTS {
+            self.free(SwapEntry::new(base.device(), off))?;
+        }
+        Ok(())
+    }
+
+    /// `swap_duplicate`: add a reference to an allocated slot; returns the
+    /// new count.
+    pub fn dup(&self, e: SwapEntry) -> Result<u32, SwapError> {
+        self.counters.dup.inc();
+        self.device(e)?.dup(e.offset())
+    }
+
+    /// The use count of a slot (0 when free).
+    pub fn count(&self, e: SwapEntry) -> Result<u32, SwapError> {
+        self.device(e)?.count(e.offset())
+    }
+
+    /// `swap_free`: drop a reference; the last one frees the slot (through
+    /// the per-CPU return cache when it is on).  Returns the count left.
+    pub fn free(&self, e: SwapEntry) -> Result<u32, SwapError> {
+        self.counters.free.inc();
+        match self.device(e)?.put(e.offset())? {
+            Put::Still(n) => Ok(n),
+            Put::Reserved => {
+                self.free_swap_slot(e);
+                Ok(0)
+            }
+        }
+    }
+
+    /// Drop one reference from each entry; the slots that become free go
+    /// back in one batch: sorted, one device lock per device and one cluster
+    /// lock per cluster touched.  Reorders `entries`.  On a bad entry the
+    /// entries before it have been dropped and the rest untouched.
+    pub fn free_batch(&self, entries: &mut [SwapEntry]) -> Result<(), SwapError> {
+        let mut n = 0;
+        let mut result = Ok(());
+        for i in 0..entries.len() {
+            let e = entries[i];
+            self.counters.free.inc();
+            match self.device(e).and_then(|d| d.put(e.offset())) {
+                Ok(Put::Reserved) => {
+                    entries[n] = e;
+                    n += 1;
+                }
+                Ok(Put::Still(_)) => {}
+                Err(err) => {
+                    result = Err(err);
+                    break;
+                }
+            }
+        }
+        self.free_entries(&mut entries[..n]);
+        result
+    }
+
+    /// `free_swap_slot`: a reserved slot goes to this CPU's return cache,
+    /// or straight back when the caches are off.
+    fn free_swap_slot(&self, e: SwapEntry) {
+        if self.cache_active() {
+            let mut r = self.caches.this().ret.lock();
+            if r.n == SLOTS_CACHE_SIZE {
+                let n = r.n;
+                self.free_entries(&mut r.slots[..n]);
+                r.n = 0;
+            }
+            let n = r.n;
+            r.slots[n] = e;
+            r.n += 1;
+            return;
+        }
+        self.free_entries(&mut [e]);
+    }
+
+    /// `swapcache_free_entries`: reserved slots become free, sorted so each
+    /// device and each cluster is locked once.
+    fn free_entries(&self, entries: &mut [SwapEntry]) {
+        if entries.is_empty() {
+            return;
+        }
+        self.counters.free_batch.inc();
+        entries.sort_unstable();
+        let mut i = 0;
+        while i < entries.len() {
+            let d = entries[i].device();
+            let j = i + entries[i..]
+                .iter()
+                .position(|e| e.device() != d)
+                .unwrap_or(entries.len() - i);
+            self.devices[d as usize].free_entries(&entries[i..j]);
+            i = j;
+        }
+    }
+
+    /// Give every slot parked in a per-CPU cache back to its device;
+    /// returns how many.  Reclaim and `swapoff` do this; so does an
+    /// allocation that would otherwise fail.
+    pub fn drain_slot_caches(&self) -> usize {
+        self.counters.cache_drain.inc();
+        let mut total = 0;
+        for c in self.caches.iter() {
+            {
+                let mut a = c.alloc.lock();
+                let (cur, nr) = (a.cur, a.nr);
+                self.free_entries(&mut a.slots[cur..cur + nr]);
+                total += nr;
+                a.nr = 0;
+                a.cur = 0;
+            }
+            let mut r = c.ret.lock();
+            let n = r.n;
+            self.free_entries(&mut r.slots[..n]);
+            total += n;
+            r.n = 0;
+        }
+        total
+    }
+
+    /// Quiescent consistency check of everything: call with no operation in
+    /// flight.  Checks per-slot states against cluster counts, cluster list
+    /// membership, the free hints, in-use and free totals, slot-cache
+    /// contents, and the avail list.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let mut reserved: Vec<Vec<u64>> = vec![Vec::new(); self.devices.len()];
+        for c in self.caches.iter() {
+            let a = c.alloc.lock();
+            for e in &a.slots[a.cur..a.cur + a.nr] {
+                reserved[e.device() as usize].push(e.offset());
+            }
+            let r = c.ret.lock();
+            for e in &r.slots[..r.n] {
+                reserved[e.device() as usize].push(e.offset());
+            }
+        }
+        let mut free_total = 0u64;
+        let mut not_full = Vec::new();
+        for (d, res) in self.devices.iter().zip(reserved.iter_mut()) {
+            let (_, free) = d.check(res)?;
+            free_total += free;
+            if free > 0 {
+                not_full.push(d.index());
+            }
+        }
+        let nr_free = self.shared.nr_free.load(Ordering::Relaxed);
+        if nr_free != free_total as i64 {
+            return Err(format!(
+                "nr_free is {nr_free} but {free_total} slots are free"
+            ));
+        }
+        let avail = self.shared.avail.lock().clone();
+        let mut sorted = avail.clone();
+        sorted.sort_unstable();
+        if sorted != not_full {
+            return Err(format!(
+                "avail list {avail:?} but devices with free slots are {not_full:?}"
+            ));
+        }
+        if avail.windows(2).any(|w| {
+            self.devices[w[0] as usize].priority() < self.devices[w[1] as usize].priority()
+        }) {
+            return Err(format!("avail list {avail:?} is not in priority order"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;
