@@ -519,16 +519,26 @@ fn stress(sw: Switches, threads: usize, ops_total: usize) {
             .priority(1)
             .rotational(true),
     ];
-    let s = space(&devs, sw, 4);
+    let reg = Registry::new();
+    let mut b = SwapSpace::builder().switches(sw).cpus(4).trunk_slots(1024);
+    for d in &devs {
+        b = b.device(d.clone());
+    }
+    let s = b.build(&reg).unwrap();
     let owner: Vec<Vec<AtomicU8>> = devs
         .iter()
         .map(|d| (0..d.slots).map(|_| AtomicU8::new(0)).collect())
         .collect();
     let total: u64 = devs.iter().map(|d| d.slots - 1).sum();
+    // Threads start together and hold what they have until all are done,
+    // so they overlap even where the scheduler would run them one by one.
+    let start = std::sync::Barrier::new(threads);
+    let end = std::sync::Barrier::new(threads);
     std::thread::scope(|sc| {
         for t in 0..threads {
-            let (s, owner) = (&s, &owner);
+            let (s, owner, start, end) = (&s, &owner, &start, &end);
             sc.spawn(move || {
+                start.wait();
                 let mut rng =
                     0x1234_5678_9abc_def1u64 ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 let mut next = move || {
@@ -547,34 +557,51 @@ fn stress(sw: Switches, threads: usize, ops_total: usize) {
                 };
                 let mut mine: Vec<SwapEntry> = Vec::new();
                 let mut huge: Vec<SwapEntry> = Vec::new();
-                let limit = (total as usize / threads) * 3 / 2;
+                // Allocations outnumber frees until each thread holds its
+                // share plus a fifth: the space runs full and fragments.
+                let limit = (total as usize / threads) * 6 / 5;
+                // Fill to the limit first; eight threads asking for 120% of
+                // the space between them run it full.
+                while mine.len() < limit {
+                    match s.alloc() {
+                        Ok(e) => {
+                            claim(e);
+                            mine.push(e);
+                        }
+                        Err(SwapError::Full { .. }) => break,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
                 for _ in 0..ops_total / threads {
                     let r = next() % 100;
-                    if r < 45 && mine.len() < limit {
+                    if r < 60 {
+                        if mine.len() >= limit {
+                            continue;
+                        }
                         if let Ok(e) = s.alloc() {
                             claim(e);
                             mine.push(e);
                         }
-                    } else if r < 47 && huge.len() < 2 {
+                    } else if r < 61 && huge.len() < 2 {
                         if let Ok(h) = s.alloc_huge() {
                             for o in 0..CLUSTER_SLOTS {
                                 claim(SwapEntry::new(h.device(), h.offset() + o));
                             }
                             huge.push(h);
                         }
-                    } else if r < 49 {
+                    } else if r < 62 {
                         if let Some(h) = huge.pop() {
                             for o in 0..CLUSTER_SLOTS {
                                 release(SwapEntry::new(h.device(), h.offset() + o));
                             }
                             s.free_huge(h).unwrap();
                         }
-                    } else if r < 55 && !mine.is_empty() {
+                    } else if r < 67 && !mine.is_empty() {
                         // dup then drop: the count must come back.
                         let e = mine[next() as usize % mine.len()];
                         assert_eq!(s.dup(e).unwrap(), 2);
                         assert_eq!(s.free(e).unwrap(), 1);
-                    } else if r < 58 && mine.len() > 8 {
+                    } else if r < 68 && mine.len() > 8 {
                         let mut batch: Vec<SwapEntry> = mine.drain(..8).collect();
                         for e in &batch {
                             release(*e);
@@ -586,6 +613,7 @@ fn stress(sw: Switches, threads: usize, ops_total: usize) {
                         assert_eq!(s.free(e).unwrap(), 0);
                     }
                 }
+                end.wait();
                 for e in &mine {
                     assert_eq!(s.count(*e).unwrap(), 1);
                 }
@@ -606,6 +634,23 @@ fn stress(sw: Switches, threads: usize, ops_total: usize) {
     s.check_invariants()
         .unwrap_or_else(|e| panic!("{sw:?}: {e}"));
     assert_eq!(s.nr_free(), total, "{sw:?}: slots leaked");
+    let st = reg.snapshot();
+    eprintln!(
+        "{sw:?}: alloc {} (failed {}), free {}, huge {} (fallback {}), dup {}",
+        st.counter("alloc"),
+        st.counter("alloc_fail"),
+        st.counter("free"),
+        st.counter("huge_alloc"),
+        st.counter("huge_fallback"),
+        st.counter("dup")
+    );
+    // The run must have exercised the paths it claims to.
+    assert!(st.counter("alloc") - st.counter("alloc_fail") > ops_total as u64 / 4);
+    assert!(st.counter("alloc_fail") > 0, "the space never ran full");
+    assert!(st.counter("free") > ops_total as u64 / 4);
+    if sw.huge_cluster {
+        assert!(st.counter("huge_alloc") > 0);
+    }
 }
 
 #[test]
