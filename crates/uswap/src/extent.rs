@@ -65,7 +65,7 @@ pub struct Extent {
 
 impl Extent {
     /// The slot after the last slot of this extent.
-    fn end_slot(&self) -> u64 {
+    pub fn end_slot(&self) -> u64 {
         self.start_slot + self.nr_slots
     }
 
