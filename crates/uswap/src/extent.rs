@@ -707,7 +707,7 @@ fn add_fiemap(
         // An extent that overlaps what is already mapped starts earlier;
         // take the part from `expected`, physically shifted to match.
         let skip = expected - fe.fe_logical;
-        let physical = fe.fe_physical + skip;
+        let physical = fe.fe_physical.saturating_add(skip);
         // A page must be one piece of disk: the kernel skips a page that
         // straddles extents, but here slot i must be logical page i, so
         // refuse instead (it only happens with blocks below page size).
