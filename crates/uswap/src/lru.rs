@@ -1482,4 +1482,156 @@ mod tests {
             run_model(LruBatch::Unbatched, &ops)?;
         }
     }
+
+    // ---- Concurrency stress --------------------------------------------
+
+    /// xorshift64*: a tiny deterministic generator per thread.
+    struct Rng(u64);
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 >> 12;
+            self.0 ^= self.0 << 25;
+            self.0 ^= self.0 >> 27;
+            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+        }
+    }
+
+    const STRESS_PAGES: u32 = 1024;
+    const STRESS_THREADS: usize = 8;
+    /// Operations per worker thread (7 workers + 1 reclaimer).
+    const STRESS_OPS: usize = 150_000;
+
+    /// 7 workers hammer overlapping pages (every page is reachable from
+    /// every thread) with activate / deactivate / mark_referenced /
+    /// remove + re-add / drain_local; one reclaimer shrinks and ages,
+    /// re-adding most of its victims.  Ownership: a page is owned by the
+    /// LRU while resident; whoever removes or isolates it owns it until
+    /// re-adding it.  So the final resident set is known exactly.
+    fn stress(mode: LruBatch) {
+        let reg = Registry::new();
+        let l = Lru::new(LruConfig::new(STRESS_PAGES).batch(mode), &reg).unwrap();
+        for p in 0..STRESS_PAGES {
+            assert!(l.add(p));
+        }
+        l.drain_all();
+        let (held, ops): (Vec<Vec<PageId>>, Vec<u64>) = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..STRESS_THREADS)
+                .map(|t| {
+                    let l = &l;
+                    s.spawn(move || {
+                        let mut rng =
+                            Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1) * 0x1234_5678_9abc);
+                        let mut held: Vec<PageId> = Vec::new();
+                        let mut ops = 0u64;
+                        if t == 0 {
+                            let mut victims = [0; 32];
+                            for i in 0..STRESS_OPS / 8 {
+                                if i % 3 == 0 {
+                                    l.age_active(48);
+                                } else {
+                                    let n = l.shrink_inactive(48, &mut victims);
+                                    held.extend_from_slice(&victims[..n]);
+                                }
+                                // Re-add all but a few of the victims.
+                                while held.len() > 8 {
+                                    let p = held.swap_remove(rng.next() as usize % held.len());
+                                    assert!(l.add(p), "owned page {p} refused");
+                                    ops += 1;
+                                }
+                                ops += 1;
+                            }
+                        } else {
+                            for _ in 0..STRESS_OPS {
+                                let r = rng.next();
+                                let p = ((r >> 16) % STRESS_PAGES as u64) as PageId;
+                                match r % 32 {
+                                    0..=9 => l.activate(p),
+                                    10..=15 => l.deactivate(p),
+                                    16..=23 => l.mark_referenced(p),
+                                    24..=26 => {
+                                        if l.remove(p) {
+                                            held.push(p);
+                                        }
+                                    }
+                                    27..=29 => {
+                                        if let Some(q) = held.pop() {
+                                            assert!(l.add(q), "owned page {q} refused");
+                                            // Touch it right away, racing its add.
+                                            if r & (1 << 40) != 0 {
+                                                l.activate(q);
+                                            }
+                                        }
+                                    }
+                                    30 => l.drain_local(),
+                                    _ => {
+                                        l.is_active(p);
+                                        l.on_lru(p);
+                                    }
+                                }
+                                ops += 1;
+                            }
+                        }
+                        (held, ops)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("stress thread panicked"))
+                .unzip()
+        });
+        let total_ops: u64 = ops.iter().sum();
+        assert!(total_ops >= 1_000_000, "only {total_ops} ops");
+        l.drain_all();
+        l.check_invariants()
+            .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        let mut out = vec![false; STRESS_PAGES as usize];
+        for &p in held.iter().flatten() {
+            assert!(!out[p as usize], "{mode:?}: page {p} owned by two threads");
+            out[p as usize] = true;
+        }
+        let nr_out = out.iter().filter(|&&o| o).count();
+        for p in 0..STRESS_PAGES {
+            assert_eq!(
+                l.on_lru(p),
+                !out[p as usize],
+                "{mode:?}: page {p} resident mismatch"
+            );
+            assert!(l.is_resident(p) == l.on_lru(p), "page {p} still queued");
+        }
+        assert_eq!(
+            l.nr_active() + l.nr_inactive(),
+            STRESS_PAGES as usize - nr_out,
+            "{mode:?}"
+        );
+        // Every page that joined the LRU left it or is still there.
+        let s = reg.snapshot();
+        assert_eq!(
+            s.counter("lru_add") - s.counter("lru_remove") - s.counter("lru_isolated"),
+            (STRESS_PAGES as usize - nr_out) as u64,
+            "{mode:?}: {s:?}"
+        );
+        assert!(s.counter("lru_isolated") > 0 && s.counter("lru_remove") > 0);
+        assert!(s.counter("lru_activate") > 0 && s.counter("lru_deactivate") > 0);
+    }
+
+    #[test]
+    fn lru_stress_batch_31() {
+        stress(LruBatch::Pages(31));
+    }
+
+    #[test]
+    fn lru_stress_batch_15() {
+        stress(LruBatch::Pages(15));
+    }
+
+    #[test]
+    fn lru_stress_batch_1() {
+        stress(LruBatch::Pages(1));
+    }
+
+    #[test]
+    fn lru_stress_unbatched() {
+        stress(LruBatch::Unbatched);
+    }
 }
