@@ -1520,7 +1520,7 @@ mod tests {
                     let l = &l;
                     s.spawn(move || {
                         let mut rng =
-                            Rng(0x9E37_79B9_7F4A_7C15 ^ (t as u64 + 1) * 0x1234_5678_9abc);
+                            Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9abc));
                         let mut held: Vec<PageId> = Vec::new();
                         let mut ops = 0u64;
                         if t == 0 {
