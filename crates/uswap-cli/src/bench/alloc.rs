@@ -8,15 +8,16 @@
 //!
 //! Timed: each thread, like `add_to_swap` followed later by the page's
 //! swap-in, allocates a slot, adds it to the swap cache and looks it up; then
-//! retires its oldest slot: deletes it from the swap cache and frees it.
-//! Occupancy stays constant, so the device stays fragmented.
+//! retires a random slot it holds: deletes it from the swap cache and frees
+//! it.  Occupancy stays constant and frees stay random, so the device stays
+//! fragmented.
 //!
 //! Seed 000 predicts that the fragmented scan cuts the device lock's wait
 //! (refills return a batch instead of one slot); seed 001 that per-CPU scan
 //! bases cut the swap-cache trunk locks' wait (CPUs allocate in different
 //! trunks).
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -56,12 +57,37 @@ pub fn variants() -> Vec<(&'static str, Switches)> {
     let d = Switches::DEFAULT;
     vec![
         ("default", d),
-        ("no-fragmented-scan", Switches { fragmented_scan: false, ..d }),
-        ("shared-scan-base", Switches { scan_base: ScanBase::Shared, ..d }),
-        ("no-slot-cache", Switches { slot_cache: false, ..d }),
         (
-            if d.nonfull_clusters { "linear-scan" } else { "nonfull-clusters" },
-            Switches { nonfull_clusters: !d.nonfull_clusters, ..d },
+            "no-fragmented-scan",
+            Switches {
+                fragmented_scan: false,
+                ..d
+            },
+        ),
+        (
+            "shared-scan-base",
+            Switches {
+                scan_base: ScanBase::Shared,
+                ..d
+            },
+        ),
+        (
+            "no-slot-cache",
+            Switches {
+                slot_cache: false,
+                ..d
+            },
+        ),
+        (
+            if d.nonfull_clusters {
+                "linear-scan"
+            } else {
+                "nonfull-clusters"
+            },
+            Switches {
+                nonfull_clusters: !d.nonfull_clusters,
+                ..d
+            },
         ),
     ]
 }
@@ -78,17 +104,26 @@ pub(crate) fn xorshift(s: &mut u64) -> u64 {
 struct Setup {
     space: SwapSpace,
     cache: SwapCache,
-    queues: Vec<Mutex<VecDeque<SwapEntry>>>,
+    queues: Vec<Mutex<Vec<SwapEntry>>>,
 }
 
-fn setup(args: &AllocArgs, sw: Switches, threads: usize, reg: &Registry, seed: u64) -> anyhow::Result<Setup> {
-    let mut b = SwapSpace::builder().switches(sw).trunk_slots(args.trunk_slots).seed(seed);
+fn setup(
+    args: &AllocArgs,
+    sw: Switches,
+    threads: usize,
+    reg: &Registry,
+    seed: u64,
+) -> anyhow::Result<Setup> {
+    let mut b = SwapSpace::builder()
+        .switches(sw)
+        .trunk_slots(args.trunk_slots)
+        .seed(seed);
     for _ in 0..args.devices {
         b = b.device(DeviceConfig::new(args.slots));
     }
     let space = b.build(reg).context("building the swap space")?;
-    let cache =
-        SwapCache::new(&vec![args.slots; args.devices], args.trunk_slots, reg).context("building the swap cache")?;
+    let cache = SwapCache::new(&vec![args.slots; args.devices], args.trunk_slots, reg)
+        .context("building the swap cache")?;
     // Fill: slots taken straight from the devices, not via slot caches, so
     // every slot is in use and none is parked.
     let mut all = Vec::with_capacity(space.total_slots() as usize);
@@ -109,11 +144,15 @@ fn setup(args: &AllocArgs, sw: Switches, threads: usize, reg: &Registry, seed: u
     let mut freed: Vec<SwapEntry> = all.split_off(keep);
     space.free_batch(&mut freed).context("fragmenting")?;
     space.drain_slot_caches();
-    let mut queues: Vec<VecDeque<SwapEntry>> = (0..threads).map(|_| VecDeque::new()).collect();
+    let mut queues: Vec<Vec<SwapEntry>> = (0..threads).map(|_| Vec::new()).collect();
     for (i, e) in all.into_iter().enumerate() {
-        queues[i % threads].push_back(e);
+        queues[i % threads].push(e);
     }
-    Ok(Setup { space, cache, queues: queues.into_iter().map(Mutex::new).collect() })
+    Ok(Setup {
+        space,
+        cache,
+        queues: queues.into_iter().map(Mutex::new).collect(),
+    })
 }
 
 /// One thread's timed loop.
@@ -121,6 +160,7 @@ fn work(s: &Setup, t: usize, stop: &AtomicBool) -> u64 {
     let mut q = s.queues[t].lock().expect("queue");
     let mut ops = 0u64;
     let page = NonZeroU64::new(t as u64 + 1).expect("non-zero");
+    let mut rng = 0x2545_f491_4f6c_dd1d ^ (t as u64 + 1);
     while !stop.load(Ordering::Relaxed) {
         for _ in 0..32 {
             let Ok(e) = s.space.alloc() else {
@@ -130,11 +170,13 @@ fn work(s: &Setup, t: usize, stop: &AtomicBool) -> u64 {
             };
             s.cache.add(e, page).expect("fresh slot is not cached");
             std::hint::black_box(s.cache.lookup(e));
-            q.push_back(e);
-            if let Some(old) = q.pop_front() {
-                s.cache.delete(old);
-                s.space.free(old).expect("own slot");
-            }
+            // Retire a random held slot, as a random access swaps in a
+            // random page: frees stay scattered and the device fragmented
+            // (retiring the oldest would free whole clusters again).
+            let i = (xorshift(&mut rng) % q.len() as u64) as usize;
+            let old = std::mem::replace(&mut q[i], e);
+            s.cache.delete(old);
+            s.space.free(old).expect("own slot");
             ops += 1;
         }
     }
@@ -143,8 +185,16 @@ fn work(s: &Setup, t: usize, stop: &AtomicBool) -> u64 {
 
 pub fn run(args: &AllocArgs) -> anyhow::Result<()> {
     args.common.validate()?;
-    anyhow::ensure!(args.slots >= 2 * 512, "--slots must be at least 1024 (two clusters), got {}", args.slots);
-    anyhow::ensure!((1..=32).contains(&args.devices), "--devices must be 1..=32, got {}", args.devices);
+    anyhow::ensure!(
+        args.slots >= 2 * 512,
+        "--slots must be at least 1024 (two clusters), got {}",
+        args.slots
+    );
+    anyhow::ensure!(
+        (1..=32).contains(&args.devices),
+        "--devices must be 1..=32, got {}",
+        args.devices
+    );
     anyhow::ensure!(
         args.occupancy > 0.0 && args.occupancy < 0.95,
         "--occupancy must be in (0, 0.95): the rest is what the allocator searches; got {}",
@@ -186,12 +236,18 @@ pub fn run(args: &AllocArgs) -> anyhow::Result<()> {
     let mut variants = Vec::new();
     for ((_, vi), r) in &rounds {
         let mut extra = BTreeMap::new();
-        extra.insert("slots".into(), serde_json::json!(args.slots * args.devices as u64));
+        extra.insert(
+            "slots".into(),
+            serde_json::json!(args.slots * args.devices as u64),
+        );
         extra.insert("occupancy".into(), serde_json::json!(args.occupancy));
         extra.insert("trunk_slots".into(), serde_json::json!(args.trunk_slots));
         variants.push(summarize(chosen[*vi].0, r, extra));
     }
-    let report = Report { bench: "alloc".into(), variants };
+    let report = Report {
+        bench: "alloc".into(),
+        variants,
+    };
     emit(&report, c.json, same_params_default);
     Ok(())
 }
