@@ -136,6 +136,10 @@ const LRU: u64 = 1 << 0;
 const ACTIVE: u64 = 1 << 1;
 const REFERENCED: u64 = 1 << 2;
 const ADD_QUEUED: u64 = 1 << 3;
+/// An activation is waiting in some CPU's batch.
+const ACT_QUEUED: u64 = 1 << 4;
+/// A deactivation is waiting in some CPU's batch.
+const DEACT_QUEUED: u64 = 1 << 5;
 const FLAGS: u64 = 0xffff_ffff;
 const GEN_SHIFT: u32 = 32;
 
@@ -441,69 +445,88 @@ impl Lru {
     /// `activate_page`: move an inactive page to the head of the active
     /// list, through the per-CPU activate batch.  A page waiting in an add
     /// batch is flagged to be added active.  No-op (no lock) when the page
-    /// is already active or not on the LRU.
+    /// is already active, already queued for activation, or not on the LRU.
+    ///
+    /// The last request wins: an activation cancels a deactivation of the
+    /// same page still waiting in a batch (and vice versa), so a page
+    /// deactivated by soft eviction and touched before the batch drained
+    /// ends up active, as the touch says it should.
     pub fn activate(&self, page: PageId) {
-        let w = self.word(page);
-        let mut x = w.load(Ordering::Acquire);
-        loop {
-            if x & ADD_QUEUED != 0 {
-                if x & ACTIVE != 0 {
-                    return;
-                }
-                match w.compare_exchange_weak(x, x | ACTIVE, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => return,
-                    Err(now) => x = now,
-                }
-                continue;
+        if self.request(page, Kind::Activate) {
+            let e = Entry {
+                page,
+                gen: gen_of(self.word(page).load(Ordering::Acquire)),
+            };
+            if self.batch == 0 {
+                self.apply(Kind::Activate, &[e]);
+            } else {
+                self.queue(Kind::Activate, e);
             }
-            if x & (LRU | ACTIVE) != LRU {
-                return;
-            }
-            break;
-        }
-        let e = Entry {
-            page,
-            gen: gen_of(x),
-        };
-        if self.batch == 0 {
-            self.apply(Kind::Activate, &[e]);
-        } else {
-            self.queue(Kind::Activate, e);
         }
     }
 
     /// `lru_deactivate`: move an active page to the head of the inactive
     /// list (clearing its referenced bit), through the per-CPU deactivate
     /// batch.  A page waiting in an add batch loses its active flag.  No-op
-    /// when the page is not active or not on the LRU.
+    /// when the page is not active, already queued for deactivation, or not
+    /// on the LRU.  Cancels a pending activation (see [`Lru::activate`]).
     pub fn deactivate(&self, page: PageId) {
+        if self.request(page, Kind::Deactivate) {
+            let e = Entry {
+                page,
+                gen: gen_of(self.word(page).load(Ordering::Acquire)),
+            };
+            if self.batch == 0 {
+                self.apply(Kind::Deactivate, &[e]);
+            } else {
+                self.queue(Kind::Deactivate, e);
+            }
+        }
+    }
+
+    /// Record an activation or deactivation request in the page word.
+    /// Returns true when the caller must queue an entry for it: the page
+    /// is on the LRU, on the other list, and had no such request pending.
+    /// The word's generation cannot change while the page stays on the LRU
+    /// unless it leaves it, after which a queued entry is stale anyway.
+    fn request(&self, page: PageId, kind: Kind) -> bool {
+        let (want, mine, other) = match kind {
+            Kind::Activate => (ACTIVE, ACT_QUEUED, DEACT_QUEUED),
+            Kind::Deactivate => (0, DEACT_QUEUED, ACT_QUEUED),
+            Kind::Add => unreachable!("adds are not requests"),
+        };
         let w = self.word(page);
         let mut x = w.load(Ordering::Acquire);
         loop {
-            if x & ADD_QUEUED != 0 {
-                if x & ACTIVE == 0 {
-                    return;
+            let new = if x & ADD_QUEUED != 0 {
+                // Not linked yet: the add will link it on the list asked for.
+                let y = if want == ACTIVE {
+                    x | ACTIVE
+                } else {
+                    x & !(ACTIVE | REFERENCED)
+                };
+                if y == x {
+                    return false;
                 }
-                let new = x & !(ACTIVE | REFERENCED);
-                match w.compare_exchange_weak(x, new, Ordering::AcqRel, Ordering::Acquire) {
-                    Ok(_) => return,
-                    Err(now) => x = now,
-                }
-                continue;
+                y
+            } else if x & LRU == 0 {
+                return false;
+            } else if x & other != 0 {
+                // Cancel the opposite request still waiting in a batch.
+                x & !other
+            } else if x & ACTIVE == want || x & mine != 0 {
+                return false;
+            } else {
+                x | mine
+            };
+            match w.compare_exchange_weak(x, new, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) if new & mine != 0 && x & ADD_QUEUED == 0 => return true,
+                // A cancelled opposite request: the page may already be
+                // where we want it; look again.
+                Ok(_) if x & other != 0 => x = new,
+                Ok(_) => return false,
+                Err(now) => x = now,
             }
-            if x & (LRU | ACTIVE) != LRU | ACTIVE {
-                return;
-            }
-            break;
-        }
-        let e = Entry {
-            page,
-            gen: gen_of(x),
-        };
-        if self.batch == 0 {
-            self.apply(Kind::Deactivate, &[e]);
-        } else {
-            self.queue(Kind::Deactivate, e);
         }
     }
 
@@ -614,24 +637,31 @@ impl Lru {
                     }
                 }
                 Kind::Activate => {
+                    // Only a request still pending counts: a cancelled one
+                    // (or one a later request superseded) is skipped.
                     let r = w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| {
-                        (valid(x) && x & (LRU | ACTIVE) == LRU).then_some(x | ACTIVE)
+                        (valid(x) && x & (LRU | ACT_QUEUED) == LRU | ACT_QUEUED)
+                            .then_some((x & !ACT_QUEUED) | ACTIVE)
                     });
-                    if r.is_ok() {
-                        l.unlink(INACTIVE_LIST, e.page);
-                        l.push_head(ACTIVE_LIST, e.page);
-                        moved += 1;
+                    if let Ok(old) = r {
+                        if old & ACTIVE == 0 {
+                            l.unlink(INACTIVE_LIST, e.page);
+                            l.push_head(ACTIVE_LIST, e.page);
+                            moved += 1;
+                        }
                     }
                 }
                 Kind::Deactivate => {
                     let r = w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| {
-                        (valid(x) && x & (LRU | ACTIVE) == LRU | ACTIVE)
-                            .then_some(x & !(ACTIVE | REFERENCED))
+                        (valid(x) && x & (LRU | DEACT_QUEUED) == LRU | DEACT_QUEUED)
+                            .then_some(x & !(ACTIVE | REFERENCED | DEACT_QUEUED))
                     });
-                    if r.is_ok() {
-                        l.unlink(ACTIVE_LIST, e.page);
-                        l.push_head(INACTIVE_LIST, e.page);
-                        moved += 1;
+                    if let Ok(old) = r {
+                        if old & ACTIVE != 0 {
+                            l.unlink(ACTIVE_LIST, e.page);
+                            l.push_head(INACTIVE_LIST, e.page);
+                            moved += 1;
+                        }
                     }
                 }
             }
@@ -829,7 +859,12 @@ impl Lru {
                     ));
                 }
                 let w = self.pages[p].load(Ordering::Acquire);
-                if w & LRU == 0 || w & ADD_QUEUED != 0 || list_of(w) != list {
+                // After a drain no request is pending: every queued entry
+                // was applied (clearing its flag) or found stale.
+                if w & LRU == 0
+                    || w & (ADD_QUEUED | ACT_QUEUED | DEACT_QUEUED) != 0
+                    || list_of(w) != list
+                {
                     return Err(format!(
                         "page {page} on the {name} list has flags {:#x}",
                         w & FLAGS
@@ -1017,6 +1052,35 @@ mod tests {
     }
 
     #[test]
+    fn lru_last_request_wins_while_batched() {
+        for mode in MODES {
+            let (lru, _) = lru(64, mode);
+            for p in 0..8 {
+                lru.add(p);
+            }
+            lru.drain_all();
+            lru.activate(1);
+            lru.drain_all();
+            // Deactivate then activate before any drain: stays active.
+            lru.deactivate(1);
+            lru.activate(1);
+            // Activate then deactivate before any drain: stays inactive.
+            lru.activate(2);
+            lru.deactivate(2);
+            // Cancel and re-request: one move, no double queueing.
+            lru.activate(3);
+            lru.deactivate(3);
+            lru.activate(3);
+            lru.drain_all();
+            assert!(lru.is_active(1), "{mode:?}");
+            assert!(!lru.is_active(2), "{mode:?}");
+            assert!(lru.is_active(3), "{mode:?}");
+            assert_eq!(lru.nr_active(), 2);
+            lru.check_invariants().unwrap();
+        }
+    }
+
+    #[test]
     fn lru_deactivate_moves_to_inactive_head() {
         for mode in MODES {
             let (l, _reg) = lru(16, mode);
@@ -1178,6 +1242,8 @@ mod tests {
         batch: usize,
         st: Vec<St>,
         referenced: Vec<bool>,
+        /// A request waiting in a batch (the ACT_QUEUED / DEACT_QUEUED bits).
+        intent: Vec<Option<Kind>>,
         gen: Vec<u32>,
         inactive: VecDeque<PageId>,
         active: VecDeque<PageId>,
@@ -1192,6 +1258,7 @@ mod tests {
                 batch,
                 st: vec![St::Absent; capacity],
                 referenced: vec![false; capacity],
+                intent: vec![None; capacity],
                 gen: vec![0; capacity],
                 inactive: VecDeque::new(),
                 active: VecDeque::new(),
@@ -1221,16 +1288,22 @@ mod tests {
                         self.st[i] = St::Inactive;
                     }
                 }
-                (Kind::Activate, St::Inactive) => {
-                    Self::take(&mut self.inactive, p);
-                    self.active.push_front(p);
-                    self.st[i] = St::Active;
+                (Kind::Activate, st) if self.intent[i] == Some(Kind::Activate) => {
+                    self.intent[i] = None;
+                    if st == St::Inactive {
+                        Self::take(&mut self.inactive, p);
+                        self.active.push_front(p);
+                        self.st[i] = St::Active;
+                    }
                 }
-                (Kind::Deactivate, St::Active) => {
-                    Self::take(&mut self.active, p);
-                    self.inactive.push_front(p);
-                    self.st[i] = St::Inactive;
+                (Kind::Deactivate, st) if self.intent[i] == Some(Kind::Deactivate) => {
+                    self.intent[i] = None;
                     self.referenced[i] = false;
+                    if st == St::Active {
+                        Self::take(&mut self.active, p);
+                        self.inactive.push_front(p);
+                        self.st[i] = St::Inactive;
+                    }
                 }
                 _ => {}
             }
@@ -1281,23 +1354,43 @@ mod tests {
             true
         }
 
-        fn activate(&mut self, p: PageId) {
-            match self.st[p as usize] {
-                St::Queued { .. } => self.st[p as usize] = St::Queued { active: true },
-                St::Inactive => self.queue(Kind::Activate, p),
+        /// The last request wins: a pending opposite request is cancelled,
+        /// and a request is queued only when the page is on the other list
+        /// with no request of its kind pending.
+        fn request(&mut self, p: PageId, kind: Kind) {
+            let i = p as usize;
+            let (want, other) = match kind {
+                Kind::Activate => (St::Active, Kind::Deactivate),
+                _ => (St::Inactive, Kind::Activate),
+            };
+            match self.st[i] {
+                St::Queued { .. } => {
+                    let active = want == St::Active;
+                    self.st[i] = St::Queued { active };
+                    if !active {
+                        self.referenced[i] = false;
+                    }
+                    return;
+                }
+                St::Absent => return,
                 _ => {}
             }
+            if self.intent[i] == Some(other) {
+                self.intent[i] = None;
+            }
+            if self.st[i] == want || self.intent[i] == Some(kind) {
+                return;
+            }
+            self.intent[i] = Some(kind);
+            self.queue(kind, p);
+        }
+
+        fn activate(&mut self, p: PageId) {
+            self.request(p, Kind::Activate)
         }
 
         fn deactivate(&mut self, p: PageId) {
-            match self.st[p as usize] {
-                St::Queued { active: true } => {
-                    self.st[p as usize] = St::Queued { active: false };
-                    self.referenced[p as usize] = false;
-                }
-                St::Active => self.queue(Kind::Deactivate, p),
-                _ => {}
-            }
+            self.request(p, Kind::Deactivate)
         }
 
         fn mark_referenced(&mut self, p: PageId) {
@@ -1310,6 +1403,7 @@ mod tests {
             let i = p as usize;
             self.st[i] = St::Absent;
             self.referenced[i] = false;
+            self.intent[i] = None;
             self.gen[i] = self.gen[i].wrapping_add(1);
         }
 

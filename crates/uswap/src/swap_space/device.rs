@@ -22,7 +22,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use super::cluster::{ClusterLists, ListId, CLUSTER_SLOTS};
-use super::{DeviceConfig, ScanBase, SpaceShared, SwapEntry, SwapError, Switches};
+use super::{
+    DeviceConfig, ScanBase, SpaceShared, SwapEntry, SwapError, SwapSpaceBuilder, Switches,
+};
 use crate::stats::{Counter, Registry, StatMutex};
 
 /// Highest use count kept in the map byte itself (`SWAP_MAP_MAX`); beyond
@@ -127,13 +129,12 @@ impl SwapDevice {
     pub(crate) fn new(
         index: u16,
         cfg: &DeviceConfig,
-        switches: Switches,
-        cpus: usize,
-        trunk_slots: u64,
-        seed: u64,
+        space: &SwapSpaceBuilder,
         shared: Arc<SpaceShared>,
         registry: &Registry,
     ) -> Self {
+        let (switches, cpus, trunk_slots, seed) =
+            (space.switches, space.cpus, space.trunk_slots, space.seed);
         let max = cfg.slots;
         let nr_clusters = max.div_ceil(CLUSTER_SLOTS);
         let map_len = nr_clusters * CLUSTER_SLOTS;
@@ -763,7 +764,7 @@ impl SwapDevice {
     /// Quiescent consistency check.  `reserved` lists the offsets that the
     /// space's slot caches hold for this device; every `SWAP_HAS_CACHE` slot
     /// must be among them and vice versa.  Returns (in use, free) slots.
-    pub(crate) fn check(&self, reserved: &mut Vec<u64>) -> Result<(u64, u64), String> {
+    pub(crate) fn check(&self, reserved: &mut [u64]) -> Result<(u64, u64), String> {
         let si = self.inner.lock();
         si.lists.check()?;
         reserved.sort_unstable();

@@ -310,18 +310,7 @@ impl SwapSpaceBuilder {
             .devices
             .iter()
             .enumerate()
-            .map(|(i, d)| {
-                SwapDevice::new(
-                    i as u16,
-                    d,
-                    self.switches,
-                    self.cpus,
-                    self.trunk_slots,
-                    self.seed,
-                    shared.clone(),
-                    registry,
-                )
-            })
+            .map(|(i, d)| SwapDevice::new(i as u16, d, &self, shared.clone(), registry))
             .collect();
         for d in &devices {
             shared
@@ -447,7 +436,7 @@ impl SwapSpace {
             switches: Switches::DEFAULT,
             cpus: possible_cpus(),
             trunk_slots: TRUNK_SLOTS,
-            seed: 0x5eed_0f_5a_a9,
+            seed: 0x5eed_f00d_cafe_d00d,
         }
     }
 

@@ -560,6 +560,14 @@ fn stress(sw: Switches, threads: usize, ops_total: usize) {
                 // Allocations outnumber frees until each thread holds its
                 // share plus a fifth: the space runs full and fragments.
                 let limit = (total as usize / threads) * 6 / 5;
+                // A 2 MB unit while clusters are still free (later, random
+                // frees rarely empty a whole cluster again).
+                if let Ok(h) = s.alloc_huge() {
+                    for o in 0..CLUSTER_SLOTS {
+                        claim(SwapEntry::new(h.device(), h.offset() + o));
+                    }
+                    huge.push(h);
+                }
                 // Fill to the limit first; eight threads asking for 120% of
                 // the space between them run it full.
                 while mine.len() < limit {
