@@ -72,10 +72,7 @@ impl Extent {
     /// Translate `slot`, which the caller has checked lies in this extent.
     #[inline]
     fn translate(&self, slot: u64) -> (u32, u64) {
-        (
-            self.backing,
-            self.byte_offset + (slot - self.start_slot) * PAGE,
-        )
+        (self.backing, self.byte_offset + (slot - self.start_slot) * PAGE)
     }
 
     /// Whether `slot` lies in this extent.
@@ -206,18 +203,14 @@ impl ExtentMapBuilder {
             .ok_or(ExtentError::InvalidExtent {
                 reason: "slot numbers overflow u64",
             })?;
-        let bytes = nr_slots
-            .checked_mul(PAGE)
-            .ok_or(ExtentError::InvalidExtent {
-                reason: "extent length in bytes overflows u64",
-            })?;
+        let bytes = nr_slots.checked_mul(PAGE).ok_or(ExtentError::InvalidExtent {
+            reason: "extent length in bytes overflows u64",
+        })?;
         // Every byte of the extent must be addressable, so that lookup's
         // arithmetic can never overflow.
-        byte_offset
-            .checked_add(bytes)
-            .ok_or(ExtentError::InvalidExtent {
-                reason: "byte offsets overflow u64",
-            })?;
+        byte_offset.checked_add(bytes).ok_or(ExtentError::InvalidExtent {
+            reason: "byte offsets overflow u64",
+        })?;
         if let Some(p) = physical {
             p.checked_add(bytes).ok_or(ExtentError::InvalidExtent {
                 reason: "physical addresses overflow u64",
@@ -258,12 +251,7 @@ impl ExtentMapBuilder {
             return Err(ExtentError::Empty);
         }
         let repr = match self.kind {
-            ExtentMapKind::Tree => Repr::Tree(
-                self.extents
-                    .into_iter()
-                    .map(|e| (e.start_slot, e))
-                    .collect(),
-            ),
+            ExtentMapKind::Tree => Repr::Tree(self.extents.into_iter().map(|e| (e.start_slot, e)).collect()),
             ExtentMapKind::List => Repr::List {
                 extents: self.extents,
                 curr: CachePadded::new(AtomicUsize::new(0)),
@@ -490,8 +478,7 @@ fn open_backing(path: &Path) -> Result<(File, bool, u64), ExtentError> {
 /// `_IOR(0x12, 114, size_t)`: the size of a block device in bytes.  Built
 /// from the generic ioctl encoding (x86, arm, riscv; not alpha, mips,
 /// powerpc or sparc, which encode directions differently).
-const BLKGETSIZE64: u64 =
-    (2 << 30) | ((std::mem::size_of::<usize>() as u64) << 16) | (0x12 << 8) | 114;
+const BLKGETSIZE64: u64 = (2 << 30) | ((std::mem::size_of::<usize>() as u64) << 16) | (0x12 << 8) | 114;
 
 /// The size of the block device open as `file`, in bytes.
 fn block_device_size(file: &File) -> io::Result<u64> {
@@ -638,11 +625,9 @@ fn fiemap_extents<const N: usize>(
         if rc < 0 {
             let e = io::Error::last_os_error();
             return Err(match e.raw_os_error() {
-                Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL) => {
-                    ExtentError::FiemapUnsupported {
-                        path: path.to_path_buf(),
-                    }
-                }
+                Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL) => ExtentError::FiemapUnsupported {
+                    path: path.to_path_buf(),
+                },
                 _ => io_error(path, e),
             });
         }
@@ -662,11 +647,7 @@ fn fiemap_extents<const N: usize>(
     Ok(out)
 }
 
-fn add_fiemap(
-    builder: &mut ExtentMapBuilder,
-    backing: u32,
-    path: &Path,
-) -> Result<BackingInfo, ExtentError> {
+fn add_fiemap(builder: &mut ExtentMapBuilder, backing: u32, path: &Path) -> Result<BackingInfo, ExtentError> {
     let (file, block_device, size) = open_backing(path)?;
     if block_device {
         return Err(ExtentError::NotSwappable {
@@ -771,15 +752,7 @@ mod tests {
             let m = b.build().unwrap();
             let got: Vec<(u64, u64, u32, u64, Option<u64>)> = m
                 .extents()
-                .map(|e| {
-                    (
-                        e.start_slot,
-                        e.nr_slots,
-                        e.backing,
-                        e.byte_offset,
-                        e.physical,
-                    )
-                })
+                .map(|e| (e.start_slot, e.nr_slots, e.backing, e.byte_offset, e.physical))
                 .collect();
             assert_eq!(
                 got,
@@ -1189,9 +1162,7 @@ mod tests {
         }
         let e = from_sources(
             ExtentMapKind::Tree,
-            &[ExtentSource::Fiemap {
-                path: sparse.clone(),
-            }],
+            &[ExtentSource::Fiemap { path: sparse.clone() }],
         )
         .unwrap_err();
         if let ExtentError::Holes { .. } = e {

@@ -626,8 +626,7 @@ impl Lru {
             match kind {
                 Kind::Add => {
                     let r = w.fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| {
-                        (valid(x) && x & (LRU | ADD_QUEUED) == ADD_QUEUED)
-                            .then_some((x & !ADD_QUEUED) | LRU)
+                        (valid(x) && x & (LRU | ADD_QUEUED) == ADD_QUEUED).then_some((x & !ADD_QUEUED) | LRU)
                     });
                     if let Ok(old) = r {
                         // ACTIVE can no longer change lock-free: LRU is set.
@@ -841,9 +840,7 @@ impl Lru {
             while page != NIL {
                 let p = page as usize;
                 if p >= cap {
-                    return Err(format!(
-                        "{name} list: link to page {page} >= capacity {cap}"
-                    ));
+                    return Err(format!("{name} list: link to page {page} >= capacity {cap}"));
                 }
                 if n >= cap {
                     return Err(format!("{name} list: more than {cap} nodes (cycle)"));
@@ -861,10 +858,7 @@ impl Lru {
                 let w = self.pages[p].load(Ordering::Acquire);
                 // After a drain no request is pending: every queued entry
                 // was applied (clearing its flag) or found stale.
-                if w & LRU == 0
-                    || w & (ADD_QUEUED | ACT_QUEUED | DEACT_QUEUED) != 0
-                    || list_of(w) != list
-                {
+                if w & LRU == 0 || w & (ADD_QUEUED | ACT_QUEUED | DEACT_QUEUED) != 0 || list_of(w) != list {
                     return Err(format!(
                         "page {page} on the {name} list has flags {:#x}",
                         w & FLAGS
@@ -875,19 +869,14 @@ impl Lru {
                 n += 1;
             }
             if l.tail[list] != prev {
-                return Err(format!(
-                    "{name} list: tail {} but last node {prev}",
-                    l.tail[list]
-                ));
+                return Err(format!("{name} list: tail {} but last node {prev}", l.tail[list]));
             }
             if l.len[list] != n {
                 return Err(format!("{name} list: length {} but {n} nodes", l.len[list]));
             }
             let published = self.nr[list].load(Ordering::Relaxed);
             if published != n {
-                return Err(format!(
-                    "{name} list: published length {published} but {n} nodes"
-                ));
+                return Err(format!("{name} list: published length {published} but {n} nodes"));
             }
         }
         for (p, &s) in seen.iter().enumerate() {
@@ -1613,8 +1602,7 @@ mod tests {
                 .map(|t| {
                     let l = &l;
                     s.spawn(move || {
-                        let mut rng =
-                            Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9abc));
+                        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((t as u64 + 1) * 0x1234_5678_9abc));
                         let mut held: Vec<PageId> = Vec::new();
                         let mut ops = 0u64;
                         if t == 0 {
@@ -1677,8 +1665,7 @@ mod tests {
         let total_ops: u64 = ops.iter().sum();
         assert!(total_ops >= 1_000_000, "only {total_ops} ops");
         l.drain_all();
-        l.check_invariants()
-            .unwrap_or_else(|e| panic!("{mode:?}: {e}"));
+        l.check_invariants().unwrap_or_else(|e| panic!("{mode:?}: {e}"));
         let mut out = vec![false; STRESS_PAGES as usize];
         for &p in held.iter().flatten() {
             assert!(!out[p as usize], "{mode:?}: page {p} owned by two threads");

@@ -56,9 +56,7 @@ impl Counter {
     fn new(name: &'static str) -> Self {
         Counter {
             name,
-            shards: (0..SHARDS)
-                .map(|_| CachePadded::new(AtomicU64::new(0)))
-                .collect(),
+            shards: (0..SHARDS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
         }
     }
 

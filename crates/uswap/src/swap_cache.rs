@@ -71,11 +71,7 @@ pub struct SwapCache {
 impl SwapCache {
     /// A cache for devices of `device_slots[i]` slots each, in trunks of
     /// `trunk_slots` slots.
-    pub fn new(
-        device_slots: &[u64],
-        trunk_slots: u64,
-        registry: &Registry,
-    ) -> Result<Self, SwapCacheError> {
+    pub fn new(device_slots: &[u64], trunk_slots: u64, registry: &Registry) -> Result<Self, SwapCacheError> {
         if trunk_slots == 0 {
             return Err(SwapCacheError::Config(
                 "trunk size must be at least 1 slot".into(),
@@ -247,10 +243,7 @@ mod tests {
         assert_eq!(c.lookup(e), Some(h(42)));
         assert_eq!(
             c.add(e, h(43)),
-            Err(SwapCacheError::Exists {
-                device: 1,
-                offset: 7
-            })
+            Err(SwapCacheError::Exists { device: 1, offset: 7 })
         );
         assert_eq!(c.len(), 1);
         assert_eq!(c.delete(e), Some(h(42)));

@@ -107,13 +107,7 @@ struct Setup {
     queues: Vec<Mutex<Vec<SwapEntry>>>,
 }
 
-fn setup(
-    args: &AllocArgs,
-    sw: Switches,
-    threads: usize,
-    reg: &Registry,
-    seed: u64,
-) -> anyhow::Result<Setup> {
+fn setup(args: &AllocArgs, sw: Switches, threads: usize, reg: &Registry, seed: u64) -> anyhow::Result<Setup> {
     let mut b = SwapSpace::builder()
         .switches(sw)
         .trunk_slots(args.trunk_slots)

@@ -100,10 +100,7 @@ fn walk(map: &ExtentMap, mut slot: u64, stop: &AtomicBool) -> u64 {
 pub fn run(args: &ExtentArgs) -> anyhow::Result<()> {
     let common = &args.common;
     common.validate()?;
-    anyhow::ensure!(
-        !args.extents.is_empty(),
-        "--extents needs at least one count"
-    );
+    anyhow::ensure!(!args.extents.is_empty(), "--extents needs at least one count");
     anyhow::ensure!(
         args.extents.iter().all(|&e| (1..=TOTAL_SLOTS).contains(&e)),
         "--extents counts must be between 1 and {TOTAL_SLOTS}, got {:?}",

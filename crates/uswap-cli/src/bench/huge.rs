@@ -74,9 +74,7 @@ fn swap_out(s: &Setup, pages: &[PageHandle]) -> Option<Unit> {
                         return None;
                     }
                 }
-                s.cache
-                    .add(*slot, pages[i])
-                    .expect("fresh slot is not cached");
+                s.cache.add(*slot, pages[i]).expect("fresh slot is not cached");
             }
             Some(Unit::Split(Box::new(slots)))
         }

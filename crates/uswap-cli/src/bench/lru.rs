@@ -24,8 +24,7 @@ use uswap::lru::{Lru, LruBatch, LruConfig, PageId};
 use uswap::stats::Registry;
 
 use super::{
-    emit, fresh_registry, progress, run_timed, same_params_default, summarize, Common, Report,
-    Round, Variant,
+    emit, fresh_registry, progress, run_timed, same_params_default, summarize, Common, Report, Round, Variant,
 };
 
 #[derive(Args, Debug)]
@@ -75,12 +74,7 @@ fn slice(t: usize, threads: usize, pages: u32) -> std::ops::Range<PageId> {
 
 /// `--sustained`: activate / deactivate passes over each thread's slice
 /// for the duration.
-fn run_sustained(
-    threads: usize,
-    batch: LruBatch,
-    pages: u32,
-    duration: Duration,
-) -> anyhow::Result<Round> {
+fn run_sustained(threads: usize, batch: LruBatch, pages: u32, duration: Duration) -> anyhow::Result<Round> {
     let registry = fresh_registry();
     let lru = setup(batch, pages, &registry)?;
     let round = run_timed(threads, duration, &registry, |t, stop| {
@@ -159,10 +153,7 @@ fn run_once(threads: usize, batch: LruBatch, pages: u32, passes: u32) -> anyhow:
 }
 
 fn median_ms(rounds: &[Round]) -> f64 {
-    let mut v: Vec<f64> = rounds
-        .iter()
-        .map(|r| r.elapsed.as_secs_f64() * 1e3)
-        .collect();
+    let mut v: Vec<f64> = rounds.iter().map(|r| r.elapsed.as_secs_f64() * 1e3).collect();
     v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     if n % 2 == 1 {

@@ -43,10 +43,7 @@ impl Common {
 
     /// Reject option values that cannot run, with the reason.
     pub fn validate(&self) -> anyhow::Result<()> {
-        anyhow::ensure!(
-            !self.threads.is_empty(),
-            "--threads needs at least one count"
-        );
+        anyhow::ensure!(!self.threads.is_empty(), "--threads needs at least one count");
         anyhow::ensure!(
             self.threads.iter().all(|&t| (1..=1024).contains(&t)),
             "--threads counts must be between 1 and 1024, got {:?}",

@@ -78,11 +78,7 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// Fold the rounds of one variant into its reported line.
-pub fn summarize(
-    name: &str,
-    rounds: &[Round],
-    extra: BTreeMap<String, serde_json::Value>,
-) -> Variant {
+pub fn summarize(name: &str, rounds: &[Round], extra: BTreeMap<String, serde_json::Value>) -> Variant {
     let mut locks: BTreeMap<String, LockStats> = BTreeMap::new();
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
     for r in rounds {
@@ -128,16 +124,9 @@ pub fn progress(total: u64, bench: &str, quiet: bool) -> ProgressBar {
 /// picks, for variant `v`, the index in `all` of the variant its ratio is
 /// taken against (usually "default" with the same parameters); see
 /// [`same_params_default`].
-pub fn emit(
-    report: &Report,
-    json: bool,
-    baseline_of: impl Fn(&Variant, &[Variant]) -> Option<usize>,
-) {
+pub fn emit(report: &Report, json: bool, baseline_of: impl Fn(&Variant, &[Variant]) -> Option<usize>) {
     if json {
-        println!(
-            "{}",
-            serde_json::to_string(report).expect("report serializes")
-        );
+        println!("{}", serde_json::to_string(report).expect("report serializes"));
         return;
     }
     println!("bench {}", report.bench);

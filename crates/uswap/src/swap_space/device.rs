@@ -22,9 +22,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use super::cluster::{ClusterLists, ListId, CLUSTER_SLOTS};
-use super::{
-    DeviceConfig, ScanBase, SpaceShared, SwapEntry, SwapError, SwapSpaceBuilder, Switches,
-};
+use super::{DeviceConfig, ScanBase, SpaceShared, SwapEntry, SwapError, SwapSpaceBuilder, Switches};
 use crate::stats::{Counter, Registry, StatMutex};
 
 /// Highest use count kept in the map byte itself (`SWAP_MAP_MAX`); beyond
@@ -133,8 +131,7 @@ impl SwapDevice {
         shared: Arc<SpaceShared>,
         registry: &Registry,
     ) -> Self {
-        let (switches, cpus, trunk_slots, seed) =
-            (space.switches, space.cpus, space.trunk_slots, space.seed);
+        let (switches, cpus, trunk_slots, seed) = (space.switches, space.cpus, space.trunk_slots, space.seed);
         let max = cfg.slots;
         let nr_clusters = max.div_ceil(CLUSTER_SLOTS);
         let map_len = nr_clusters * CLUSTER_SLOTS;
@@ -171,9 +168,7 @@ impl SwapDevice {
         let pages = max - 1;
         let mut rng = seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(index as u64 + 1)) | 1;
         let highest_bit = max - 1;
-        let cluster_next_cpu = (0..cpus)
-            .map(|_| 1 + xorshift(&mut rng) % highest_bit)
-            .collect();
+        let cluster_next_cpu = (0..cpus).map(|_| 1 + xorshift(&mut rng) % highest_bit).collect();
         // Rotational devices start at the front for sequential IO; before
         // seed 001, solid-state devices started their one base at random.
         let cluster_next = if cfg.rotational {
@@ -396,12 +391,7 @@ impl SwapDevice {
     /// `LATENCY_LIMIT`, and not at all when the search for the first slot
     /// already scanned many) so that a slot-cache refill still returns a
     /// batch on a fragmented device.
-    pub(crate) fn scan_swap_map_slots(
-        &self,
-        cpu: usize,
-        usage: u8,
-        out: &mut [SwapEntry],
-    ) -> usize {
+    pub(crate) fn scan_swap_map_slots(&self, cpu: usize, usage: u8, out: &mut [SwapEntry]) -> usize {
         let nr = out.len();
         let mut n_ret = 0usize;
         let mut latency_ration = LATENCY_LIMIT;
@@ -597,8 +587,7 @@ impl SwapDevice {
         {
             let mut cl = self.clusters[c].lock();
             if cl.count as u64 != CLUSTER_SLOTS
-                || (base..base + CLUSTER_SLOTS)
-                    .any(|o| self.map[o as usize].load(Ordering::Relaxed) != 1)
+                || (base..base + CLUSTER_SLOTS).any(|o| self.map[o as usize].load(Ordering::Relaxed) != 1)
             {
                 return false;
             }
@@ -817,18 +806,13 @@ impl SwapDevice {
                 if !is_reserved {
                     let inline = v & COUNT_MASK;
                     if inline == 0 || inline > SWAP_MAP_MAX {
-                        return Err(format!(
-                            "device {}: slot {off} has map byte {v:#x}",
-                            self.index
-                        ));
+                        return Err(format!("device {}: slot {off} has map byte {v:#x}", self.index));
                     }
                     let cont = cl
                         .continued
                         .as_ref()
                         .map_or(0, |c| c[(off % CLUSTER_SLOTS) as usize]);
-                    if (v & COUNT_CONTINUED != 0) != (cont > 0)
-                        || (cont > 0 && inline != SWAP_MAP_MAX)
-                    {
+                    if (v & COUNT_CONTINUED != 0) != (cont > 0) || (cont > 0 && inline != SWAP_MAP_MAX) {
                         return Err(format!(
                             "device {}: slot {off} continuation {cont} vs map byte {v:#x}",
                             self.index

@@ -299,10 +299,7 @@ impl SwapSpaceBuilder {
             return Err(SwapError::Config("trunk_slots must be at least 1".into()));
         }
         let shared = Arc::new(SpaceShared {
-            avail: StatMutex::new(
-                Vec::with_capacity(MAX_DEVICES),
-                registry.lock_site("swap_avail"),
-            ),
+            avail: StatMutex::new(Vec::with_capacity(MAX_DEVICES), registry.lock_site("swap_avail")),
             nr_free: AtomicI64::new(0),
             priorities: self.devices.iter().map(|d| d.priority).collect(),
         });
@@ -313,9 +310,7 @@ impl SwapSpaceBuilder {
             .map(|(i, d)| SwapDevice::new(i as u16, d, &self, shared.clone(), registry))
             .collect();
         for d in &devices {
-            shared
-                .nr_free
-                .fetch_add(d.pages() as i64, Ordering::Relaxed);
+            shared.nr_free.fetch_add(d.pages() as i64, Ordering::Relaxed);
             shared.avail_insert(d.index(), d.priority());
         }
         let total_slots = devices.iter().map(|d| d.pages()).sum();
@@ -461,13 +456,11 @@ impl SwapSpace {
     }
 
     fn device(&self, e: SwapEntry) -> Result<&SwapDevice, SwapError> {
-        self.devices
-            .get(e.device() as usize)
-            .ok_or(SwapError::BadEntry {
-                device: e.device(),
-                offset: e.offset(),
-                reason: "no such device",
-            })
+        self.devices.get(e.device() as usize).ok_or(SwapError::BadEntry {
+            device: e.device(),
+            offset: e.offset(),
+            reason: "no such device",
+        })
     }
 
     /// `get_swap_pages`: fill `out` with slots set to `usage` from the first
@@ -727,9 +720,7 @@ impl SwapSpace {
         }
         let nr_free = self.shared.nr_free.load(Ordering::Relaxed);
         if nr_free != free_total as i64 {
-            return Err(format!(
-                "nr_free is {nr_free} but {free_total} slots are free"
-            ));
+            return Err(format!("nr_free is {nr_free} but {free_total} slots are free"));
         }
         let avail = self.shared.avail.lock().clone();
         let mut sorted = avail.clone();
@@ -739,9 +730,10 @@ impl SwapSpace {
                 "avail list {avail:?} but devices with free slots are {not_full:?}"
             ));
         }
-        if avail.windows(2).any(|w| {
-            self.devices[w[0] as usize].priority() < self.devices[w[1] as usize].priority()
-        }) {
+        if avail
+            .windows(2)
+            .any(|w| self.devices[w[0] as usize].priority() < self.devices[w[1] as usize].priority())
+        {
             return Err(format!("avail list {avail:?} is not in priority order"));
         }
         Ok(())

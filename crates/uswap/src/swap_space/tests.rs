@@ -10,10 +10,7 @@ use proptest::prelude::*;
 use super::*;
 
 fn space(devs: &[DeviceConfig], sw: Switches, cpus: usize) -> SwapSpace {
-    let mut b = SwapSpace::builder()
-        .switches(sw)
-        .cpus(cpus)
-        .trunk_slots(1024);
+    let mut b = SwapSpace::builder().switches(sw).cpus(cpus).trunk_slots(1024);
     for d in devs {
         b = b.device(d.clone());
     }
@@ -82,10 +79,7 @@ fn size_not_a_multiple_of_the_cluster() {
         while let Ok(e) = s.alloc() {
             singles.push(e);
         }
-        assert_eq!(
-            singles.len() as u64 + huge.len() as u64 * CLUSTER_SLOTS,
-            n - 1
-        );
+        assert_eq!(singles.len() as u64 + huge.len() as u64 * CLUSTER_SLOTS, n - 1);
         assert!(
             singles.iter().any(|e| e.offset() >= 3 * CLUSTER_SLOTS),
             "tail slots are used"
@@ -103,11 +97,7 @@ fn size_not_a_multiple_of_the_cluster() {
 
 #[test]
 fn full_device_is_a_clean_error_and_recovers() {
-    let s = space(
-        &[DeviceConfig::new(2 * CLUSTER_SLOTS)],
-        Switches::DEFAULT,
-        4,
-    );
+    let s = space(&[DeviceConfig::new(2 * CLUSTER_SLOTS)], Switches::DEFAULT, 4);
     let mut all = Vec::new();
     loop {
         match s.alloc() {
@@ -166,21 +156,14 @@ fn count_overflow_and_continuation() {
             offset: e.offset()
         })
     );
-    assert_eq!(
-        s.count(e).unwrap(),
-        u32::MAX,
-        "a failed dup changes nothing"
-    );
+    assert_eq!(s.count(e).unwrap(), u32::MAX, "a failed dup changes nothing");
     s.check_invariants().unwrap();
 }
 
 #[test]
 fn bad_input_is_refused_with_a_reason() {
     let r = Registry::new();
-    assert_eq!(
-        SwapSpace::builder().build(&r).err(),
-        Some(SwapError::NoDevices)
-    );
+    assert_eq!(SwapSpace::builder().build(&r).err(), Some(SwapError::NoDevices));
     let e = SwapSpace::builder()
         .device(DeviceConfig::new(0))
         .build(&r)
@@ -266,11 +249,7 @@ fn priorities_and_round_robin() {
 
 #[test]
 fn huge_units_take_whole_clusters_and_fall_back() {
-    let s = space(
-        &[DeviceConfig::new(4 * CLUSTER_SLOTS)],
-        Switches::DEFAULT,
-        2,
-    );
+    let s = space(&[DeviceConfig::new(4 * CLUSTER_SLOTS)], Switches::DEFAULT, 2);
     let h = s.alloc_huge().unwrap();
     assert_eq!(h.offset() % CLUSTER_SLOTS, 0);
     for o in h.offset()..h.offset() + CLUSTER_SLOTS {
@@ -356,8 +335,7 @@ fn run_model(devs: &[DeviceConfig], sw: Switches, ops: &[Op]) -> Result<(), Test
             .copied()
             .filter(|e| {
                 !m.huge.iter().any(|h| {
-                    h.device() == e.device()
-                        && (e.offset() / CLUSTER_SLOTS) == h.offset() / CLUSTER_SLOTS
+                    h.device() == e.device() && (e.offset() / CLUSTER_SLOTS) == h.offset() / CLUSTER_SLOTS
                 })
             })
             .collect();
@@ -370,9 +348,7 @@ fn run_model(devs: &[DeviceConfig], sw: Switches, ops: &[Op]) -> Result<(), Test
                     match s.alloc() {
                         Ok(e) => {
                             prop_assert!(!m.counts.contains_key(&e), "{:?} handed out twice", e);
-                            prop_assert!(
-                                e.offset() >= 1 && e.offset() < devs[e.device() as usize].slots
-                            );
+                            prop_assert!(e.offset() >= 1 && e.offset() < devs[e.device() as usize].slots);
                             m.counts.insert(e, 1);
                         }
                         Err(err) => {
@@ -388,11 +364,7 @@ fn run_model(devs: &[DeviceConfig], sw: Switches, ops: &[Op]) -> Result<(), Test
                     prop_assert_eq!(h.offset() % CLUSTER_SLOTS, 0);
                     for o in h.offset()..h.offset() + CLUSTER_SLOTS {
                         let e = SwapEntry::new(h.device(), o);
-                        prop_assert!(
-                            !m.counts.contains_key(&e),
-                            "huge slot {:?} handed out twice",
-                            e
-                        );
+                        prop_assert!(!m.counts.contains_key(&e), "huge slot {:?} handed out twice", e);
                         m.counts.insert(e, 1);
                     }
                     m.huge.push(h);
@@ -539,8 +511,7 @@ fn stress(sw: Switches, threads: usize, ops_total: usize) {
             let (s, owner, start, end) = (&s, &owner, &start, &end);
             sc.spawn(move || {
                 start.wait();
-                let mut rng =
-                    0x1234_5678_9abc_def1u64 ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+                let mut rng = 0x1234_5678_9abc_def1u64 ^ (t as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
                 let mut next = move || {
                     rng ^= rng << 13;
                     rng ^= rng >> 7;
@@ -548,8 +519,8 @@ fn stress(sw: Switches, threads: usize, ops_total: usize) {
                     rng
                 };
                 let claim = |e: SwapEntry| {
-                    let prev = owner[e.device() as usize][e.offset() as usize]
-                        .fetch_add(1, Ordering::Relaxed);
+                    let prev =
+                        owner[e.device() as usize][e.offset() as usize].fetch_add(1, Ordering::Relaxed);
                     assert_eq!(prev, 0, "{e:?} handed out twice");
                 };
                 let release = |e: SwapEntry| {
@@ -639,8 +610,7 @@ fn stress(sw: Switches, threads: usize, ops_total: usize) {
         }
     });
     s.drain_slot_caches();
-    s.check_invariants()
-        .unwrap_or_else(|e| panic!("{sw:?}: {e}"));
+    s.check_invariants().unwrap_or_else(|e| panic!("{sw:?}: {e}"));
     assert_eq!(s.nr_free(), total, "{sw:?}: slots leaked");
     let st = reg.snapshot();
     eprintln!(

@@ -1,0 +1,195 @@
+//! The `uswap bench` commands end to end: each runs briefly, prints the
+//! documented JSON shape, and refuses bad input with one clear line.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+fn uswap(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(args)
+        .output()
+        .expect("run uswap")
+}
+
+fn bench_json(args: &[&str]) -> Value {
+    let out = uswap(args);
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{args:?}: not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Every variant carries the shared fields, with sane values.
+fn check_shape(v: &Value, bench: &str, names: &[&str]) {
+    assert_eq!(v["bench"], bench);
+    let variants = v["variants"].as_array().expect("variants array");
+    for name in names {
+        assert!(
+            variants.iter().any(|x| x["name"] == *name),
+            "{bench}: no variant {name}"
+        );
+    }
+    for x in variants {
+        assert!(x["threads"].as_u64().unwrap() >= 1);
+        assert!(x["throughput"].as_f64().unwrap() > 0.0, "{bench}: {x}");
+        let w = x["lock_wait"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&w) || w >= 0.0, "{bench}: lock_wait {w}");
+        assert!(x["locks"].is_object());
+        for (_, site) in x["locks"].as_object().unwrap() {
+            assert!(site["acquisitions"].as_u64().unwrap() >= site["contended"].as_u64().unwrap());
+            assert!(site["wait_ns"].is_u64());
+        }
+    }
+}
+
+#[test]
+fn bench_alloc_json() {
+    let v = bench_json(&[
+        "bench",
+        "alloc",
+        "--json",
+        "--seconds",
+        "0.05",
+        "--rounds",
+        "1",
+        "--threads",
+        "1,2",
+        "--slots",
+        "65536",
+    ]);
+    check_shape(
+        &v,
+        "alloc",
+        &[
+            "default",
+            "no-fragmented-scan",
+            "shared-scan-base",
+            "no-slot-cache",
+        ],
+    );
+    let d = v["variants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "default" && x["threads"] == 2)
+        .unwrap();
+    // The device lock and the swap-cache trunks were exercised and reported.
+    assert!(d["locks"]["swap_info"]["acquisitions"].as_u64().unwrap() > 0);
+    assert!(d["locks"]["swap_cache_trunk"]["acquisitions"].as_u64().unwrap() > 0);
+    // Batched refills: many slots per device-lock acquisition.
+    let c = &d["counters"];
+    assert!(c["slot_cache_refill_slots"].as_u64().unwrap() > 8 * c["slot_cache_refill"].as_u64().unwrap());
+}
+
+#[test]
+fn bench_huge_json() {
+    let v = bench_json(&[
+        "bench",
+        "huge",
+        "--json",
+        "--seconds",
+        "0.05",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+        "--slots",
+        "16384",
+    ]);
+    check_shape(&v, "huge", &["default", "no-huge-cluster"]);
+    let vs = v["variants"].as_array().unwrap();
+    let d = vs.iter().find(|x| x["name"] == "default").unwrap();
+    assert!(d["counters"]["huge_alloc"].as_u64().unwrap() > 0);
+    let n = vs.iter().find(|x| x["name"] == "no-huge-cluster").unwrap();
+    assert_eq!(n["counters"]["huge_alloc"].as_u64().unwrap_or(0), 0);
+    assert!(n["counters"]["huge_fallback"].as_u64().unwrap() > 0);
+}
+
+#[test]
+fn bench_lru_json() {
+    let v = bench_json(&[
+        "bench",
+        "lru",
+        "--json",
+        "--rounds",
+        "1",
+        "--threads",
+        "1,2",
+        "--pages",
+        "4096",
+        "--passes",
+        "1",
+    ]);
+    check_shape(&v, "lru", &["default", "batch-15", "unbatched-lru"]);
+    let vs = v["variants"].as_array().unwrap();
+    let acq = |name: &str| {
+        vs.iter()
+            .find(|x| x["name"] == name && x["threads"] == 1)
+            .unwrap()["locks"]["lru"]["acquisitions"]
+            .as_u64()
+            .unwrap()
+    };
+    // Batching takes the LRU lock about once per batch instead of per page.
+    assert!(
+        acq("unbatched-lru") > 10 * acq("default"),
+        "{} vs {}",
+        acq("unbatched-lru"),
+        acq("default")
+    );
+}
+
+#[test]
+fn bench_extent_json() {
+    let v = bench_json(&[
+        "bench",
+        "extent",
+        "--json",
+        "--seconds",
+        "0.05",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+        "--extents",
+        "2,200",
+    ]);
+    check_shape(&v, "extent", &["default", "extent-list"]);
+    assert_eq!(v["variants"].as_array().unwrap().len(), 4);
+}
+
+#[test]
+fn bad_input_is_one_clear_line() {
+    for (args, needle) in [
+        (vec!["bench", "alloc", "--threads", "0"], "--threads"),
+        (vec!["bench", "alloc", "--seconds=0"], "--seconds"),
+        (vec!["bench", "alloc", "--occupancy", "1.5"], "--occupancy"),
+        (vec!["bench", "alloc", "--slots", "10"], "--slots"),
+        (vec!["bench", "alloc", "--variants", "nope"], "unknown variant"),
+        (vec!["bench", "huge", "--inflight", "0"], "--inflight"),
+        (vec!["bench", "lru", "--pages", "0"], "--pages"),
+        (vec!["bench", "nosuch"], "unrecognized subcommand"),
+    ] {
+        let out = uswap(&args);
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    }
+}
+
+#[test]
+fn help_teaches() {
+    let out = uswap(&["bench", "--help"]);
+    let s = String::from_utf8_lossy(&out.stdout);
+    for b in ["alloc", "extent", "lru", "huge"] {
+        assert!(s.contains(b), "bench --help lacks {b}: {s}");
+    }
+}
