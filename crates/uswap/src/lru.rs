@@ -57,6 +57,8 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
+
 use crate::percpu::{possible_cpus, PerCpu};
 use crate::stats::{Counter, Registry, StatMutex};
 
@@ -310,10 +312,14 @@ pub struct Lru {
     batch: usize,
     /// One word per page: flags and generation (see module docs).
     pages: Box<[AtomicU64]>,
-    /// The LRU lock (site "lru").
-    lists: StatMutex<Lists>,
-    /// Copies of `Lists::len`, written under the LRU lock, read lock-free.
-    nr: [AtomicUsize; 2],
+    /// The LRU lock (site "lru").  On its own cache line: it is written on
+    /// every acquisition, and must not drag the read-mostly fields around
+    /// it (the batch and page-table pointers every `activate` reads) from
+    /// CPU to CPU.
+    lists: CachePadded<StatMutex<Lists>>,
+    /// Copies of `Lists::len`, written under the LRU lock, read lock-free;
+    /// padded for the same reason.
+    nr: CachePadded<[AtomicUsize; 2]>,
     /// Per-CPU batches (site "lru_batch"); unused when unbatched.
     cpu: PerCpu<StatMutex<Batches>>,
     counters: Counters,
@@ -352,8 +358,8 @@ impl Lru {
             capacity: config.capacity,
             batch,
             pages: (0..cap).map(|_| AtomicU64::new(0)).collect(),
-            lists: StatMutex::new(Lists::new(cap), registry.lock_site("lru")),
-            nr: [AtomicUsize::new(0), AtomicUsize::new(0)],
+            lists: CachePadded::new(StatMutex::new(Lists::new(cap), registry.lock_site("lru"))),
+            nr: CachePadded::new([AtomicUsize::new(0), AtomicUsize::new(0)]),
             cpu: PerCpu::new(slots, |_| {
                 StatMutex::new(
                     Batches {

@@ -19,6 +19,8 @@ use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
+
 use crate::stats::{Counter, Registry, StatMutex};
 use crate::swap_space::SwapEntry;
 
@@ -50,7 +52,9 @@ struct Trunk {
 }
 
 struct DeviceCache {
-    trunks: Box<[StatMutex<Trunk>]>,
+    /// One lock per trunk, each on its own cache line: trunks exist to be
+    /// locked by different CPUs at once, which false sharing would undo.
+    trunks: Box<[CachePadded<StatMutex<Trunk>>]>,
     entries: Box<[AtomicU64]>,
 }
 
@@ -82,7 +86,7 @@ impl SwapCache {
             .iter()
             .map(|&n| DeviceCache {
                 trunks: (0..n.div_ceil(trunk_slots))
-                    .map(|_| StatMutex::new(Trunk { nr: 0 }, site.clone()))
+                    .map(|_| CachePadded::new(StatMutex::new(Trunk { nr: 0 }, site.clone())))
                     .collect(),
                 entries: (0..n).map(|_| AtomicU64::new(0)).collect(),
             })

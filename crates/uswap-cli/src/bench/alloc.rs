@@ -47,9 +47,6 @@ pub struct AllocArgs {
     /// lock per cluster, as with the kernel's swap table).
     #[arg(long, default_value_t = TRUNK_SLOTS)]
     pub trunk_slots: u64,
-    /// Variants to run (comma separated); default: all.
-    #[arg(long, value_delimiter = ',')]
-    pub variants: Vec<String>,
 }
 
 /// The variants: the shipped switches, then each switch flipped.
@@ -195,21 +192,13 @@ pub fn run(args: &AllocArgs) -> anyhow::Result<()> {
         args.occupancy
     );
     let all = variants();
-    let chosen: Vec<(&str, Switches)> = if args.variants.is_empty() {
-        all
-    } else {
-        let mut v = Vec::new();
-        for name in &args.variants {
-            let found = all.iter().find(|(n, _)| n == name).with_context(|| {
-                format!(
-                    "unknown variant {name:?}; known: {}",
-                    all.iter().map(|(n, _)| *n).collect::<Vec<_>>().join(", ")
-                )
-            })?;
-            v.push(*found);
-        }
-        v
-    };
+    let names: Vec<&str> = all.iter().map(|(n, _)| *n).collect();
+    let chosen: Vec<(&str, Switches)> = args
+        .common
+        .selected(&names)?
+        .into_iter()
+        .map(|i| all[i])
+        .collect();
     let c = &args.common;
     let total = (chosen.len() * c.threads.len() * c.rounds) as u64;
     let pb = progress(total, "alloc", c.json);
@@ -242,6 +231,7 @@ pub fn run(args: &AllocArgs) -> anyhow::Result<()> {
         bench: "alloc".into(),
         variants,
     };
+    c.save(&report)?;
     emit(&report, c.json, same_params_default);
     Ok(())
 }

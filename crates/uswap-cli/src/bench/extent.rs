@@ -107,10 +107,15 @@ pub fn run(args: &ExtentArgs) -> anyhow::Result<()> {
         args.extents
     );
 
-    let variants = [
+    let all = [
         ("default", ExtentMapKind::Tree),
         ("extent-list", ExtentMapKind::List),
     ];
+    let variants: Vec<(&str, ExtentMapKind)> = common
+        .selected(&all.map(|(n, _)| n))?
+        .into_iter()
+        .map(|i| all[i])
+        .collect();
     // One map per (extent count, kind), built before timing starts.
     let mut maps = Vec::new();
     for &e in &args.extents {
@@ -155,6 +160,7 @@ pub fn run(args: &ExtentArgs) -> anyhow::Result<()> {
         bench: "extent".into(),
         variants,
     };
+    common.save(&report)?;
     if common.json {
         emit(&report, true, same_params_default);
     } else {

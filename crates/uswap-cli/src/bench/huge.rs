@@ -139,7 +139,7 @@ pub fn run(args: &HugeArgs) -> anyhow::Result<()> {
         "--inflight must be 1..=4096, got {}",
         args.inflight
     );
-    let variants = [
+    let all = [
         ("default", Switches::DEFAULT),
         (
             "no-huge-cluster",
@@ -149,6 +149,11 @@ pub fn run(args: &HugeArgs) -> anyhow::Result<()> {
             },
         ),
     ];
+    let variants: Vec<(&str, Switches)> = c
+        .selected(&all.map(|(n, _)| n))?
+        .into_iter()
+        .map(|i| all[i])
+        .collect();
     let pb = progress(
         (variants.len() * c.threads.len() * c.rounds) as u64,
         "huge",
@@ -200,6 +205,7 @@ pub fn run(args: &HugeArgs) -> anyhow::Result<()> {
         bench: "huge".into(),
         variants: out,
     };
+    c.save(&report)?;
     emit(&report, c.json, |v, all| {
         all.iter()
             .position(|x| x.name == "default" && x.threads == v.threads)

@@ -180,10 +180,11 @@ pub fn run(args: &LruArgs) -> anyhow::Result<()> {
     args.common.validate()?;
     anyhow::ensure!(args.pages >= 1, "--pages must be at least 1");
     let c = &args.common;
+    let chosen = c.selected(&VARIANTS.map(|(n, _)| n))?;
     let combos: Vec<(usize, usize)> = c
         .threads
         .iter()
-        .flat_map(|&t| (0..VARIANTS.len()).map(move |v| (t, v)))
+        .flat_map(|&t| chosen.iter().map(move |&v| (t, v)))
         .collect();
     let mut results: Vec<Vec<Round>> = vec![Vec::with_capacity(c.rounds); combos.len()];
     let pb = progress((combos.len() * c.rounds) as u64, "lru", c.json);
@@ -221,6 +222,7 @@ pub fn run(args: &LruArgs) -> anyhow::Result<()> {
         bench: "lru".into(),
         variants,
     };
+    c.save(&report)?;
     emit(&report, c.json, default_of);
     if !c.json && !args.sustained {
         print_times(&report);

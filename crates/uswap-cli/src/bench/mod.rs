@@ -34,11 +34,43 @@ pub struct Common {
     /// Print one JSON object instead of a table.
     #[arg(long)]
     pub json: bool,
+    /// Also write the JSON report to this file (the table still prints).
+    #[arg(long, value_name = "FILE")]
+    pub json_out: Option<std::path::PathBuf>,
+    /// Run only these variants (comma separated; default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub variants: Vec<String>,
 }
 
 impl Common {
     pub fn duration(&self) -> Duration {
         Duration::from_secs_f64(self.seconds.max(0.01))
+    }
+
+    /// The indices in `names` of the variants `--variants` asks for, in
+    /// the order given; all of them when it is not given.
+    pub fn selected(&self, names: &[&str]) -> anyhow::Result<Vec<usize>> {
+        if self.variants.is_empty() {
+            return Ok((0..names.len()).collect());
+        }
+        self.variants
+            .iter()
+            .map(|v| {
+                names.iter().position(|n| n == v).ok_or_else(|| {
+                    anyhow::anyhow!("unknown variant {v:?}; this bench has: {}", names.join(", "))
+                })
+            })
+            .collect()
+    }
+
+    /// Write `report` to `--json-out`, when given.
+    pub fn save(&self, report: &Report) -> anyhow::Result<()> {
+        if let Some(path) = &self.json_out {
+            let text = serde_json::to_string_pretty(report)?;
+            std::fs::write(path, text + "\n")
+                .map_err(|e| anyhow::anyhow!("cannot write --json-out {}: {e}", path.display()))?;
+        }
+        Ok(())
     }
 
     /// Reject option values that cannot run, with the reason.

@@ -21,6 +21,8 @@
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
+use crossbeam_utils::CachePadded;
+
 use super::cluster::{ClusterLists, ListId, CLUSTER_SLOTS};
 use super::{DeviceConfig, ScanBase, SpaceShared, SwapEntry, SwapError, SwapSpaceBuilder, Switches};
 use crate::stats::{Counter, Registry, StatMutex};
@@ -109,7 +111,9 @@ pub struct SwapDevice {
     trunk_slots: u64,
     map: Box<[AtomicU8]>,
     clusters: Box<[StatMutex<Cluster>]>,
-    inner: StatMutex<DeviceInner>,
+    /// The device lock, on its own cache line so that taking it does not
+    /// bounce the read-mostly fields above between CPUs.
+    inner: CachePadded<StatMutex<DeviceInner>>,
     shared: Arc<SpaceShared>,
     counters: DeviceCounters,
 }
@@ -197,7 +201,7 @@ impl SwapDevice {
             trunk_slots,
             map,
             clusters,
-            inner: StatMutex::new(inner, registry.lock_site("swap_info")),
+            inner: CachePadded::new(StatMutex::new(inner, registry.lock_site("swap_info"))),
             shared,
             counters: DeviceCounters {
                 scanned: registry.counter("scan_slots"),
