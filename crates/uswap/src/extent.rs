@@ -1002,6 +1002,46 @@ mod tests {
     }
 
     #[test]
+    fn unreadable_file_is_permission_denied() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("locked");
+        write_file(&a, 4 * PAGE_SIZE);
+        std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o000)).unwrap();
+        // Root reads anything; so that this test means something as root
+        // too, a helper thread drops its filesystem uid (setfsuid is per
+        // thread at the syscall level, and leaving uid 0 drops the
+        // filesystem capabilities), then tries both kinds of source.
+        let a2 = a.clone();
+        let errs = std::thread::spawn(move || {
+            // SAFETY: setfsuid only changes this thread's credentials.
+            unsafe { libc::syscall(libc::SYS_setfsuid, 65534) };
+            [
+                from_sources(
+                    ExtentMapKind::Tree,
+                    &[ExtentSource::Whole {
+                        path: a2.clone(),
+                        len: None,
+                    }],
+                )
+                .err(),
+                from_sources(ExtentMapKind::Tree, &[ExtentSource::Fiemap { path: a2 }]).err(),
+            ]
+        })
+        .join()
+        .unwrap();
+        for e in errs {
+            let e = e.expect("an unreadable file must be refused");
+            assert!(matches!(e, ExtentError::PermissionDenied { .. }), "{e}");
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&*a.to_string_lossy()) && msg.contains("permission denied"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
     fn whole_source_errors() {
         let dir = tempfile::tempdir().unwrap();
         let a = dir.path().join("a");

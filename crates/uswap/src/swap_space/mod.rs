@@ -539,6 +539,22 @@ impl SwapSpace {
         })
     }
 
+    /// `get_swap_pages`: fill `out` with slots of count 1 straight from the
+    /// devices (not through the slot cache), as many as the first device
+    /// with free slots yields in one scan, up to `out.len()`.  Returns how
+    /// many; [`SwapError::Full`] when none is free.
+    pub fn alloc_batch(&self, out: &mut [SwapEntry]) -> Result<usize, SwapError> {
+        self.counters.alloc.add(out.len() as u64);
+        let n = self.get_swap_pages(self.caches.this_index(), 1, out);
+        if n == 0 && !out.is_empty() {
+            self.counters.alloc_fail.inc();
+            return Err(SwapError::Full {
+                slots: self.total_slots,
+            });
+        }
+        Ok(n)
+    }
+
     /// Allocate 512 contiguous, cluster-aligned slots for a 2 MB unit, each
     /// with use count 1 (seed 003).  [`SwapError::NoFreeCluster`] when no
     /// device has a free cluster (or the switch is off): allocate the pages

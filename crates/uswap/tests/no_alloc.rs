@@ -1,0 +1,151 @@
+//! The operations the pager's fault and reclaim paths will call must not
+//! allocate: a fault served in a signal handler cannot call malloc.  A
+//! counting global allocator proves it for every core structure, once
+//! warmed up (construction allocates everything up front, by design).
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::num::NonZeroU64;
+
+use uswap::extent::{ExtentMap, ExtentMapKind};
+use uswap::lru::{Lru, LruBatch, LruConfig};
+use uswap::stats::Registry;
+use uswap::swap_cache::SwapCache;
+use uswap::swap_space::{DeviceConfig, SwapEntry, SwapSpace, Switches};
+
+struct Counting;
+
+thread_local! {
+    static ALLOCS: Cell<u64> = const { Cell::new(0) };
+}
+
+// SAFETY: defers every call to the system allocator; it only counts, per
+// thread, in a const-initialised thread local that never allocates.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: the caller upholds `alloc`'s contract, which is System's.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: `ptr` came from System through us with this layout.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
+        // SAFETY: `ptr` came from System through us with this layout.
+        unsafe { System.realloc(ptr, layout, new_size) }
+    }
+}
+
+#[global_allocator]
+static GLOBAL: Counting = Counting;
+
+fn allocations_in(f: impl FnOnce()) -> u64 {
+    let before = ALLOCS.with(|c| c.get());
+    f();
+    ALLOCS.with(|c| c.get()) - before
+}
+
+#[test]
+fn the_counter_counts() {
+    let n = allocations_in(|| {
+        std::hint::black_box(vec![1u8; 10]);
+        std::hint::black_box(Box::new(5u64));
+    });
+    assert_eq!(n, 2);
+}
+
+#[test]
+fn swap_space_and_swap_cache_do_not_allocate() {
+    let reg = Registry::new();
+    for sw in Switches::all() {
+        let space = SwapSpace::builder()
+            .switches(sw)
+            .device(DeviceConfig::new(1 << 14).priority(1))
+            .device(DeviceConfig::new(1 << 13).priority(1).rotational(true))
+            .build(&reg)
+            .unwrap();
+        let cache = SwapCache::new(&[1 << 14, 1 << 13], 1024, &reg).unwrap();
+        let mut held = vec![SwapEntry::NONE; 4096];
+        let mut batch = vec![SwapEntry::NONE; 64];
+        let pages = [NonZeroU64::new(1).unwrap(); 512];
+        // Warm up this thread's counter shard.
+        let e = space.alloc().unwrap();
+        space.free(e).unwrap();
+        let n = allocations_in(|| {
+            for slot in held.iter_mut() {
+                *slot = space.alloc().unwrap();
+                cache.add(*slot, NonZeroU64::new(7).unwrap()).unwrap();
+                assert!(cache.lookup(*slot).is_some());
+                assert_eq!(space.dup(*slot).unwrap(), 2);
+                assert_eq!(space.free(*slot).unwrap(), 1);
+            }
+            if let Ok(h) = space.alloc_huge() {
+                cache.add_batch(h, &pages).unwrap();
+                cache.delete_batch(h, &mut [], 512);
+                space.free_huge(h).unwrap();
+            }
+            let got = space.alloc_batch(&mut batch).unwrap();
+            space.free_batch(&mut batch[..got]).unwrap();
+            for slot in held.iter() {
+                cache.delete(*slot);
+                space.free(*slot).unwrap();
+            }
+            space.drain_slot_caches();
+        });
+        assert_eq!(n, 0, "swap space / swap cache allocated {n} times with {sw:?}");
+        space.check_invariants().unwrap();
+    }
+}
+
+#[test]
+fn lru_does_not_allocate() {
+    let reg = Registry::new();
+    for batch in [LruBatch::Pages(31), LruBatch::Pages(15), LruBatch::Unbatched] {
+        let lru = Lru::new(LruConfig::new(4096).batch(batch), &reg).unwrap();
+        let mut victims = [0u32; 64];
+        lru.add(0);
+        lru.remove(0);
+        let n = allocations_in(|| {
+            for p in 0..4096 {
+                lru.add(p);
+            }
+            for p in (0..4096).step_by(3) {
+                lru.activate(p);
+                lru.mark_referenced(p);
+            }
+            for p in (0..4096).step_by(5) {
+                lru.deactivate(p);
+            }
+            lru.drain_all();
+            assert!(lru.shrink_inactive(256, &mut victims) > 0);
+            lru.age_active(128);
+            for p in 0..4096 {
+                lru.remove(p);
+            }
+        });
+        assert_eq!(n, 0, "LRU allocated {n} times with {batch:?}");
+    }
+}
+
+#[test]
+fn extent_lookup_does_not_allocate() {
+    for kind in [ExtentMapKind::Tree, ExtentMapKind::List] {
+        let mut b = ExtentMap::builder(kind);
+        for i in 0..2000u64 {
+            // Gaps on the backing, so nothing merges.
+            b.add(100, 0, i * 1_000_000, None).unwrap();
+        }
+        let map = b.build().unwrap();
+        assert_eq!(map.len(), 2000);
+        let n = allocations_in(|| {
+            for s in (0..200_000u64).step_by(97) {
+                assert_eq!(map.lookup(s), Some((0, (s / 100) * 1_000_000 + (s % 100) * 4096)));
+            }
+        });
+        assert_eq!(n, 0, "extent lookup allocated {n} times ({kind:?})");
+    }
+}
