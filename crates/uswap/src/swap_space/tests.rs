@@ -52,7 +52,7 @@ fn alloc_batch_takes_a_batch_per_device_lock() {
         loop {
             match s.alloc_batch(&mut out) {
                 Ok(n) => {
-                    assert!(n >= 1 && n <= 64);
+                    assert!((1..=64).contains(&n));
                     for e in &out[..n] {
                         assert!(all.insert(*e), "{e:?} twice");
                         assert_eq!(s.count(*e).unwrap(), 1);
