@@ -7,11 +7,12 @@
 //!
 //! - `Free`: count == 0; a whole cluster is available (huge units and new
 //!   per-CPU clusters come from here).
-//! - `Nonfull`: 0 < count < 512, not yet handed to a CPU since it became
-//!   partly free.
-//! - `Frag`: 0 < count < 512, already handed to a CPU as its current
-//!   cluster at least once: its free slots are scattered, so it is tried
-//!   only after the nonfull ones (kernel 6.12's `frag_clusters`).
+//! - `Nonfull`: 0 < count < 512, and a slot of it was freed since a CPU
+//!   last took it as its current cluster (oldest first).
+//! - `Frag`: 0 < count < 512, handed to a CPU as its current cluster and
+//!   not freed into since: what free slots it has are the few that CPU
+//!   left, so it is tried only after the nonfull ones (kernel 6.12's
+//!   `frag_clusters`).
 //! - `Full`: count == 512.
 //!
 //! The lists are intrusive (links in arrays indexed by cluster number), so

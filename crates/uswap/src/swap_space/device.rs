@@ -44,6 +44,9 @@ pub const COUNT_CONTINUED: u8 = 0x80;
 pub const LATENCY_LIMIT: i32 = 256;
 
 const COUNT_MASK: u8 = 0x3f;
+/// Partly used clusters looked at for one not owned by another CPU before
+/// falling back to the linear scan (`nonfull_clusters` policy).
+const FRAG_TRIES: usize = 4;
 
 /// Per-cluster state under the cluster lock.
 pub(crate) struct Cluster {
@@ -268,13 +271,17 @@ impl SwapDevice {
         }
     }
 
-    /// A slot went from not free to free.
+    /// A slot went from not free to free.  A cluster that had been full,
+    /// or scanned by a CPU (frag), has news now: it goes to the tail of the
+    /// nonfull list, so that list holds, oldest first, the clusters with
+    /// frees since their last scan, and the one at its head has had the
+    /// longest time to gather them (kernel 6.12's `partial_free_cluster`).
     fn dec_cluster(lists: &mut ClusterLists, c: usize, cl: &mut Cluster) {
         debug_assert!(cl.count > 0);
         cl.count -= 1;
         if cl.count == 0 {
             lists.move_to(c as u32, ListId::Free);
-        } else if cl.count as u64 == CLUSTER_SLOTS - 1 {
+        } else {
             lists.move_to(c as u32, ListId::Nonfull);
         }
     }
@@ -349,11 +356,20 @@ impl SwapDevice {
                 } else if self.switches.nonfull_clusters {
                     // Kernel 6.12: prefer a partly used cluster that no CPU
                     // has scanned since it became partly free, then the
-                    // fragmented ones, rotating through them.
+                    // fragmented ones, rotating through them.  Skip a
+                    // cluster another CPU is working through: two CPUs in
+                    // one cluster take each other's slots and both give it
+                    // up after a few (the kernel takes a CPU's cluster off
+                    // the lists for the same reason).  Look at a few
+                    // only, as 6.18 scans one frag cluster, then fall back
+                    // to the linear scan.
+                    let owned = |c: u32| si.percpu_cluster.iter().any(|p| p.index == Some(c));
                     let c = si
                         .lists
-                        .head(ListId::Nonfull)
-                        .or_else(|| si.lists.head(ListId::Frag))?;
+                        .iter(ListId::Nonfull)
+                        .chain(si.lists.iter(ListId::Frag))
+                        .take(FRAG_TRIES)
+                        .find(|&c| !owned(c))?;
                     si.lists.move_tail(c, ListId::Frag);
                     c
                 } else {
