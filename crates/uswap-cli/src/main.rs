@@ -29,13 +29,39 @@ enum Command {
 enum BenchCommand {
     /// Slot allocation on a fragmented device with swap-cache traffic
     /// (seeds 000 and 001).
+    ///
+    /// Each device is filled, then random slots are freed down to
+    /// --occupancy, as pmbench's random accesses leave it: free slots
+    /// everywhere, no free cluster.  Each thread then allocates a slot,
+    /// adds it to the swap cache, and frees a random slot it holds.
+    /// Variants: default; no-fragmented-scan (before seed 000: a refill on
+    /// a fragmented device returns one slot); shared-scan-base (before seed
+    /// 001: all CPUs scan from one base, into one swap-cache trunk);
+    /// no-slot-cache (every allocation takes the device lock);
+    /// nonfull-clusters (kernel 6.12's cluster lists instead of the linear
+    /// scan).  Watch the swap_info and swap_cache_trunk lock columns.
     Alloc(bench::alloc::AllocArgs),
     /// Extent lookups: balanced tree vs linear list with a one-entry cache
     /// (seed 004).
+    ///
+    /// A 20 GiB device split into --extents extents; each thread looks up
+    /// consecutive slots from its own start, as swap-out does.  With one
+    /// thread the list's one-entry cache always hits; with several, they
+    /// move the shared cursor under each other and the list is walked.
     Extent(bench::extent::ExtentArgs),
     /// LRU activation: per-CPU batches vs one lock per page (seed 002).
+    ///
+    /// Threads activate and deactivate disjoint slices of --pages pages,
+    /// --passes times; the total time is compared.  Variants: default
+    /// (batches of 31), batch-15 (the seed's pagevec), unbatched-lru
+    /// (before seed 002: the LRU lock for every page).
     Lru(bench::lru::LruArgs),
     /// 2 MB units: one whole cluster vs 512 single slots (seed 003).
+    ///
+    /// Threads swap 2 MB units out (allocate, add to the swap cache) and
+    /// back in (delete, free), keeping --inflight units out each.
+    /// no-huge-cluster is the behaviour before seed 003: the unit split
+    /// into 512 pages, each allocated, cached and freed alone.  No IO.
     Huge(bench::huge::HugeArgs),
 }
 

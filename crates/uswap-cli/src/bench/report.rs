@@ -149,7 +149,7 @@ pub fn emit(report: &Report, json: bool, baseline_of: impl Fn(&Variant, &[Varian
     for v in &report.variants {
         let ratio = baseline_of(v, &report.variants)
             .map(|i| &report.variants[i])
-            .map(|b| format!("{:+.1}%", (v.throughput / b.throughput - 1.0) * 100.0))
+            .map(|b| format!("{:+.1}%", paired_change(v, b) * 100.0))
             .unwrap_or_else(|| "-".into());
         print!(
             "{:<28} {:>7} {:>14.0} {:>9} {:>8.2}%",
@@ -173,7 +173,25 @@ pub fn emit(report: &Report, json: bool, baseline_of: impl Fn(&Variant, &[Varian
         }
         println!();
     }
-    println!("(per site: share of thread time spent waiting, and c = share of acquisitions that found the lock held)");
+    println!("(vs base: median over rounds of the change against the baseline in the same round; per site: share of thread time spent waiting, and c = share of acquisitions that found the lock held)");
+}
+
+/// The change of `v` against `base`, as the median over rounds of the
+/// ratio within each round: the variants of one round ran back to back, so
+/// a burst of noise that slows a whole round cancels out of its ratio.
+/// Falls back to the ratio of medians when the rounds do not pair up.
+pub fn paired_change(v: &Variant, base: &Variant) -> f64 {
+    if v.rounds.len() == base.rounds.len() && !v.rounds.is_empty() {
+        median(
+            v.rounds
+                .iter()
+                .zip(&base.rounds)
+                .map(|(a, b)| a / b.max(1e-9) - 1.0)
+                .collect(),
+        )
+    } else {
+        v.throughput / base.throughput.max(1e-9) - 1.0
+    }
 }
 
 /// One site's share of the variant's total lock wait times its lock_wait:
