@@ -458,17 +458,7 @@ impl Lru {
     /// deactivated by soft eviction and touched before the batch drained
     /// ends up active, as the touch says it should.
     pub fn activate(&self, page: PageId) {
-        if self.request(page, Kind::Activate) {
-            let e = Entry {
-                page,
-                gen: gen_of(self.word(page).load(Ordering::Acquire)),
-            };
-            if self.batch == 0 {
-                self.apply(Kind::Activate, &[e]);
-            } else {
-                self.queue(Kind::Activate, e);
-            }
-        }
+        self.move_request(page, Kind::Activate);
     }
 
     /// `lru_deactivate`: move an active page to the head of the inactive
@@ -477,15 +467,21 @@ impl Lru {
     /// when the page is not active, already queued for deactivation, or not
     /// on the LRU.  Cancels a pending activation (see [`Lru::activate`]).
     pub fn deactivate(&self, page: PageId) {
-        if self.request(page, Kind::Deactivate) {
+        self.move_request(page, Kind::Deactivate);
+    }
+
+    /// Record an activation or deactivation and, when it is news, queue it
+    /// in this CPU's batch (or apply it at once, unbatched).
+    fn move_request(&self, page: PageId, kind: Kind) {
+        if self.request(page, kind) {
             let e = Entry {
                 page,
                 gen: gen_of(self.word(page).load(Ordering::Acquire)),
             };
             if self.batch == 0 {
-                self.apply(Kind::Deactivate, &[e]);
+                self.apply(kind, &[e]);
             } else {
-                self.queue(Kind::Deactivate, e);
+                self.queue(kind, e);
             }
         }
     }

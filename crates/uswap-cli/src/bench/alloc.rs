@@ -28,7 +28,9 @@ use uswap::stats::Registry;
 use uswap::swap_cache::SwapCache;
 use uswap::swap_space::{DeviceConfig, ScanBase, SwapEntry, SwapSpace, Switches, TRUNK_SLOTS};
 
-use super::{emit, progress, run_timed, same_params_default, summarize, Common, Report, Round};
+use super::{
+    emit, interleave, run_timed, same_params_default, summarize, threads_by_variant, Common, Report,
+};
 
 #[derive(Args, Debug)]
 pub struct AllocArgs {
@@ -200,24 +202,22 @@ pub fn run(args: &AllocArgs) -> anyhow::Result<()> {
         .map(|i| all[i])
         .collect();
     let c = &args.common;
-    let total = (chosen.len() * c.threads.len() * c.rounds) as u64;
-    let pb = progress(total, "alloc", c.json);
-    let mut rounds: BTreeMap<(usize, usize), Vec<Round>> = BTreeMap::new();
-    for round in 0..c.rounds {
-        for (ti, &threads) in c.threads.iter().enumerate() {
-            for (vi, (name, sw)) in chosen.iter().enumerate() {
-                pb.set_message(format!("{name} x{threads}"));
-                let reg = Arc::new(Registry::default());
-                let s = setup(args, *sw, threads, &reg, 0x9e37_79b9 ^ round as u64)?;
-                let r = run_timed(threads, c.duration(), &reg, |t, stop| work(&s, t, stop));
-                rounds.entry((ti, vi)).or_default().push(r);
-                pb.inc(1);
-            }
-        }
-    }
-    pb.finish_and_clear();
+    let combos = threads_by_variant(c, &chosen);
+    let rounds = interleave(
+        c,
+        "alloc",
+        &combos,
+        |(threads, (name, _))| format!("{name} x{threads}"),
+        |round, &(threads, (_, sw))| {
+            let reg = Arc::new(Registry::default());
+            let s = setup(args, sw, threads, &reg, 0x9e37_79b9 ^ round as u64)?;
+            Ok(run_timed(threads, c.duration(), &reg, |t, stop| {
+                work(&s, t, stop)
+            }))
+        },
+    )?;
     let mut variants = Vec::new();
-    for ((_, vi), r) in &rounds {
+    for ((_, (name, _)), r) in combos.iter().zip(&rounds) {
         let mut extra = BTreeMap::new();
         extra.insert(
             "slots".into(),
@@ -225,7 +225,7 @@ pub fn run(args: &AllocArgs) -> anyhow::Result<()> {
         );
         extra.insert("occupancy".into(), serde_json::json!(args.occupancy));
         extra.insert("trunk_slots".into(), serde_json::json!(args.trunk_slots));
-        variants.push(summarize(chosen[*vi].0, r, extra));
+        variants.push(summarize(name, r, extra));
     }
     let report = Report {
         bench: "alloc".into(),

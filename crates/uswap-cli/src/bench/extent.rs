@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Args;
 use uswap::extent::{ExtentMap, ExtentMapKind};
 
-use super::{emit, fresh_registry, progress, run_timed, same_params_default, summarize};
-use super::{Common, Report, Round, Variant};
+use super::{emit, fresh_registry, interleave, run_timed, same_params_default, summarize};
+use super::{Common, Report, Variant};
 
 /// Slots on the device: the seed's 20G swapfile in 4 KiB pages.
 const TOTAL_SLOTS: u64 = 5_242_880;
@@ -134,19 +134,17 @@ pub fn run(args: &ExtentArgs) -> anyhow::Result<()> {
     }
 
     let registry = fresh_registry();
-    let mut rounds: Vec<Vec<Round>> = vec![Vec::new(); combos.len()];
-    let pb = progress((combos.len() * common.rounds) as u64, "extent", common.json);
-    for round in 0..common.rounds {
-        for (ci, &(name, extents, threads, map)) in combos.iter().enumerate() {
-            pb.set_message(format!("{name} extents={extents} threads={threads}"));
-            let r = run_timed(threads, common.duration(), &registry, |t, stop| {
+    let rounds = interleave(
+        common,
+        "extent",
+        &combos,
+        |&(name, extents, threads, _)| format!("{name} extents={extents} threads={threads}"),
+        |round, &(_, _, threads, map)| {
+            Ok(run_timed(threads, common.duration(), &registry, |t, stop| {
                 walk(map, start_slot(round, t), stop)
-            });
-            rounds[ci].push(r);
-            pb.inc(1);
-        }
-    }
-    pb.finish_and_clear();
+            }))
+        },
+    )?;
 
     let variants: Vec<Variant> = combos
         .iter()

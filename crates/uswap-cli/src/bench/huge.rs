@@ -26,7 +26,7 @@ use uswap::swap_space::{
     DeviceConfig, SwapEntry, SwapError, SwapSpace, Switches, CLUSTER_SLOTS, TRUNK_SLOTS,
 };
 
-use super::{emit, progress, run_timed, summarize, Common, Report, Round};
+use super::{emit, interleave, run_timed, summarize, threads_by_variant, Common, Report};
 
 #[derive(Args, Debug)]
 pub struct HugeArgs {
@@ -154,46 +154,39 @@ pub fn run(args: &HugeArgs) -> anyhow::Result<()> {
         .into_iter()
         .map(|i| all[i])
         .collect();
-    let pb = progress(
-        (variants.len() * c.threads.len() * c.rounds) as u64,
+    let combos = threads_by_variant(c, &variants);
+    let rounds = interleave(
+        c,
         "huge",
-        c.json,
-    );
-    let mut rounds: BTreeMap<(usize, usize), Vec<Round>> = BTreeMap::new();
-    for _ in 0..c.rounds {
-        for (ti, &threads) in c.threads.iter().enumerate() {
-            for (vi, (name, sw)) in variants.iter().enumerate() {
-                pb.set_message(format!("{name} x{threads}"));
-                let reg = Arc::new(Registry::default());
-                let s = Setup {
-                    space: SwapSpace::builder()
-                        .switches(*sw)
-                        .device(DeviceConfig::new(args.slots))
-                        .build(&reg)
-                        .context("building the swap space")?,
-                    cache: SwapCache::new(&[args.slots], TRUNK_SLOTS, &reg)
-                        .context("building the swap cache")?,
-                };
-                let r = run_timed(threads, c.duration(), &reg, |_, stop| {
-                    work(&s, args.inflight, stop)
-                });
-                s.space.drain_slot_caches();
-                anyhow::ensure!(
-                    s.space.nr_free() == s.space.total_slots() && s.cache.is_empty(),
-                    "{name}: space or cache not empty after the run: a leak"
-                );
-                rounds.entry((ti, vi)).or_default().push(r);
-                pb.inc(1);
-            }
-        }
-    }
-    pb.finish_and_clear();
+        &combos,
+        |(threads, (name, _))| format!("{name} x{threads}"),
+        |_, &(threads, (name, sw))| {
+            let reg = Arc::new(Registry::default());
+            let s = Setup {
+                space: SwapSpace::builder()
+                    .switches(sw)
+                    .device(DeviceConfig::new(args.slots))
+                    .build(&reg)
+                    .context("building the swap space")?,
+                cache: SwapCache::new(&[args.slots], TRUNK_SLOTS, &reg).context("building the swap cache")?,
+            };
+            let r = run_timed(threads, c.duration(), &reg, |_, stop| {
+                work(&s, args.inflight, stop)
+            });
+            s.space.drain_slot_caches();
+            anyhow::ensure!(
+                s.space.nr_free() == s.space.total_slots() && s.cache.is_empty(),
+                "{name}: space or cache not empty after the run: a leak"
+            );
+            Ok(r)
+        },
+    )?;
     let mut out = Vec::new();
-    for ((_, vi), r) in &rounds {
+    for ((_, (name, _)), r) in combos.iter().zip(&rounds) {
         let mut extra = BTreeMap::new();
         extra.insert("unit_bytes".into(), serde_json::json!(CLUSTER_SLOTS * 4096));
         extra.insert("inflight".into(), serde_json::json!(args.inflight));
-        let mut v = summarize(variants[*vi].0, r, extra);
+        let mut v = summarize(name, r, extra);
         // Report GB/s of 2 MB units swapped out (and back) beside units/s.
         v.extra.insert(
             "gb_per_s".into(),

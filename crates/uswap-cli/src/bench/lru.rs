@@ -24,7 +24,8 @@ use uswap::lru::{Lru, LruBatch, LruConfig, PageId};
 use uswap::stats::Registry;
 
 use super::{
-    emit, fresh_registry, progress, run_timed, same_params_default, summarize, Common, Report, Round, Variant,
+    emit, fresh_registry, interleave, run_timed, same_params_default, summarize, threads_by_variant, Common,
+    Report, Round, Variant,
 };
 
 #[derive(Args, Debug)]
@@ -181,26 +182,21 @@ pub fn run(args: &LruArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.pages >= 1, "--pages must be at least 1");
     let c = &args.common;
     let chosen = c.selected(&VARIANTS.map(|(n, _)| n))?;
-    let combos: Vec<(usize, usize)> = c
-        .threads
-        .iter()
-        .flat_map(|&t| chosen.iter().map(move |&v| (t, v)))
-        .collect();
-    let mut results: Vec<Vec<Round>> = vec![Vec::with_capacity(c.rounds); combos.len()];
-    let pb = progress((combos.len() * c.rounds) as u64, "lru", c.json);
-    for _ in 0..c.rounds {
-        for (i, &(threads, v)) in combos.iter().enumerate() {
-            pb.set_message(format!("{} x{threads}", VARIANTS[v].0));
+    let combos = threads_by_variant(c, &chosen);
+    let results = interleave(
+        c,
+        "lru",
+        &combos,
+        |&(threads, v)| format!("{} x{threads}", VARIANTS[v].0),
+        |_, &(threads, v)| {
             let (batch, pages) = (VARIANTS[v].1, args.pages);
-            results[i].push(if args.sustained {
-                run_sustained(threads, batch, pages, c.duration())?
+            if args.sustained {
+                run_sustained(threads, batch, pages, c.duration())
             } else {
-                run_once(threads, batch, pages, args.passes)?
-            });
-            pb.inc(1);
-        }
-    }
-    pb.finish_and_clear();
+                run_once(threads, batch, pages, args.passes)
+            }
+        },
+    )?;
 
     let variants: Vec<Variant> = combos
         .iter()

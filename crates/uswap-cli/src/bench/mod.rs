@@ -91,6 +91,41 @@ impl Common {
     }
 }
 
+/// Run every combination (of thread count, variant, and whatever else a
+/// bench varies) `--rounds` times, interleaved round by round (A B C A B C
+/// ...), under a progress bar labelled by `label`.  `run(round, combo)`
+/// does one timed run.  Returns each combination's rounds, in the order of
+/// `combos`.
+pub fn interleave<C>(
+    common: &Common,
+    bench: &str,
+    combos: &[C],
+    label: impl Fn(&C) -> String,
+    mut run: impl FnMut(usize, &C) -> anyhow::Result<Round>,
+) -> anyhow::Result<Vec<Vec<Round>>> {
+    let pb = progress((combos.len() * common.rounds) as u64, bench, common.json);
+    let mut out: Vec<Vec<Round>> = combos.iter().map(|_| Vec::with_capacity(common.rounds)).collect();
+    for round in 0..common.rounds {
+        for (i, combo) in combos.iter().enumerate() {
+            pb.set_message(label(combo));
+            out[i].push(run(round, combo)?);
+            pb.inc(1);
+        }
+    }
+    pb.finish_and_clear();
+    Ok(out)
+}
+
+/// Each thread count crossed with each variant: the combinations of the
+/// benches that vary nothing else.
+pub fn threads_by_variant<V: Copy>(common: &Common, variants: &[V]) -> Vec<(usize, V)> {
+    common
+        .threads
+        .iter()
+        .flat_map(|&t| variants.iter().map(move |&v| (t, v)))
+        .collect()
+}
+
 /// Run `work` on `threads` threads for `duration`, all released together.
 /// `work(thread_index, stop)` runs until `stop` turns true and returns the
 /// operations it completed.  Statistics are those `registry` gathered

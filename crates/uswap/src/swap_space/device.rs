@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
+use parking_lot::MutexGuard;
 
 use super::cluster::{ClusterLists, ListId, CLUSTER_SLOTS};
 use super::{DeviceConfig, ScanBase, SpaceShared, SwapEntry, SwapError, SwapSpaceBuilder, Switches};
@@ -685,10 +686,11 @@ impl SwapDevice {
         n
     }
 
-    /// `swap_duplicate`: one more reference to an allocated slot.
-    pub(crate) fn dup(&self, off: u64) -> Result<u32, SwapError> {
+    /// Lock the cluster of `off` and read the slot: its map byte and use
+    /// count, refusing a slot that is not allocated.
+    fn lock_allocated(&self, off: u64) -> Result<(MutexGuard<'_, Cluster>, u8, u32), SwapError> {
         self.check_offset(off)?;
-        let mut cl = self.clusters[Self::cluster_of(off)].lock();
+        let cl = self.clusters[Self::cluster_of(off)].lock();
         let v = self.map[off as usize].load(Ordering::Relaxed);
         let count = self.count_locked(&cl, off);
         if count == 0 {
@@ -698,6 +700,12 @@ impl SwapDevice {
                 reason: "slot is not allocated",
             });
         }
+        Ok((cl, v, count))
+    }
+
+    /// `swap_duplicate`: one more reference to an allocated slot.
+    pub(crate) fn dup(&self, off: u64) -> Result<u32, SwapError> {
+        let (mut cl, v, count) = self.lock_allocated(off)?;
         if count == u32::MAX {
             return Err(SwapError::CountOverflow {
                 device: self.index,
@@ -719,17 +727,7 @@ impl SwapDevice {
     /// Drop one reference to `off`; at zero the slot turns reserved and the
     /// caller must free it through `free_entries` (directly or batched).
     pub(crate) fn put(&self, off: u64) -> Result<Put, SwapError> {
-        self.check_offset(off)?;
-        let mut cl = self.clusters[Self::cluster_of(off)].lock();
-        let v = self.map[off as usize].load(Ordering::Relaxed);
-        let count = self.count_locked(&cl, off);
-        if count == 0 {
-            return Err(SwapError::BadEntry {
-                device: self.index,
-                offset: off,
-                reason: "slot is not allocated",
-            });
-        }
+        let (mut cl, v, count) = self.lock_allocated(off)?;
         if v & COUNT_CONTINUED != 0 {
             let cont = cl.continued.as_mut().expect("continued");
             let i = (off % CLUSTER_SLOTS) as usize;
