@@ -28,3 +28,8 @@ pub mod swap_space;
 
 /// The size of a page, the unit of swapping: one slot holds one page.
 pub const PAGE_SIZE: usize = 4096;
+
+// The README's example is compiled and run as a doctest.
+#[doc = include_str!("../../../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
