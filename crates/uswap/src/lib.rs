@@ -25,6 +25,7 @@ pub mod percpu;
 pub mod stats;
 pub mod swap_cache;
 pub mod swap_space;
+pub mod uffd;
 
 /// The size of a page, the unit of swapping: one slot holds one page.
 pub const PAGE_SIZE: usize = 4096;

@@ -1,0 +1,516 @@
+//! A thin wrapper over userfaultfd(2): the kernel facility the pager serves
+//! page faults with.
+//!
+//! The `userfaultfd` crate lacks `UFFDIO_MOVE`, `UFFDIO_POISON` and
+//! `UFFDIO_COPY_MODE_WP`, and Debian 12's headers predate them, so the
+//! ioctl numbers and structures are defined here from the kernel's uapi
+//! (`include/uapi/linux/userfaultfd.h`, Linux 6.8+).  Every call is one
+//! ioctl on the descriptor; none allocates, so all of them may be used on
+//! the fault path, signal handlers included.  Errors carry the raw errno:
+//! the fault path tells `EEXIST` (already resolved: a duplicate fault),
+//! `EAGAIN` (the address space changed under us: retry) and `EBUSY`
+//! (`UFFDIO_MOVE` met a shared or pinned page: fall back to copying) apart.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// The API version `UFFDIO_API` speaks.
+const UFFD_API: u64 = 0xAA;
+
+// ioctl numbers: _IOWR(0xAA, nr, size) = 0xC000_0000 | size << 16 | 0xAA << 8 | nr.
+const fn iowr(nr: u64, size: u64) -> u64 {
+    0xC000_0000 | (size << 16) | (0xAA << 8) | nr
+}
+const fn ior(nr: u64, size: u64) -> u64 {
+    0x8000_0000 | (size << 16) | (0xAA << 8) | nr
+}
+const UFFDIO_API: u64 = iowr(0x3F, 24);
+const UFFDIO_REGISTER: u64 = iowr(0x00, 32);
+const UFFDIO_UNREGISTER: u64 = ior(0x01, 16);
+const UFFDIO_WAKE: u64 = ior(0x02, 16);
+const UFFDIO_COPY: u64 = iowr(0x03, 40);
+const UFFDIO_ZEROPAGE: u64 = iowr(0x04, 32);
+const UFFDIO_MOVE: u64 = iowr(0x05, 40);
+const UFFDIO_WRITEPROTECT: u64 = iowr(0x06, 24);
+const UFFDIO_POISON: u64 = iowr(0x08, 32);
+/// `/dev/userfaultfd`'s ioctl that makes a new descriptor: _IO(0xAA, 0).
+const USERFAULTFD_IOC_NEW: u64 = 0xAA00;
+
+const REGISTER_MODE_MISSING: u64 = 1;
+const REGISTER_MODE_WP: u64 = 2;
+const COPY_MODE_DONTWAKE: u64 = 1;
+const COPY_MODE_WP: u64 = 2;
+const MOVE_MODE_DONTWAKE: u64 = 1;
+const MOVE_MODE_ALLOW_SRC_HOLES: u64 = 2;
+const WRITEPROTECT_MODE_WP: u64 = 1;
+const WRITEPROTECT_MODE_DONTWAKE: u64 = 2;
+
+/// `uffd_msg.event` of a page fault.
+const UFFD_EVENT_PAGEFAULT: u8 = 0x12;
+/// Page-fault flags in `uffd_msg`.
+const PAGEFAULT_FLAG_WRITE: u64 = 1;
+const PAGEFAULT_FLAG_WP: u64 = 2;
+
+/// userfaultfd features (`UFFD_FEATURE_*`), as a bit set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Features(pub u64);
+
+impl Features {
+    /// Write-protect faults are reported (`PAGEFAULT_FLAG_WP`).
+    pub const PAGEFAULT_FLAG_WP: Features = Features(1 << 0);
+    /// Faults raise SIGBUS in the faulting thread instead of waiting for a
+    /// handler thread.
+    pub const SIGBUS: Features = Features(1 << 7);
+    /// Fault messages carry the faulting thread's id.
+    pub const THREAD_ID: Features = Features(1 << 8);
+    /// Write-protect works on not yet populated anonymous memory.
+    pub const WP_UNPOPULATED: Features = Features(1 << 13);
+    /// `UFFDIO_POISON`.
+    pub const POISON: Features = Features(1 << 14);
+    /// `UFFDIO_MOVE`.
+    pub const MOVE: Features = Features(1 << 16);
+
+    /// No features.
+    pub const NONE: Features = Features(0);
+
+    /// Both sets.
+    pub const fn with(self, other: Features) -> Features {
+        Features(self.0 | other.0)
+    }
+
+    /// Whether every feature of `other` is in `self`.
+    pub const fn contains(self, other: Features) -> bool {
+        self.0 & other.0 == other.0
+    }
+
+    /// The name and first kernel of each single feature bit uswap uses.
+    fn describe(bit: u64) -> (&'static str, &'static str) {
+        match bit {
+            1 => ("write-protect faults (UFFD_FEATURE_PAGEFAULT_FLAG_WP)", "5.7"),
+            0x80 => ("SIGBUS delivery (UFFD_FEATURE_SIGBUS)", "4.14"),
+            0x100 => ("thread ids in fault messages (UFFD_FEATURE_THREAD_ID)", "4.14"),
+            0x2000 => (
+                "write-protect of unpopulated memory (UFFD_FEATURE_WP_UNPOPULATED)",
+                "6.4",
+            ),
+            0x4000 => ("UFFDIO_POISON (UFFD_FEATURE_POISON)", "6.6"),
+            0x1_0000 => ("UFFDIO_MOVE (UFFD_FEATURE_MOVE)", "6.8"),
+            _ => ("an unnamed userfaultfd feature", "a newer kernel"),
+        }
+    }
+}
+
+/// Why userfaultfd could not be set up or a call failed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum UffdError {
+    /// Neither the syscall nor /dev/userfaultfd would give a descriptor.
+    #[error("userfaultfd is not permitted for this process: run as root, or set `sysctl vm.unprivileged_userfaultfd=1`, or give this user read-write access to /dev/userfaultfd")]
+    Permission,
+    /// The kernel has no userfaultfd at all.
+    #[error("this kernel has no userfaultfd (built without CONFIG_USERFAULTFD); uswap needs Linux 6.8 or newer with it")]
+    Unsupported,
+    /// A feature uswap needs is missing.
+    #[error("this kernel lacks {name}, which uswap needs; it first appeared in Linux {since}")]
+    MissingFeature { name: &'static str, since: &'static str },
+    /// An ioctl failed.
+    #[error("{op} failed: {}", io::Error::from_raw_os_error(*.errno))]
+    Ioctl { op: &'static str, errno: i32 },
+}
+
+impl UffdError {
+    /// The errno of a failed ioctl.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            UffdError::Ioctl { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioApi {
+    api: u64,
+    features: u64,
+    ioctls: u64,
+}
+
+#[repr(C)]
+#[derive(Default, Clone, Copy)]
+struct UffdioRange {
+    start: u64,
+    len: u64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioRegister {
+    range: UffdioRange,
+    mode: u64,
+    ioctls: u64,
+}
+
+/// `uffdio_copy` and `uffdio_move` have the same layout.
+#[repr(C)]
+#[derive(Default)]
+struct UffdioCopy {
+    dst: u64,
+    src: u64,
+    len: u64,
+    mode: u64,
+    result: i64,
+}
+
+/// `uffdio_zeropage` and `uffdio_poison` have the same layout.
+#[repr(C)]
+#[derive(Default)]
+struct UffdioRangeOp {
+    range: UffdioRange,
+    mode: u64,
+    result: i64,
+}
+
+#[repr(C)]
+#[derive(Default)]
+struct UffdioWriteprotect {
+    range: UffdioRange,
+    mode: u64,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct UffdMsg {
+    event: u8,
+    reserved1: u8,
+    reserved2: u16,
+    reserved3: u32,
+    /// For a page fault: flags, address, thread id.
+    arg: [u64; 3],
+}
+
+/// What a handler thread reads from the descriptor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A fault at `address` (not page aligned): `write` when a write
+    /// caused it, `wp` when it hit a write-protected page, `thread` the
+    /// faulting thread when `THREAD_ID` is on.
+    PageFault {
+        address: u64,
+        write: bool,
+        wp: bool,
+        thread: u32,
+    },
+    /// Another event (fork, remap, remove, unmap) that uswap does not ask for.
+    Other(u8),
+}
+
+/// How a range is registered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RegisterMode {
+    /// Report faults on missing pages.
+    pub missing: bool,
+    /// Report write faults on write-protected pages.
+    pub wp: bool,
+}
+
+/// One userfaultfd descriptor.  Closing it unregisters every range, after
+/// which evicted pages would read back as zeros: whoever owns a `Uffd` must
+/// outlive every region registered with it.
+#[derive(Debug)]
+pub struct Uffd {
+    fd: OwnedFd,
+    features: Features,
+    nonblocking: bool,
+}
+
+fn errno() -> i32 {
+    io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl Uffd {
+    /// Open a descriptor and negotiate `wanted` features; every one must be
+    /// there, or the error names the first missing one and the kernel that
+    /// has it.  `nonblocking` is for handler threads that poll (a blocking
+    /// uffd under epoll reports POLLERR).
+    pub fn open(wanted: Features, nonblocking: bool) -> Result<Uffd, UffdError> {
+        let flags = libc::O_CLOEXEC | if nonblocking { libc::O_NONBLOCK } else { 0 };
+        // SAFETY: the syscall takes only flags and returns a new fd or -1.
+        let mut fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as RawFd;
+        if fd < 0 {
+            let first = errno();
+            if first == libc::ENOSYS {
+                return Err(UffdError::Unsupported);
+            }
+            fd = Self::open_dev(flags)?;
+        }
+        // SAFETY: `fd` is a fresh descriptor this function owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let mut api = UffdioApi {
+            api: UFFD_API,
+            features: wanted.0,
+            ioctls: 0,
+        };
+        // SAFETY: UFFDIO_API reads and writes a `uffdio_api`, which `api` is.
+        if unsafe { libc::ioctl(fd.as_raw_fd(), UFFDIO_API as _, &mut api) } < 0 {
+            // EINVAL: a requested feature is unknown to this kernel.  Ask
+            // again with none to learn which.
+            let e = errno();
+            let probe = Self::probe_features()?;
+            let missing = wanted.0 & !probe.0;
+            if missing != 0 {
+                let (name, since) = Features::describe(missing & missing.wrapping_neg());
+                return Err(UffdError::MissingFeature { name, since });
+            }
+            return Err(UffdError::Ioctl {
+                op: "UFFDIO_API",
+                errno: e,
+            });
+        }
+        let missing = wanted.0 & !api.features;
+        if missing != 0 {
+            let (name, since) = Features::describe(missing & missing.wrapping_neg());
+            return Err(UffdError::MissingFeature { name, since });
+        }
+        Ok(Uffd {
+            fd,
+            features: Features(api.features),
+            nonblocking,
+        })
+    }
+
+    fn open_dev(flags: i32) -> Result<RawFd, UffdError> {
+        let path = b"/dev/userfaultfd\0";
+        // SAFETY: `path` is NUL-terminated.
+        let dev = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if dev < 0 {
+            return match errno() {
+                libc::ENOENT => Err(UffdError::Unsupported),
+                _ => Err(UffdError::Permission),
+            };
+        }
+        // SAFETY: USERFAULTFD_IOC_NEW takes the flags as its argument.
+        let fd = unsafe { libc::ioctl(dev, USERFAULTFD_IOC_NEW as _, flags) };
+        let e = errno();
+        // SAFETY: `dev` is ours and closed once.
+        unsafe { libc::close(dev) };
+        if fd < 0 {
+            return Err(if e == libc::EPERM || e == libc::EACCES {
+                UffdError::Permission
+            } else {
+                UffdError::Ioctl {
+                    op: "USERFAULTFD_IOC_NEW",
+                    errno: e,
+                }
+            });
+        }
+        Ok(fd)
+    }
+
+    /// The features this kernel offers (opens and closes a descriptor).
+    pub fn probe_features() -> Result<Features, UffdError> {
+        let u = Uffd::open(Features::NONE, false)?;
+        Ok(u.features)
+    }
+
+    /// The features negotiated.
+    pub fn features(&self) -> Features {
+        self.features
+    }
+
+    /// Whether the descriptor was opened non-blocking.
+    pub fn nonblocking(&self) -> bool {
+        self.nonblocking
+    }
+
+    /// The raw descriptor (for poll).
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    fn ioctl<T>(&self, op: &'static str, req: u64, arg: &mut T) -> Result<(), UffdError> {
+        // SAFETY: every caller passes the structure that `req` reads and
+        // writes, laid out as the kernel's (#[repr(C)] above).
+        if unsafe { libc::ioctl(self.fd.as_raw_fd(), req as _, arg as *mut T) } < 0 {
+            return Err(UffdError::Ioctl { op, errno: errno() });
+        }
+        Ok(())
+    }
+
+    /// Register `[addr, addr+len)` (page aligned) for `mode`.
+    pub fn register(&self, addr: u64, len: u64, mode: RegisterMode) -> Result<(), UffdError> {
+        let mut r = UffdioRegister {
+            range: UffdioRange { start: addr, len },
+            mode: if mode.missing { REGISTER_MODE_MISSING } else { 0 }
+                | if mode.wp { REGISTER_MODE_WP } else { 0 },
+            ioctls: 0,
+        };
+        self.ioctl("UFFDIO_REGISTER", UFFDIO_REGISTER, &mut r)
+    }
+
+    /// Unregister a range.
+    pub fn unregister(&self, addr: u64, len: u64) -> Result<(), UffdError> {
+        let mut r = UffdioRange { start: addr, len };
+        self.ioctl("UFFDIO_UNREGISTER", UFFDIO_UNREGISTER, &mut r)
+    }
+
+    /// Wake threads waiting on faults in a range.
+    pub fn wake(&self, addr: u64, len: u64) -> Result<(), UffdError> {
+        let mut r = UffdioRange { start: addr, len };
+        self.ioctl("UFFDIO_WAKE", UFFDIO_WAKE, &mut r)
+    }
+
+    /// Install a copy of `len` bytes from `src` at the missing pages from
+    /// `dst`, write-protected when `wp`.  Returns the bytes copied: short
+    /// on `EAGAIN` (retry the rest).  `EEXIST` means a page is already
+    /// there (a duplicate fault was served first).
+    pub fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool, wake: bool) -> Result<u64, UffdError> {
+        let mut c = UffdioCopy {
+            dst,
+            src: src as u64,
+            len,
+            mode: if wp { COPY_MODE_WP } else { 0 } | if wake { 0 } else { COPY_MODE_DONTWAKE },
+            result: 0,
+        };
+        match self.ioctl("UFFDIO_COPY", UFFDIO_COPY, &mut c) {
+            Ok(()) => Ok(c.result as u64),
+            Err(e) if c.result > 0 => {
+                let _ = e;
+                Ok(c.result as u64)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Map the zero page at missing pages (a never-written page: no IO, no
+    /// memory).
+    pub fn zeropage(&self, addr: u64, len: u64, wake: bool) -> Result<(), UffdError> {
+        let mut z = UffdioRangeOp {
+            range: UffdioRange { start: addr, len },
+            mode: if wake { 0 } else { COPY_MODE_DONTWAKE },
+            result: 0,
+        };
+        self.ioctl("UFFDIO_ZEROPAGE", UFFDIO_ZEROPAGE, &mut z)
+    }
+
+    /// Move the pages at `src` to the missing pages at `dst` without
+    /// copying (Linux 6.8).  Returns the bytes moved.  `EBUSY`: a page is
+    /// shared (fork, KSM) or pinned: copy instead.  With
+    /// `allow_src_holes`, missing source pages are skipped, not an error.
+    pub fn move_pages(
+        &self,
+        dst: u64,
+        src: u64,
+        len: u64,
+        wake: bool,
+        allow_src_holes: bool,
+    ) -> Result<u64, UffdError> {
+        let mut m = UffdioCopy {
+            dst,
+            src,
+            len,
+            mode: if wake { 0 } else { MOVE_MODE_DONTWAKE }
+                | if allow_src_holes {
+                    MOVE_MODE_ALLOW_SRC_HOLES
+                } else {
+                    0
+                },
+            result: 0,
+        };
+        match self.ioctl("UFFDIO_MOVE", UFFDIO_MOVE, &mut m) {
+            Ok(()) => Ok(m.result as u64),
+            Err(e) if m.result > 0 => {
+                let _ = e;
+                Ok(m.result as u64)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Write-protect (`wp`) or unprotect a range.  Unprotecting wakes
+    /// threads waiting on write-protect faults unless `wake` is false.
+    pub fn writeprotect(&self, addr: u64, len: u64, wp: bool, wake: bool) -> Result<(), UffdError> {
+        let mut w = UffdioWriteprotect {
+            range: UffdioRange { start: addr, len },
+            mode: if wp { WRITEPROTECT_MODE_WP } else { 0 }
+                | if wake { 0 } else { WRITEPROTECT_MODE_DONTWAKE },
+        };
+        self.ioctl("UFFDIO_WRITEPROTECT", UFFDIO_WRITEPROTECT, &mut w)
+    }
+
+    /// Mark missing pages poisoned: an access raises SIGBUS instead of
+    /// reading zeros (Linux 6.6).  For pages whose swap-in failed.
+    pub fn poison(&self, addr: u64, len: u64, wake: bool) -> Result<(), UffdError> {
+        let mut p = UffdioRangeOp {
+            range: UffdioRange { start: addr, len },
+            mode: if wake { 0 } else { COPY_MODE_DONTWAKE },
+            result: 0,
+        };
+        self.ioctl("UFFDIO_POISON", UFFDIO_POISON, &mut p)
+    }
+
+    /// Read one event; `Ok(None)` when a non-blocking descriptor has none.
+    pub fn read_event(&self) -> Result<Option<Event>, UffdError> {
+        let mut msg = std::mem::MaybeUninit::<UffdMsg>::uninit();
+        let size = std::mem::size_of::<UffdMsg>();
+        loop {
+            // SAFETY: reads at most `size` bytes into `msg`.
+            let n = unsafe { libc::read(self.fd.as_raw_fd(), msg.as_mut_ptr().cast(), size) };
+            if n < 0 {
+                match errno() {
+                    libc::EINTR => continue,
+                    libc::EAGAIN => return Ok(None),
+                    e => {
+                        return Err(UffdError::Ioctl {
+                            op: "read(userfaultfd)",
+                            errno: e,
+                        })
+                    }
+                }
+            }
+            if n as usize != size {
+                return Err(UffdError::Ioctl {
+                    op: "read(userfaultfd)",
+                    errno: libc::EIO,
+                });
+            }
+            // SAFETY: the kernel filled all `size` bytes.
+            let msg = unsafe { msg.assume_init() };
+            if msg.event != UFFD_EVENT_PAGEFAULT {
+                return Ok(Some(Event::Other(msg.event)));
+            }
+            let flags = msg.arg[0];
+            return Ok(Some(Event::PageFault {
+                address: msg.arg[1],
+                write: flags & PAGEFAULT_FLAG_WRITE != 0,
+                wp: flags & PAGEFAULT_FLAG_WP != 0,
+                thread: msg.arg[2] as u32,
+            }));
+        }
+    }
+
+    /// Wait up to `timeout_ms` (-1: forever) for an event to read.
+    pub fn poll(&self, timeout_ms: i32) -> Result<bool, UffdError> {
+        let mut p = libc::pollfd {
+            fd: self.fd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        loop {
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut p, 1, timeout_ms) };
+            if n < 0 {
+                if errno() == libc::EINTR {
+                    continue;
+                }
+                return Err(UffdError::Ioctl {
+                    op: "poll(userfaultfd)",
+                    errno: errno(),
+                });
+            }
+            return Ok(n > 0 && p.revents & libc::POLLIN != 0);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
