@@ -20,6 +20,7 @@
 //! can be measured against the behaviour before it.
 
 pub mod extent;
+pub mod io;
 pub mod lru;
 pub mod percpu;
 pub mod stats;
