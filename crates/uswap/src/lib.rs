@@ -22,6 +22,7 @@
 pub mod extent;
 pub mod io;
 pub mod lru;
+pub mod pager;
 pub mod percpu;
 pub mod stats;
 pub mod swap_cache;

@@ -1,0 +1,292 @@
+//! Fault service: one routine, [`serve`], called from a SIGBUS handler in
+//! the faulting thread or from handler threads reading the userfaultfd.
+//!
+//! Everything here runs in a signal handler in SIGBUS mode, so it follows
+//! the rules of one: no allocation (all memory is preallocated: page
+//! tables, frame pools, the region table), no lock that the interrupted
+//! code could hold (the interrupted code is the application touching its
+//! own memory, which holds no uswap lock), and idempotence (a fault may be
+//! delivered twice, or by two threads at once: the page's BUSY bit picks
+//! one to serve it, and the others wait and retry the access).
+
+use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Once, Weak};
+use std::thread::JoinHandle;
+
+use super::{page, reclaim, Inner, MAX_REGIONS};
+use crate::PAGE_SIZE;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// How faults are served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FaultMode {
+    /// The faulting thread serves its own fault in a SIGBUS handler
+    /// (`UFFD_FEATURE_SIGBUS`): no hand-off to another thread, which costs
+    /// 30-120 us on a VM.  Faults raised inside the kernel (`read(2)` into a
+    /// region) fail with `EFAULT` in this mode.
+    #[default]
+    Sigbus,
+    /// Handler threads read fault events and serve them; the faulting
+    /// thread sleeps until woken.  Serves kernel-raised faults too.
+    HandlerThread,
+}
+
+/// One published region: where it is and whose it is.  Set before the
+/// region is usable and cleared before it is unmapped; the SIGBUS handler
+/// reads it without locks.
+struct RegionEntry {
+    base: AtomicU64,
+    end: AtomicU64,
+    id_base: AtomicU32,
+    inner: AtomicPtr<Inner>,
+}
+
+static REGIONS: [RegionEntry; MAX_REGIONS] = [const {
+    RegionEntry {
+        base: AtomicU64::new(0),
+        end: AtomicU64::new(0),
+        id_base: AtomicU32::new(0),
+        inner: AtomicPtr::new(std::ptr::null_mut()),
+    }
+}; MAX_REGIONS];
+
+/// Publish a region; returns its table slot, or None when the table is full.
+pub(super) fn publish_region(base: u64, len: u64, id_base: u32, inner: *const Inner) -> Option<usize> {
+    for (i, r) in REGIONS.iter().enumerate() {
+        // Claim a free entry by its `inner` pointer, then fill it in;
+        // `base` goes last, so a reader that sees it sees the rest.
+        if r.inner.compare_exchange(std::ptr::null_mut(), inner as *mut Inner, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+            r.id_base.store(id_base, Ordering::Relaxed);
+            r.end.store(base + len, Ordering::Relaxed);
+            r.base.store(base, Ordering::Release);
+            return Some(i);
+        }
+    }
+    None
+}
+
+/// Withdraw a region's entry.
+pub(super) fn unpublish_region(slot: usize) {
+    let r = &REGIONS[slot];
+    r.base.store(0, Ordering::Release);
+    r.end.store(0, Ordering::Relaxed);
+    r.inner.store(std::ptr::null_mut(), Ordering::Release);
+}
+
+/// The region holding `addr`: its instance and the page id of `addr`.
+fn lookup(addr: u64) -> Option<(*const Inner, u32)> {
+    for r in REGIONS.iter() {
+        let base = r.base.load(Ordering::Acquire);
+        if base == 0 || addr < base || addr >= r.end.load(Ordering::Relaxed) {
+            continue;
+        }
+        let inner = r.inner.load(Ordering::Acquire);
+        if inner.is_null() {
+            continue;
+        }
+        let id = r.id_base.load(Ordering::Relaxed) + ((addr - base) / PAGE) as u32;
+        return Some((inner, id));
+    }
+    None
+}
+
+/// Wait for a page's transition to finish.
+#[inline]
+fn wait_busy(inner: &Inner, spins: &mut u32) {
+    *spins += 1;
+    if *spins < 64 {
+        std::hint::spin_loop();
+    } else {
+        if *spins == 64 {
+            inner.counters.busy_waits.inc();
+        }
+        std::thread::yield_now();
+    }
+}
+
+/// Serve a fault at `addr` (page id `id`).  `wp` is Some(true) when the
+/// kernel said this is a write-protect fault, Some(false) a missing-page
+/// fault, None when unknown (SIGBUS mode: the page state tells).
+/// Returns whether the caller must wake the faulting thread (handler mode;
+/// the ioctls that resolve a fault wake it themselves).
+pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>) -> bool {
+    let page_addr = addr & !(PAGE - 1);
+    let st = &inner.states[id as usize];
+    let mut spins = 0;
+    inner.counters.faults.inc();
+    loop {
+        let w = st.load(Ordering::Acquire);
+        if w & page::BUSY != 0 {
+            wait_busy(inner, &mut spins);
+            continue;
+        }
+        match page::kind(w) {
+            page::RESIDENT => {
+                if wp == Some(false) {
+                    // A missing fault on a page that is back: a duplicate.
+                    return true;
+                }
+                // A write to a clean (write-protected) page: it is dirty
+                // from now on, and the copy on its slot is stale.
+                let dirty = page::without_slot(w) | page::DIRTY;
+                if st.compare_exchange(w, dirty | page::BUSY, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                    continue;
+                }
+                inner.counters.wp_faults.inc();
+                if let Some(e) = page::slot(w) {
+                    let _ = inner.space.free(e);
+                }
+                let _ = inner.uffd.writeprotect(page_addr, PAGE, false, true);
+                inner.lru.mark_referenced(id);
+                st.store(dirty, Ordering::Release);
+                return false;
+            }
+            page::NEVER | page::SWAPPED => {
+                if wp == Some(true) {
+                    // A write-protect fault on a page the reclaimer has
+                    // taken since: retrying the access faults it in.
+                    return true;
+                }
+                if st.compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                    continue;
+                }
+                reclaim::make_room(inner);
+                return install(inner, page_addr, id, w);
+            }
+            // Poisoned pages raise SIGBUS from the kernel itself; a dead
+            // page's region is being unmapped.  Nothing to do.
+            _ => return true,
+        }
+    }
+}
+
+/// Install page `id` (state `w`, BUSY held): zeros for a never-touched
+/// page, its slot's contents for a swapped one.  Installed write-protected.
+fn install(inner: &Inner, addr: u64, id: u32, w: u64) -> bool {
+    let st = &inner.states[id as usize];
+    let Some(e) = page::slot(w) else {
+        // Never written: zeros, no IO, no slot.
+        inner.counters.zero_fills.inc();
+        let _ = inner.uffd.copy(addr, inner.zero.addr() as *const u8, PAGE, true, true);
+        inner.resident.fetch_add(1, Ordering::Relaxed);
+        st.store(page::RESIDENT, Ordering::Release);
+        inner.lru.add(id);
+        return false;
+    };
+    let b = loop {
+        match inner.bounce.get() {
+            Some(b) => break b,
+            None => std::thread::yield_now(),
+        }
+    };
+    // SAFETY: we hold bounce frame `b`.
+    let buf = unsafe { inner.bounce.bytes(b) };
+    match inner.devices[e.device() as usize].read(e.offset(), buf) {
+        Ok(()) => {
+            inner.counters.swapins.inc();
+            let _ = inner.uffd.copy(addr, buf.as_ptr(), PAGE, true, true);
+            inner.bounce.put(b);
+            inner.resident.fetch_add(1, Ordering::Relaxed);
+            // Clean, and its slot still holds a valid copy.
+            st.store(page::with_slot(page::RESIDENT, e), Ordering::Release);
+            inner.lru.add(id);
+            false
+        }
+        Err(_) => {
+            // Never zeros: poison the page so an access gets SIGBUS.
+            inner.bounce.put(b);
+            inner.counters.read_errors.inc();
+            let _ = inner.space.free(e);
+            let _ = inner.uffd.poison(addr, PAGE, true);
+            st.store(page::POISONED, Ordering::Release);
+            false
+        }
+    }
+}
+
+/// A handler thread: reads fault events and serves them until the instance
+/// is gone.
+pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
+    std::thread::Builder::new()
+        .name("uswap-fault".into())
+        .spawn(move || loop {
+            let Some(inner) = Inner::upgrade(&weak) else { return };
+            let ready = inner.uffd.poll(50).unwrap_or(false);
+            if !ready {
+                continue;
+            }
+            while let Ok(Some(ev)) = inner.uffd.read_event() {
+                let crate::uffd::Event::PageFault { address, wp, .. } = ev else { continue };
+                let page_addr = address & !(PAGE - 1);
+                match lookup(address) {
+                    Some((owner, id)) if std::ptr::eq(owner, &*inner) => {
+                        if serve(&inner, address, id, Some(wp)) {
+                            let _ = inner.uffd.wake(page_addr, PAGE);
+                        }
+                    }
+                    // Not a region (a region being unmapped, the staging
+                    // area): let the thread retry.
+                    _ => {
+                        let _ = inner.uffd.wake(page_addr, PAGE);
+                    }
+                }
+            }
+        })
+        .expect("spawn a fault handler thread")
+}
+
+static OLD_SIGBUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
+static INSTALL: Once = Once::new();
+
+/// Install the process-wide SIGBUS handler once; the handler that was
+/// there before keeps every SIGBUS that is not a uswap fault.
+pub(super) fn install_sigbus_handler() {
+    INSTALL.call_once(|| {
+        // SAFETY: sigaction with a zeroed struct filled in below; the old
+        // action is leaked into a static so the handler can chain to it
+        // for as long as the process lives.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_sigbus as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
+            libc::sigemptyset(&mut sa.sa_mask);
+            let old: *mut libc::sigaction = Box::into_raw(Box::new(std::mem::zeroed()));
+            libc::sigaction(libc::SIGBUS, &sa, old);
+            OLD_SIGBUS.store(old, Ordering::Release);
+        }
+    });
+}
+
+extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+    let addr = unsafe { (*info).si_addr() } as u64;
+    if let Some((inner, id)) = lookup(addr) {
+        // SAFETY: an entry is published only while its region, which holds
+        // the instance alive, exists; a fault in a region means it exists.
+        let inner = unsafe { &*inner };
+        serve(inner, addr, id, None);
+        return;
+    }
+    // Not ours: hand it to whoever had SIGBUS before.
+    let old = OLD_SIGBUS.load(Ordering::Acquire);
+    // SAFETY: `old` was written by sigaction before our handler could run.
+    unsafe {
+        let old = &*old;
+        if old.sa_flags & libc::SA_SIGINFO != 0 && old.sa_sigaction > 1 {
+            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
+                std::mem::transmute(old.sa_sigaction);
+            f(sig, info, ctx);
+        } else if old.sa_sigaction > 1 {
+            let f: extern "C" fn(libc::c_int) = std::mem::transmute(old.sa_sigaction);
+            f(sig);
+        } else {
+            // Default (or ignored): restore the default action and return;
+            // the faulting access repeats and the default action kills the
+            // process, as it would have without uswap.
+            let mut dfl: libc::sigaction = std::mem::zeroed();
+            dfl.sa_sigaction = libc::SIG_DFL;
+            libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+        }
+    }
+}

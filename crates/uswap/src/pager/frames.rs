@@ -1,0 +1,130 @@
+//! Memory the pager maps for itself: regions, the staging area that
+//! evicted pages are moved into, and bounce pages that swap-ins are read
+//! into.  All of the unsafe `mmap` handling of the pager is here.
+
+use std::io;
+
+use crate::stats::{Registry, StatMutex};
+use crate::PAGE_SIZE;
+
+/// An anonymous private mapping, unmapped on drop.
+pub(crate) struct Mapping {
+    addr: u64,
+    len: usize,
+}
+
+impl Mapping {
+    /// `len` bytes (a multiple of the page size), aligned to `align` bytes
+    /// (a power of two, at least a page), never inherited by a child
+    /// process (`MADV_DONTFORK`: a forked child sharing or copying swapped
+    /// memory could not be paged for, and `UFFDIO_MOVE` refuses pages a
+    /// child shares).
+    pub fn new(len: usize, align: usize) -> io::Result<Mapping> {
+        debug_assert!(len % PAGE_SIZE == 0 && align.is_power_of_two() && align >= PAGE_SIZE);
+        // Over-allocate by `align` and trim, for alignment.
+        let total = len + align - PAGE_SIZE;
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's
+        // choosing; nothing else refers to it.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                total,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        let start = p as usize;
+        let aligned = (start + align - 1) & !(align - 1);
+        // SAFETY: both trims lie inside the mapping just made and are page
+        // aligned; unmapping them leaves exactly [aligned, aligned + len).
+        unsafe {
+            if aligned > start {
+                libc::munmap(p, aligned - start);
+            }
+            let end = start + total;
+            if end > aligned + len {
+                libc::munmap((aligned + len) as *mut libc::c_void, end - (aligned + len));
+            }
+        }
+        let m = Mapping { addr: aligned as u64, len };
+        // SAFETY: advice on our own mapping.
+        if unsafe { libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_DONTFORK) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(m)
+    }
+
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Drop the pages of `[addr, addr + len)` (inside this mapping): they
+    /// read as missing again.
+    pub fn discard(&self, addr: u64, len: usize) {
+        debug_assert!(addr >= self.addr && addr + len as u64 <= self.addr + self.len as u64);
+        // SAFETY: a range of our own mapping; its contents are not referred
+        // to by anything once the caller discards them.
+        unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the range this Mapping owns.
+        unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
+    }
+}
+
+/// A fixed pool of page frames in one mapping, handed out by index.
+/// The free list has room for every frame, so push and pop never allocate.
+pub(crate) struct FramePool {
+    map: Mapping,
+    free: StatMutex<Vec<u32>>,
+}
+
+impl FramePool {
+    pub fn new(frames: u32, registry: &Registry, site: &'static str) -> io::Result<FramePool> {
+        let map = Mapping::new(frames as usize * PAGE_SIZE, PAGE_SIZE)?;
+        let free: Vec<u32> = (0..frames).rev().collect();
+        Ok(FramePool { map, free: StatMutex::new(free, registry.lock_site(site)) })
+    }
+
+    pub fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// A free frame, if any.
+    pub fn get(&self) -> Option<u32> {
+        self.free.lock().pop()
+    }
+
+    /// Return a frame.
+    pub fn put(&self, f: u32) {
+        self.free.lock().push(f);
+    }
+
+    /// The address of frame `f`.
+    pub fn addr(&self, f: u32) -> u64 {
+        self.map.addr() + f as u64 * PAGE_SIZE as u64
+    }
+
+    /// Frame `f` as bytes.
+    ///
+    /// # Safety
+    /// The caller must hold frame `f` (from `get`) and the frame must be
+    /// populated or about to be filled by IO.
+    pub unsafe fn bytes(&self, f: u32) -> &mut [u8] {
+        // SAFETY: the caller owns the frame, so nobody else reads or writes
+        // these bytes while the slice lives; they lie inside the mapping.
+        unsafe { std::slice::from_raw_parts_mut(self.addr(f) as *mut u8, PAGE_SIZE) }
+    }
+}

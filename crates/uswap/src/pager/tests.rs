@@ -1,0 +1,200 @@
+//! The pager end to end, against the running kernel (root: userfaultfd).
+
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
+
+use super::*;
+use crate::io::FileOptions;
+
+const MIB: u64 = 1 << 20;
+
+fn fill_byte(page: usize, at: usize, seed: u64) -> u8 {
+    let x = (page as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed ^ (at as u64).wrapping_mul(0x2545_f491);
+    (x ^ (x >> 29)) as u8
+}
+
+/// 4 threads write patterns over a region four times the budget, then
+/// every byte is checked; then the region is dropped and every slot must
+/// come back.
+fn integrity(swap: Swap, region_bytes: usize) {
+    let mut region = swap.map(region_bytes).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    let chunk = region.len() / 4;
+    std::thread::scope(|s| {
+        for (t, part) in region.as_mut_slice().chunks_mut(chunk).enumerate() {
+            s.spawn(move || {
+                for (i, page) in part.chunks_mut(PAGE_SIZE).enumerate() {
+                    let p = t * (chunk / PAGE_SIZE) + i;
+                    for (at, b) in page.iter_mut().enumerate() {
+                        *b = fill_byte(p, at, 1);
+                    }
+                }
+            });
+        }
+    });
+    let st = swap.stats();
+    assert!(st.counter("evictions") > pages as u64 / 2, "{:?}", st.counters);
+    // Verify, from 4 threads again, every byte.
+    let region_ref = &region;
+    std::thread::scope(|s| {
+        for (t, part) in region_ref.as_slice().chunks(chunk).enumerate() {
+            s.spawn(move || {
+                for (i, page) in part.chunks(PAGE_SIZE).enumerate() {
+                    let p = t * (chunk / PAGE_SIZE) + i;
+                    for (at, b) in page.iter().enumerate() {
+                        assert_eq!(*b, fill_byte(p, at, 1), "page {p} byte {at}");
+                    }
+                }
+            });
+        }
+    });
+    let st = swap.stats();
+    assert!(st.counter("swapins") > pages as u64 / 2, "{:?}", st.counters);
+    assert!(st.counter("swapin_errors") == 0 && st.counter("swapout_errors") == 0);
+    // Resident stays near the budget (faults overrun it only while
+    // nothing is evictable).
+    assert!(swap.resident_pages() <= swap.budget_pages() + 64, "{} > {}", swap.resident_pages(), swap.budget_pages());
+    drop(region);
+    swap.swap_space().drain_slot_caches();
+    assert_eq!(swap.free_slots(), swap.total_slots(), "region drop returns every slot");
+    assert_eq!(swap.resident_pages(), 0);
+    swap.swap_space().check_invariants().unwrap();
+}
+
+#[test]
+fn integrity_ram_sigbus_mode() {
+    let swap = Swap::builder().budget(4 * MIB).device(DeviceSpec::ram(64 * MIB)).build().unwrap();
+    assert_eq!(swap.fault_mode(), FaultMode::Sigbus);
+    integrity(swap, (16 * MIB) as usize);
+}
+
+#[test]
+fn integrity_ram_handler_thread_mode() {
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(DeviceSpec::ram(64 * MIB))
+        .fault_mode(FaultMode::HandlerThread)
+        .handler_threads(2)
+        .build()
+        .unwrap();
+    integrity(swap, (16 * MIB) as usize);
+}
+
+#[test]
+fn integrity_file_backend() {
+    let dir = tempfile::tempdir().unwrap();
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(DeviceSpec::file(FileOptions::new(dir.path().join("swapfile"), 64 * MIB / PAGE_SIZE as u64)))
+        .build()
+        .unwrap();
+    integrity(swap, (16 * MIB) as usize);
+}
+
+#[test]
+fn never_written_pages_are_zero_without_io_or_slots() {
+    let swap = Swap::builder().budget(MIB).device(DeviceSpec::ram(16 * MIB)).build().unwrap();
+    let region = swap.map((8 * MIB) as usize).unwrap();
+    assert!(region.as_slice().iter().all(|&b| b == 0));
+    let st = swap.stats();
+    assert_eq!(st.counter("zero_fills"), 8 * MIB / PAGE_SIZE as u64);
+    assert!(st.counter("evictions") > 0);
+    assert_eq!(st.counter("evict_write") + st.counter("swapins"), 0, "no IO for zero pages");
+    swap.swap_space().drain_slot_caches();
+    assert_eq!(swap.free_slots(), swap.total_slots(), "no slot for zero pages");
+}
+
+/// Writers increment per-page counters while a tight budget keeps the
+/// reclaimer evicting the same pages: no increment may be lost.
+#[test]
+fn no_write_is_lost_to_eviction() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = Swap::builder().budget(256 * 1024).device(DeviceSpec::ram(16 * MIB)).fault_mode(mode).build().unwrap();
+        let mut region = swap.map((2 * MIB) as usize).unwrap();
+        let pages = region.len() / PAGE_SIZE;
+        let rounds = 20u64;
+        let chunk = region.len() / 4;
+        std::thread::scope(|s| {
+            for part in region.as_mut_slice().chunks_mut(chunk) {
+                s.spawn(move || {
+                    for _ in 0..rounds {
+                        for page in part.chunks_mut(PAGE_SIZE) {
+                            // A u64 counter at the start and end of each page.
+                            for at in [0, PAGE_SIZE - 8] {
+                                let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
+                                page[at..at + 8].copy_from_slice(&(c + 1).to_ne_bytes());
+                            }
+                        }
+                    }
+                });
+            }
+        });
+        for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+            for at in [0, PAGE_SIZE - 8] {
+                let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
+                assert_eq!(c, rounds, "{mode:?}: page {p} offset {at} lost writes");
+            }
+        }
+        let st = swap.stats();
+        assert!(st.counter("evictions") > pages as u64, "{mode:?}: {:?}", st.counters);
+        assert!(st.counter("wp_faults") > 0);
+    }
+}
+
+/// In handler-thread mode a fault raised inside the kernel is served too:
+/// `read(2)` into swapped-out memory.
+#[test]
+fn read_syscall_into_a_swapped_out_region() {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(32 * MIB))
+        .fault_mode(FaultMode::HandlerThread)
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    // Write the region once so its pages are swapped out, not just missing.
+    region.as_mut_slice().fill(0xEE);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let data: Vec<u8> = (0..region.len()).map(|i| fill_byte(i / PAGE_SIZE, i % PAGE_SIZE, 7)).collect();
+    std::fs::write(&path, &data).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    let mut done = 0;
+    while done < region.len() {
+        let n = f.read_at(&mut region.as_mut_slice()[done..], done as u64).unwrap();
+        assert!(n > 0);
+        done += n;
+    }
+    assert!(region.as_slice() == &data[..], "read(2) data landed intact");
+}
+
+/// A swap device too small for the region: pages that cannot be written
+/// out stay resident (the overrun is counted), never zeros.
+#[test]
+fn full_swap_keeps_pages_resident() {
+    let swap = Swap::builder().budget(MIB).device(DeviceSpec::ram(MIB)).max_mapped(4 * MIB).build().unwrap();
+    let mut region = swap.map((3 * MIB) as usize).unwrap();
+    for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        page.fill(p as u8 | 1);
+    }
+    for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert!(page.iter().all(|&b| b == p as u8 | 1), "page {p}");
+    }
+    let st = swap.stats();
+    assert!(st.counter("swap_full") > 0, "{:?}", st.counters);
+    assert!(swap.resident_pages() > swap.budget_pages());
+}
+
+#[test]
+fn bad_configuration_is_refused() {
+    let e = Swap::builder().build().err().unwrap();
+    assert!(e.to_string().contains("no swap device"), "{e}");
+    let e = Swap::builder().budget(4096).device(DeviceSpec::ram(MIB)).build().err().unwrap();
+    assert!(e.to_string().contains("too small"), "{e}");
+    let swap = Swap::builder().budget(MIB).device(DeviceSpec::ram(MIB)).max_mapped(MIB).build().unwrap();
+    assert!(swap.map(0).is_err());
+    let e = swap.map((2 * MIB) as usize).err().unwrap();
+    assert!(matches!(e, PagerError::TooManyPages { .. }), "{e}");
+    let _ = AtomicBool::new(false);
+    let _ = AtomicU64::new(0).load(AtOrd::Relaxed);
+}
