@@ -28,7 +28,9 @@
 //! the page read could be torn (a mix of old and new bytes) but nothing
 //! worse: RAM devices copy with relaxed atomic word accesses rather than
 //! plain `memcpy`, so a racing caller is a logic error, never undefined
-//! behaviour.
+//! behaviour.  That costs a little: word copies do not vectorise, and a
+//! RAM page write takes about 0.27 µs and a read 0.37 µs (release build,
+//! this project's 2-core machine), against a fault's ~16 µs.
 //!
 //! [`IoDevice::read`] and [`IoDevice::write`] never allocate, on success or
 //! failure, so the fault path can call them.
@@ -90,8 +92,9 @@ pub enum IoError {
     /// An existing file or device is smaller than the slots asked for.
     #[error("{}: is {have} bytes but {need} bytes are needed; grow it (e.g. `fallocate -l {need} {}`), ask for fewer slots, or give a path that does not exist yet to have it created", .path.display(), .path.display())]
     TooSmall { path: PathBuf, have: u64, need: u64 },
-    /// `O_DIRECT` was asked for on a filesystem that refuses it (tmpfs).
-    #[error("{}: the filesystem does not support O_DIRECT (tmpfs does not); use FileOptions::direct(false) or put the swap file on a filesystem that does, such as ext4 or xfs", .path.display())]
+    /// `O_DIRECT` was asked for on a filesystem that refuses it (ramfs, or
+    /// tmpfs before Linux 6.6).
+    #[error("{}: the filesystem does not support O_DIRECT (ramfs does not, nor tmpfs before Linux 6.6); use FileOptions::direct(false) or put the swap file on a filesystem that does, such as ext4 or xfs", .path.display())]
     DirectUnsupported { path: PathBuf },
     /// The extent map could not be built.
     #[error(transparent)]
@@ -156,7 +159,8 @@ impl FileOptions {
     }
 
     /// `O_DIRECT` IO (the default, `true`), or buffered IO (`false`) for
-    /// filesystems without `O_DIRECT`, such as tmpfs.
+    /// filesystems without `O_DIRECT`, such as ramfs, or tmpfs before
+    /// Linux 6.6.
     pub fn direct(mut self, on: bool) -> Self {
         self.direct = on;
         self
