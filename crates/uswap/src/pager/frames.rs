@@ -122,6 +122,10 @@ impl FramePool {
     /// # Safety
     /// The caller must hold frame `f` (from `get`) and the frame must be
     /// populated or about to be filled by IO.
+    // Exclusive access comes from holding the frame index (the pool hands
+    // each frame to one holder at a time), not from `&mut self`: this is
+    // an allocator, and its frames are used from many threads at once.
+    #[allow(clippy::mut_from_ref)]
     pub unsafe fn bytes(&self, f: u32) -> &mut [u8] {
         // SAFETY: the caller owns the frame, so nobody else reads or writes
         // these bytes while the slice lives; they lie inside the mapping.
