@@ -56,7 +56,15 @@ pub(super) fn publish_region(base: u64, len: u64, id_base: u32, inner: *const In
     for (i, r) in REGIONS.iter().enumerate() {
         // Claim a free entry by its `inner` pointer, then fill it in;
         // `base` goes last, so a reader that sees it sees the rest.
-        if r.inner.compare_exchange(std::ptr::null_mut(), inner as *mut Inner, Ordering::AcqRel, Ordering::Relaxed).is_ok() {
+        if r.inner
+            .compare_exchange(
+                std::ptr::null_mut(),
+                inner as *mut Inner,
+                Ordering::AcqRel,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+        {
             r.id_base.store(id_base, Ordering::Relaxed);
             r.end.store(base + len, Ordering::Relaxed);
             r.base.store(base, Ordering::Release);
@@ -130,7 +138,10 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>) -> bool
                 // A write to a clean (write-protected) page: it is dirty
                 // from now on, and the copy on its slot is stale.
                 let dirty = page::without_slot(w) | page::DIRTY;
-                if st.compare_exchange(w, dirty | page::BUSY, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                if st
+                    .compare_exchange(w, dirty | page::BUSY, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
                     continue;
                 }
                 inner.counters.wp_faults.inc();
@@ -148,7 +159,10 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>) -> bool
                     // taken since: retrying the access faults it in.
                     return true;
                 }
-                if st.compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire).is_err() {
+                if st
+                    .compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire)
+                    .is_err()
+                {
                     continue;
                 }
                 reclaim::make_room(inner);
@@ -168,7 +182,9 @@ fn install(inner: &Inner, addr: u64, id: u32, w: u64) -> bool {
     let Some(e) = page::slot(w) else {
         // Never written: zeros, no IO, no slot.
         inner.counters.zero_fills.inc();
-        let _ = inner.uffd.copy(addr, inner.zero.addr() as *const u8, PAGE, true, true);
+        let _ = inner
+            .uffd
+            .copy(addr, inner.zero.addr() as *const u8, PAGE, true, true);
         inner.resident.fetch_add(1, Ordering::Relaxed);
         st.store(page::RESIDENT, Ordering::Release);
         inner.lru.add(id);
@@ -211,13 +227,17 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("uswap-fault".into())
         .spawn(move || loop {
-            let Some(inner) = Inner::upgrade(&weak) else { return };
+            let Some(inner) = Inner::upgrade(&weak) else {
+                return;
+            };
             let ready = inner.uffd.poll(50).unwrap_or(false);
             if !ready {
                 continue;
             }
             while let Ok(Some(ev)) = inner.uffd.read_event() {
-                let crate::uffd::Event::PageFault { address, wp, .. } = ev else { continue };
+                let crate::uffd::Event::PageFault { address, wp, .. } = ev else {
+                    continue;
+                };
                 let page_addr = address & !(PAGE - 1);
                 match lookup(address) {
                     Some((owner, id)) if std::ptr::eq(owner, &*inner) => {

@@ -51,7 +51,10 @@ impl Mapping {
                 libc::munmap((aligned + len) as *mut libc::c_void, end - (aligned + len));
             }
         }
-        let m = Mapping { addr: aligned as u64, len };
+        let m = Mapping {
+            addr: aligned as u64,
+            len,
+        };
         // SAFETY: advice on our own mapping.
         if unsafe { libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_DONTFORK) } != 0 {
             return Err(io::Error::last_os_error());
@@ -95,7 +98,10 @@ impl FramePool {
     pub fn new(frames: u32, registry: &Registry, site: &'static str) -> io::Result<FramePool> {
         let map = Mapping::new(frames as usize * PAGE_SIZE, PAGE_SIZE)?;
         let free: Vec<u32> = (0..frames).rev().collect();
-        Ok(FramePool { map, free: StatMutex::new(free, registry.lock_site(site)) })
+        Ok(FramePool {
+            map,
+            free: StatMutex::new(free, registry.lock_site(site)),
+        })
     }
 
     pub fn mapping(&self) -> &Mapping {

@@ -176,7 +176,9 @@ impl SwapBuilder {
     pub fn build(self) -> Result<Swap, PagerError> {
         let page = PAGE_SIZE as u64;
         if self.devices.is_empty() {
-            return Err(PagerError::Config("no swap device: add one with `.device(DeviceSpec::ram(bytes))` or a file".into()));
+            return Err(PagerError::Config(
+                "no swap device: add one with `.device(DeviceSpec::ram(bytes))` or a file".into(),
+            ));
         }
         if self.budget < 64 * page {
             return Err(PagerError::Config(format!(
@@ -186,10 +188,15 @@ impl SwapBuilder {
             )));
         }
         if self.mode == FaultMode::HandlerThread && !(1..=64).contains(&self.handler_threads) {
-            return Err(PagerError::Config(format!("handler_threads must be 1..=64, got {}", self.handler_threads)));
+            return Err(PagerError::Config(format!(
+                "handler_threads must be 1..=64, got {}",
+                self.handler_threads
+            )));
         }
         let registry = Registry::new();
-        let mut features = Features::MOVE.with(Features::PAGEFAULT_FLAG_WP).with(Features::POISON);
+        let mut features = Features::MOVE
+            .with(Features::PAGEFAULT_FLAG_WP)
+            .with(Features::POISON);
         if self.mode == FaultMode::Sigbus {
             features = features.with(Features::SIGBUS);
         }
@@ -207,25 +214,45 @@ impl SwapBuilder {
         }
         let space = space.build(&registry)?;
         let budget = (self.budget / page) as usize;
-        let max_pages = self.max_mapped.map_or(space.total_slots() as usize + budget, |b| (b / page) as usize);
+        let max_pages = self
+            .max_mapped
+            .map_or(space.total_slots() as usize + budget, |b| (b / page) as usize);
         let max_pages = u32::try_from(max_pages)
             .map_err(|_| PagerError::Config(format!("max_mapped of {max_pages} pages exceeds 2^32 pages")))?;
         let lru = Lru::new(LruConfig::new(max_pages), &registry)?;
-        let staging = FramePool::new(self.staging_frames, &registry, "staging_frames")
-            .map_err(|source| PagerError::Mmap { bytes: self.staging_frames as usize * PAGE_SIZE, source })?;
-        let bounce = FramePool::new(self.staging_frames, &registry, "bounce_frames")
-            .map_err(|source| PagerError::Mmap { bytes: self.staging_frames as usize * PAGE_SIZE, source })?;
+        let staging = FramePool::new(self.staging_frames, &registry, "staging_frames").map_err(|source| {
+            PagerError::Mmap {
+                bytes: self.staging_frames as usize * PAGE_SIZE,
+                source,
+            }
+        })?;
+        let bounce = FramePool::new(self.staging_frames, &registry, "bounce_frames").map_err(|source| {
+            PagerError::Mmap {
+                bytes: self.staging_frames as usize * PAGE_SIZE,
+                source,
+            }
+        })?;
         // Bounce frames are read into and copied from: populate them now,
         // not on the fault path.
         for f in 0..self.staging_frames {
             // SAFETY: nobody holds any frame yet.
             unsafe { bounce.bytes(f) }.fill(0);
         }
-        let zero = Mapping::new(PAGE_SIZE, PAGE_SIZE).map_err(|source| PagerError::Mmap { bytes: PAGE_SIZE, source })?;
+        let zero = Mapping::new(PAGE_SIZE, PAGE_SIZE).map_err(|source| PagerError::Mmap {
+            bytes: PAGE_SIZE,
+            source,
+        })?;
         // SAFETY: a fresh private page of our own; reading it populates it.
         unsafe { std::ptr::write_volatile(zero.addr() as *mut u8, 0) };
         // MOVE needs its destination registered with the same descriptor.
-        uffd.register(staging.mapping().addr(), staging.mapping().len() as u64, RegisterMode { missing: true, wp: false })?;
+        uffd.register(
+            staging.mapping().addr(),
+            staging.mapping().len() as u64,
+            RegisterMode {
+                missing: true,
+                wp: false,
+            },
+        )?;
 
         let inner = Arc::new(Inner {
             counters: Counters::new(&registry),
@@ -357,7 +384,11 @@ impl Swap {
             let mut ids = inner.ids.lock();
             let free: usize = ids.iter().map(|r| r.1 as usize).sum();
             let Some(i) = ids.iter().position(|r| r.1 as usize >= pages) else {
-                return Err(PagerError::TooManyPages { pages, max: inner.states.len(), free });
+                return Err(PagerError::TooManyPages {
+                    pages,
+                    max: inner.states.len(),
+                    free,
+                });
             };
             let start = ids[i].0;
             ids[i].0 += pages as u32;
@@ -371,23 +402,40 @@ impl Swap {
             Ok(m) => m,
             Err(source) => {
                 inner.free_ids(id_base, pages as u32);
-                return Err(PagerError::Mmap { bytes: pages * PAGE_SIZE, source });
+                return Err(PagerError::Mmap {
+                    bytes: pages * PAGE_SIZE,
+                    source,
+                });
             }
         };
         for i in 0..pages {
             inner.states[id_base as usize + i].store(page::NEVER, Ordering::Relaxed);
             inner.addrs[id_base as usize + i].store(map.addr() + (i * PAGE_SIZE) as u64, Ordering::Relaxed);
         }
-        if let Err(e) = inner.uffd.register(map.addr(), map.len() as u64, RegisterMode { missing: true, wp: true }) {
+        if let Err(e) = inner.uffd.register(
+            map.addr(),
+            map.len() as u64,
+            RegisterMode {
+                missing: true,
+                wp: true,
+            },
+        ) {
             inner.free_ids(id_base, pages as u32);
             return Err(e.into());
         }
-        let Some(slot) = fault::publish_region(map.addr(), map.len() as u64, id_base, Arc::as_ptr(inner)) else {
+        let Some(slot) = fault::publish_region(map.addr(), map.len() as u64, id_base, Arc::as_ptr(inner))
+        else {
             let _ = inner.uffd.unregister(map.addr(), map.len() as u64);
             inner.free_ids(id_base, pages as u32);
             return Err(PagerError::TooManyRegions);
         };
-        Ok(Region { inner: inner.clone(), map, id_base, pages, slot })
+        Ok(Region {
+            inner: inner.clone(),
+            map,
+            id_base,
+            pages,
+            slot,
+        })
     }
 
     /// The instance's counters and lock statistics.
@@ -529,7 +577,10 @@ impl Drop for Region {
                     std::thread::yield_now();
                     continue;
                 }
-                if st.compare_exchange(w, page::DEAD, Ordering::AcqRel, Ordering::Acquire).is_ok() {
+                if st
+                    .compare_exchange(w, page::DEAD, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+                {
                     break w;
                 }
             };

@@ -81,7 +81,10 @@ fn evict(inner: &Inner, id: u32) -> bool {
         inner.counters.swap_full.inc();
         return false;
     }
-    if st.compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire).is_err() {
+    if st
+        .compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire)
+        .is_err()
+    {
         return false;
     }
     let addr = inner.addrs[id as usize].load(Ordering::Relaxed);
@@ -157,7 +160,9 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>) -> JoinHandle<()> {
     std::thread::Builder::new()
         .name("uswap-reclaim".into())
         .spawn(move || loop {
-            let Some(inner) = Inner::upgrade(&weak) else { return };
+            let Some(inner) = Inner::upgrade(&weak) else {
+                return;
+            };
             let resident = inner.resident.load(Ordering::Relaxed);
             if resident > inner.low {
                 if reclaim(&inner, resident - inner.low) == 0 {

@@ -53,17 +53,30 @@ fn integrity(swap: Swap, region_bytes: usize) {
     assert!(st.counter("swapin_errors") == 0 && st.counter("swapout_errors") == 0);
     // Resident stays near the budget (faults overrun it only while
     // nothing is evictable).
-    assert!(swap.resident_pages() <= swap.budget_pages() + 64, "{} > {}", swap.resident_pages(), swap.budget_pages());
+    assert!(
+        swap.resident_pages() <= swap.budget_pages() + 64,
+        "{} > {}",
+        swap.resident_pages(),
+        swap.budget_pages()
+    );
     drop(region);
     swap.swap_space().drain_slot_caches();
-    assert_eq!(swap.free_slots(), swap.total_slots(), "region drop returns every slot");
+    assert_eq!(
+        swap.free_slots(),
+        swap.total_slots(),
+        "region drop returns every slot"
+    );
     assert_eq!(swap.resident_pages(), 0);
     swap.swap_space().check_invariants().unwrap();
 }
 
 #[test]
 fn integrity_ram_sigbus_mode() {
-    let swap = Swap::builder().budget(4 * MIB).device(DeviceSpec::ram(64 * MIB)).build().unwrap();
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(DeviceSpec::ram(64 * MIB))
+        .build()
+        .unwrap();
     assert_eq!(swap.fault_mode(), FaultMode::Sigbus);
     integrity(swap, (16 * MIB) as usize);
 }
@@ -85,7 +98,10 @@ fn integrity_file_backend() {
     let dir = tempfile::tempdir().unwrap();
     let swap = Swap::builder()
         .budget(4 * MIB)
-        .device(DeviceSpec::file(FileOptions::new(dir.path().join("swapfile"), 64 * MIB / PAGE_SIZE as u64)))
+        .device(DeviceSpec::file(FileOptions::new(
+            dir.path().join("swapfile"),
+            64 * MIB / PAGE_SIZE as u64,
+        )))
         .build()
         .unwrap();
     integrity(swap, (16 * MIB) as usize);
@@ -93,13 +109,21 @@ fn integrity_file_backend() {
 
 #[test]
 fn never_written_pages_are_zero_without_io_or_slots() {
-    let swap = Swap::builder().budget(MIB).device(DeviceSpec::ram(16 * MIB)).build().unwrap();
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(16 * MIB))
+        .build()
+        .unwrap();
     let region = swap.map((8 * MIB) as usize).unwrap();
     assert!(region.as_slice().iter().all(|&b| b == 0));
     let st = swap.stats();
     assert_eq!(st.counter("zero_fills"), 8 * MIB / PAGE_SIZE as u64);
     assert!(st.counter("evictions") > 0);
-    assert_eq!(st.counter("evict_write") + st.counter("swapins"), 0, "no IO for zero pages");
+    assert_eq!(
+        st.counter("evict_write") + st.counter("swapins"),
+        0,
+        "no IO for zero pages"
+    );
     swap.swap_space().drain_slot_caches();
     assert_eq!(swap.free_slots(), swap.total_slots(), "no slot for zero pages");
 }
@@ -109,7 +133,12 @@ fn never_written_pages_are_zero_without_io_or_slots() {
 #[test]
 fn no_write_is_lost_to_eviction() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
-        let swap = Swap::builder().budget(256 * 1024).device(DeviceSpec::ram(16 * MIB)).fault_mode(mode).build().unwrap();
+        let swap = Swap::builder()
+            .budget(256 * 1024)
+            .device(DeviceSpec::ram(16 * MIB))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
         let mut region = swap.map((2 * MIB) as usize).unwrap();
         let pages = region.len() / PAGE_SIZE;
         let rounds = 20u64;
@@ -136,7 +165,11 @@ fn no_write_is_lost_to_eviction() {
             }
         }
         let st = swap.stats();
-        assert!(st.counter("evictions") > pages as u64, "{mode:?}: {:?}", st.counters);
+        assert!(
+            st.counter("evictions") > pages as u64,
+            "{mode:?}: {:?}",
+            st.counters
+        );
         assert!(st.counter("wp_faults") > 0);
     }
 }
@@ -156,12 +189,16 @@ fn read_syscall_into_a_swapped_out_region() {
     region.as_mut_slice().fill(0xEE);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("data");
-    let data: Vec<u8> = (0..region.len()).map(|i| fill_byte(i / PAGE_SIZE, i % PAGE_SIZE, 7)).collect();
+    let data: Vec<u8> = (0..region.len())
+        .map(|i| fill_byte(i / PAGE_SIZE, i % PAGE_SIZE, 7))
+        .collect();
     std::fs::write(&path, &data).unwrap();
     let f = std::fs::File::open(&path).unwrap();
     let mut done = 0;
     while done < region.len() {
-        let n = f.read_at(&mut region.as_mut_slice()[done..], done as u64).unwrap();
+        let n = f
+            .read_at(&mut region.as_mut_slice()[done..], done as u64)
+            .unwrap();
         assert!(n > 0);
         done += n;
     }
@@ -172,7 +209,12 @@ fn read_syscall_into_a_swapped_out_region() {
 /// out stay resident (the overrun is counted), never zeros.
 #[test]
 fn full_swap_keeps_pages_resident() {
-    let swap = Swap::builder().budget(MIB).device(DeviceSpec::ram(MIB)).max_mapped(4 * MIB).build().unwrap();
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(MIB))
+        .max_mapped(4 * MIB)
+        .build()
+        .unwrap();
     let mut region = swap.map((3 * MIB) as usize).unwrap();
     for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
         page.fill(p as u8 | 1);
@@ -189,9 +231,19 @@ fn full_swap_keeps_pages_resident() {
 fn bad_configuration_is_refused() {
     let e = Swap::builder().build().err().unwrap();
     assert!(e.to_string().contains("no swap device"), "{e}");
-    let e = Swap::builder().budget(4096).device(DeviceSpec::ram(MIB)).build().err().unwrap();
+    let e = Swap::builder()
+        .budget(4096)
+        .device(DeviceSpec::ram(MIB))
+        .build()
+        .err()
+        .unwrap();
     assert!(e.to_string().contains("too small"), "{e}");
-    let swap = Swap::builder().budget(MIB).device(DeviceSpec::ram(MIB)).max_mapped(MIB).build().unwrap();
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(MIB))
+        .max_mapped(MIB)
+        .build()
+        .unwrap();
     assert!(swap.map(0).is_err());
     let e = swap.map((2 * MIB) as usize).err().unwrap();
     assert!(matches!(e, PagerError::TooManyPages { .. }), "{e}");
