@@ -168,8 +168,10 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>) -> bool
                 reclaim::make_room(inner);
                 return install(inner, page_addr, id, w);
             }
-            // Poisoned pages raise SIGBUS from the kernel itself; a dead
-            // page's region is being unmapped.  Nothing to do.
+            // A poisoned page's access must fail: in SIGBUS mode the
+            // caller passes the signal on.  A dead page's region is being
+            // unmapped.  Nothing to serve either way.
+            page::POISONED => return true,
             _ => return true,
         }
     }
@@ -285,8 +287,12 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         // SAFETY: an entry is published only while its region, which holds
         // the instance alive, exists; a fault in a region means it exists.
         let inner = unsafe { &*inner };
-        serve(inner, addr, id, None);
-        return;
+        // A poisoned page (its swap-in failed) is the application's SIGBUS
+        // to have: serving it would only repeat the fault forever.
+        if page::kind(inner.states[id as usize].load(Ordering::Acquire)) != page::POISONED {
+            serve(inner, addr, id, None);
+            return;
+        }
     }
     // Not ours: hand it to whoever had SIGBUS before.
     let old = OLD_SIGBUS.load(Ordering::Acquire);

@@ -560,6 +560,20 @@ impl Region {
     }
 }
 
+impl Region {
+    /// The slot page `index` of this region is on, when it has one (for
+    /// tests of the error paths).
+    #[doc(hidden)]
+    pub fn slot_of(&self, index: usize) -> Option<crate::swap_space::SwapEntry> {
+        page::slot(self.inner.states[self.id_base as usize + index].load(Ordering::Acquire))
+    }
+
+    /// Whether page `index` is resident.
+    pub fn is_resident(&self, index: usize) -> bool {
+        page::kind(self.inner.states[self.id_base as usize + index].load(Ordering::Acquire)) == page::RESIDENT
+    }
+}
+
 impl Drop for Region {
     fn drop(&mut self) {
         let inner = &self.inner;

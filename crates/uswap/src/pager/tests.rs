@@ -250,3 +250,50 @@ fn bad_configuration_is_refused() {
     let _ = AtomicBool::new(false);
     let _ = AtomicU64::new(0).load(AtOrd::Relaxed);
 }
+
+/// A swap-in that fails poisons the page: the access gets SIGBUS, never
+/// zeros.  The access kills the process, so it runs in a child: this test
+/// binary re-run on just this test, with the scenario switched on.
+#[test]
+fn read_error_poisons_the_page() {
+    if std::env::var_os("USWAP_POISON_CHILD").is_some() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(16 * MIB))
+            .build()
+            .unwrap();
+        let mut region = swap.map((4 * MIB) as usize).unwrap();
+        region.as_mut_slice().fill(0x42);
+        // Page 0 is long evicted by now (the budget is a quarter).
+        let e = region.slot_of(0).expect("page 0 was written out");
+        assert!(!region.is_resident(0));
+        swap.inject_io_error(e.device() as usize, e.offset(), crate::io::IoOp::Read);
+        eprintln!("touching the poisoned page");
+        let v = region.as_slice()[0];
+        // Not reached: SIGBUS.  Never zeros.
+        eprintln!("read {v:#x} from a page whose swap-in failed");
+        std::process::exit(3);
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "pager::tests::read_error_poisons_the_page",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("USWAP_POISON_CHILD", "1")
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("touching the poisoned page"),
+        "the child did not get there: {err}"
+    );
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGBUS),
+        "child: {:?}\n{err}",
+        out.status
+    );
+}
