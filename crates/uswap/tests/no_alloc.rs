@@ -9,6 +9,7 @@ use std::num::NonZeroU64;
 
 use uswap::extent::{ExtentMap, ExtentMapKind};
 use uswap::lru::{Lru, LruBatch, LruConfig};
+use uswap::pager::{DeviceSpec, Swap};
 use uswap::stats::Registry;
 use uswap::swap_cache::SwapCache;
 use uswap::swap_space::{DeviceConfig, SwapEntry, SwapSpace, Switches};
@@ -148,4 +149,37 @@ fn extent_lookup_does_not_allocate() {
         });
         assert_eq!(n, 0, "extent lookup allocated {n} times ({kind:?})");
     }
+}
+
+/// The fault path, in SIGBUS mode, runs in the faulting thread: its zero
+/// fills, swap-ins, write-protect faults and direct reclaim must not
+/// allocate (a signal handler cannot call malloc).  Background reclaim is
+/// off, so all eviction happens here, in this thread, too.
+#[test]
+fn fault_path_does_not_allocate() {
+    let swap = Swap::builder()
+        .budget(1 << 20)
+        .device(DeviceSpec::ram(32 << 20))
+        .background_reclaim(false)
+        .build()
+        .unwrap();
+    let mut region = swap.map(8 << 20).unwrap();
+    // Warm this thread's counter shards.
+    region.as_mut_slice()[0] = 1;
+    let n = allocations_in(|| {
+        for pass in 0..2u8 {
+            for page in region.as_mut_slice().chunks_mut(4096) {
+                page[17] = page[17].wrapping_add(pass + 1);
+            }
+        }
+    });
+    let st = swap.stats();
+    assert!(
+        st.counter("evictions") > 2000 && st.counter("swapins") > 1000,
+        "{:?}",
+        st.counters
+    );
+    assert!(st.counter("direct_reclaim") > 0);
+    assert_eq!(n, 0, "the fault path allocated {n} times");
+    assert!(region.as_slice().chunks(4096).all(|p| p[17] == 3 || p[17] == 4));
 }
