@@ -1,12 +1,15 @@
 //! The `uswap` command line.
 
 mod bench;
+mod demo;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
 
 /// uswap: a swap subsystem in user space, after the Linux swap design.
 ///
+/// `uswap demo` maps memory larger than a budget and pages it out and in
+/// transparently.
 /// `uswap bench` reproduces the seed patches' experiments on uswap's core:
 /// every seed mechanism is a switch, and each bench measures the shipped
 /// configuration ("default") against each switch flipped back to the
@@ -20,6 +23,11 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
+    /// Map a region larger than a memory budget, fill it from several
+    /// threads, verify every byte, and show what was swapped.
+    ///
+    /// Needs userfaultfd: run as root (or with vm.unprivileged_userfaultfd=1).
+    Demo(demo::DemoArgs),
     /// Benchmarks of the core, one per seed experiment.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -65,9 +73,18 @@ enum BenchCommand {
     Huge(bench::huge::HugeArgs),
 }
 
-fn main() -> Result<()> {
+fn main() {
     let cli = Cli::parse();
+    if let Err(e) = run(cli) {
+        // One line: what failed, then why (`{:#}` joins the causes).
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Demo(a) => demo::run(&a),
         Command::Bench(b) => match b {
             BenchCommand::Alloc(a) => bench::alloc::run(&a),
             BenchCommand::Extent(a) => bench::extent::run(&a),

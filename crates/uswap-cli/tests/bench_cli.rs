@@ -193,3 +193,52 @@ fn help_teaches() {
         assert!(s.contains(b), "bench --help lacks {b}: {s}");
     }
 }
+
+#[test]
+fn demo_swaps_and_verifies() {
+    for mode in ["sigbus", "handler"] {
+        let out = uswap(&[
+            "demo", "--size", "16M", "--budget", "4M", "--swap", "ram:64M", "--mode", mode,
+        ]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{mode}: {}\n{text}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(text.contains("every byte read back as written"), "{text}");
+        // It really swapped: some pages went to swap and came back.
+        let swapins: u64 = text
+            .split("zero fills, ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .expect("swap-in count in the summary");
+        assert!(swapins > 1000, "{text}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = format!("file:{}:32M", dir.path().join("swap").display());
+    let out = uswap(&["demo", "--size", "8M", "--budget", "2M", "--swap", &file]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for (args, needle) in [
+        (
+            vec!["demo", "--budget", "4K"],
+            "budget of 4096 bytes is too small",
+        ),
+        (vec!["demo", "--swap", "ram:zz"], "is not a size"),
+        (
+            vec!["demo", "--swap", "file:/nonexistent-dir/x:1M"],
+            "/nonexistent-dir/x",
+        ),
+    ] {
+        let out = uswap(&args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert_eq!(
+            err.trim().lines().count(),
+            if needle.contains("size") { 3 } else { 1 },
+            "{args:?}: {err}"
+        );
+    }
+}
