@@ -64,6 +64,13 @@ enum BenchCommand {
     /// (batches of 31), batch-15 (the seed's pagevec), unbatched-lru
     /// (before seed 002: the LRU lock for every page).
     Lru(bench::lru::LruArgs),
+    /// Microseconds per page fault served by uswap (zero fill, swap-in from
+    /// RAM and from a file) next to the kernel's own anonymous fault.
+    ///
+    /// Needs userfaultfd (root).  Each run touches every page of a fresh
+    /// --mib region once; swap-in variants write the region first under a
+    /// budget a sixteenth of its size, so the touches read pages back.
+    Fault(bench::fault::FaultArgs),
     /// 2 MB units: one whole cluster vs 512 single slots (seed 003).
     ///
     /// Threads swap 2 MB units out (allocate, add to the swap cache) and
@@ -90,6 +97,7 @@ fn run(cli: Cli) -> Result<()> {
             BenchCommand::Extent(a) => bench::extent::run(&a),
             BenchCommand::Lru(a) => bench::lru::run(&a),
             BenchCommand::Huge(a) => bench::huge::run(&a),
+            BenchCommand::Fault(a) => bench::fault::run(&a),
         },
     }
 }

@@ -242,3 +242,35 @@ fn demo_swaps_and_verifies() {
         );
     }
 }
+
+#[test]
+fn bench_fault_json() {
+    let v = bench_json(&[
+        "bench",
+        "fault",
+        "--json",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+        "--mib",
+        "8",
+    ]);
+    check_shape(
+        &v,
+        "fault",
+        &["kernel-anon", "zero-fill", "swapin-ram", "swapin-file"],
+    );
+    for x in v["variants"].as_array().unwrap() {
+        let us = x["us_per_fault"].as_f64().unwrap();
+        assert!(us > 0.0 && us < 10_000.0, "{x}");
+        if x["name"] != "kernel-anon" {
+            // The faults really went through uswap: every page but the
+            // (at most 256, the 1 MiB budget) still resident ones.
+            assert!(x["counters"]["faults"].as_u64().unwrap() >= 2048 - 256, "{x}");
+        }
+        if x["name"].as_str().unwrap().starts_with("swapin") {
+            assert!(x["counters"]["swapins"].as_u64().unwrap() > 1024, "{x}");
+        }
+    }
+}

@@ -6,6 +6,7 @@
 
 pub mod alloc;
 pub mod extent;
+pub mod fault;
 pub mod huge;
 pub mod lru;
 pub mod report;

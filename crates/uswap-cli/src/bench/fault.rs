@@ -1,0 +1,210 @@
+//! `uswap bench fault`: what one page fault costs, served by uswap, next to
+//! the kernel's own anonymous page fault measured in the same run.
+//!
+//! Each run touches (reads one byte of) every page of a fresh region once,
+//! from T threads over disjoint slices, and the time per page is the fault
+//! cost (plus, for uswap, its share of the reclaim that keeps the region
+//! under the budget):
+//!
+//! - `kernel-anon`: an ordinary anonymous mapping, no uswap: the kernel maps
+//!   its zero page.  The baseline.
+//! - `zero-fill`: a uswap region never written: a zero page installed.
+//! - `swapin-ram`: every page written once beforehand (untimed) under a
+//!   budget a sixteenth of the region, so all but the last few are on a RAM
+//!   swap device: each touch reads the page back.
+//! - `swapin-file`: the same from an O_DIRECT swap file in the temp dir.
+
+use std::collections::BTreeMap;
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use clap::Args;
+use uswap::io::FileOptions;
+use uswap::pager::{DeviceSpec, FaultMode, Swap};
+use uswap::stats::Snapshot;
+
+use super::{emit, interleave, summarize, threads_by_variant, Common, Report, Round, Variant};
+
+const PAGE: usize = uswap::PAGE_SIZE;
+
+#[derive(Args, Debug)]
+#[command(mut_arg("threads", |a| a.default_value("1,2")))]
+pub struct FaultArgs {
+    #[command(flatten)]
+    pub common: Common,
+    /// Region size in MiB per run.
+    #[arg(long, default_value_t = 64)]
+    pub mib: usize,
+    /// Serve faults in handler threads instead of the faulting thread.
+    #[arg(long)]
+    pub handler_threads: bool,
+}
+
+const VARIANTS: [&str; 4] = ["kernel-anon", "zero-fill", "swapin-ram", "swapin-file"];
+
+/// Touch one byte of every page of `[base, base + len)` from `threads`
+/// threads; the time from their release to the last one done.
+fn touch_all(base: usize, len: usize, threads: usize) -> Duration {
+    let pages = len / PAGE;
+    let per = pages.div_ceil(threads);
+    let barrier = Barrier::new(threads + 1);
+    std::thread::scope(|s| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    barrier.wait();
+                    let mut sum = 0u64;
+                    for p in (t * per)..((t + 1) * per).min(pages) {
+                        // SAFETY: inside the mapping the caller owns.
+                        sum += unsafe { std::ptr::read_volatile((base + p * PAGE) as *const u8) } as u64;
+                    }
+                    std::hint::black_box(sum);
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        for h in hs {
+            h.join().expect("toucher");
+        }
+        start.elapsed()
+    })
+}
+
+fn kernel_anon(len: usize, threads: usize) -> anyhow::Result<Round> {
+    // SAFETY: a fresh private anonymous mapping, unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    anyhow::ensure!(
+        p != libc::MAP_FAILED,
+        "mmap of {len} bytes failed: {}",
+        std::io::Error::last_os_error()
+    );
+    let elapsed = touch_all(p as usize, len, threads);
+    // SAFETY: unmaps what was mapped above.
+    unsafe { libc::munmap(p, len) };
+    Ok(Round {
+        ops: (len / PAGE) as u64,
+        elapsed,
+        threads,
+        stats: Snapshot::default(),
+    })
+}
+
+fn uswap_run(variant: &str, len: usize, threads: usize, mode: FaultMode) -> anyhow::Result<Round> {
+    let dir = tempfile::tempdir().context("temp dir for the swap file")?;
+    let swap_bytes = (len as u64) * 2;
+    let device = if variant == "swapin-file" {
+        DeviceSpec::file(FileOptions::new(
+            dir.path().join("swap"),
+            swap_bytes / PAGE as u64,
+        ))
+    } else {
+        DeviceSpec::ram(swap_bytes)
+    };
+    let swap = Swap::builder()
+        .budget((len as u64 / 16).max(1 << 20))
+        .device(device)
+        .fault_mode(mode)
+        .build()
+        .context("starting uswap (needs root and Linux 6.8+)")?;
+    let mut region = swap.map(len).context("mapping the region")?;
+    if variant != "zero-fill" {
+        // Untimed: write every page once, so nearly all are swapped out.
+        for (i, page) in region.as_mut_slice().chunks_mut(PAGE).enumerate() {
+            page[0] = i as u8 | 1;
+        }
+    }
+    let before = swap.stats();
+    let elapsed = touch_all(region.as_ptr() as usize, region.len(), threads);
+    let stats = swap.stats().since(&before);
+    Ok(Round {
+        ops: (len / PAGE) as u64,
+        elapsed,
+        threads,
+        stats,
+    })
+}
+
+pub fn run(args: &FaultArgs) -> anyhow::Result<()> {
+    let c = &args.common;
+    c.validate()?;
+    anyhow::ensure!(
+        (4..=4096).contains(&args.mib),
+        "--mib must be 4..=4096, got {}",
+        args.mib
+    );
+    let len = args.mib << 20;
+    let mode = if args.handler_threads {
+        FaultMode::HandlerThread
+    } else {
+        FaultMode::Sigbus
+    };
+    let chosen = c.selected(&VARIANTS)?;
+    let combos = threads_by_variant(c, &chosen);
+    let rounds = interleave(
+        c,
+        "fault",
+        &combos,
+        |&(t, v)| format!("{} x{t}", VARIANTS[v]),
+        |_, &(threads, v)| match VARIANTS[v] {
+            "kernel-anon" => kernel_anon(len, threads),
+            name => uswap_run(name, len, threads, mode),
+        },
+    )?;
+    let mut variants: Vec<Variant> = combos
+        .iter()
+        .zip(&rounds)
+        .map(|(&(_, v), r)| {
+            let mut extra = BTreeMap::new();
+            extra.insert("mib".to_string(), serde_json::json!(args.mib));
+            extra.insert("mode".to_string(), serde_json::json!(format!("{mode:?}")));
+            summarize(VARIANTS[v], r, extra)
+        })
+        .collect();
+    // Microseconds per fault, per thread (a thread's own fault latency),
+    // and the ratio to the kernel's anonymous fault in the same run.
+    for i in 0..variants.len() {
+        let us = 1e6 * variants[i].threads as f64 / variants[i].throughput.max(1e-9);
+        variants[i]
+            .extra
+            .insert("us_per_fault".into(), serde_json::json!(us));
+        let base = variants
+            .iter()
+            .find(|x| x.name == "kernel-anon" && x.threads == variants[i].threads);
+        if let Some(b) = base {
+            let ratio = b.throughput / variants[i].throughput.max(1e-9);
+            variants[i]
+                .extra
+                .insert("vs_kernel".into(), serde_json::json!(ratio));
+        }
+    }
+    let report = Report {
+        bench: "fault".into(),
+        variants,
+    };
+    c.save(&report)?;
+    emit(&report, c.json, |v, all| {
+        all.iter()
+            .position(|x| x.name == "kernel-anon" && x.threads == v.threads)
+    });
+    if !c.json {
+        println!("microseconds per fault, per thread (x: times the kernel's anonymous fault):");
+        for v in &report.variants {
+            let us = v.extra["us_per_fault"].as_f64().unwrap_or(0.0);
+            let x = v.extra.get("vs_kernel").and_then(|r| r.as_f64()).unwrap_or(0.0);
+            println!("  {:<12} x{:<2} {:>7.2} us  ({:.1}x)", v.name, v.threads, us, x);
+        }
+    }
+    Ok(())
+}
