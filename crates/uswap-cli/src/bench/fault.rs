@@ -39,6 +39,9 @@ pub struct FaultArgs {
     /// Serve faults in handler threads instead of the faulting thread.
     #[arg(long)]
     pub handler_threads: bool,
+    /// Reclaim only in faulting threads (no background reclaimer thread).
+    #[arg(long)]
+    pub no_background_reclaim: bool,
 }
 
 const VARIANTS: [&str; 4] = ["kernel-anon", "zero-fill", "swapin-ram", "swapin-file"];
@@ -101,7 +104,13 @@ fn kernel_anon(len: usize, threads: usize) -> anyhow::Result<Round> {
     })
 }
 
-fn uswap_run(variant: &str, len: usize, threads: usize, mode: FaultMode) -> anyhow::Result<Round> {
+fn uswap_run(
+    variant: &str,
+    len: usize,
+    threads: usize,
+    mode: FaultMode,
+    background: bool,
+) -> anyhow::Result<Round> {
     let dir = tempfile::tempdir().context("temp dir for the swap file")?;
     let swap_bytes = (len as u64) * 2;
     let device = if variant == "swapin-file" {
@@ -116,6 +125,7 @@ fn uswap_run(variant: &str, len: usize, threads: usize, mode: FaultMode) -> anyh
         .budget((len as u64 / 16).max(1 << 20))
         .device(device)
         .fault_mode(mode)
+        .background_reclaim(background)
         .build()
         .context("starting uswap (needs root and Linux 6.8+)")?;
     let mut region = swap.map(len).context("mapping the region")?;
@@ -159,7 +169,7 @@ pub fn run(args: &FaultArgs) -> anyhow::Result<()> {
         |&(t, v)| format!("{} x{t}", VARIANTS[v]),
         |_, &(threads, v)| match VARIANTS[v] {
             "kernel-anon" => kernel_anon(len, threads),
-            name => uswap_run(name, len, threads, mode),
+            name => uswap_run(name, len, threads, mode, !args.no_background_reclaim),
         },
     )?;
     let mut variants: Vec<Variant> = combos

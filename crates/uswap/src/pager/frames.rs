@@ -92,15 +92,20 @@ impl Drop for Mapping {
 pub(crate) struct FramePool {
     map: Mapping,
     free: StatMutex<Vec<u32>>,
+    /// A pidfd of this process, for `process_madvise` (-1: none).
+    pidfd: i32,
 }
 
 impl FramePool {
     pub fn new(frames: u32, registry: &Registry, site: &'static str) -> io::Result<FramePool> {
         let map = Mapping::new(frames as usize * PAGE_SIZE, PAGE_SIZE)?;
         let free: Vec<u32> = (0..frames).rev().collect();
+        // SAFETY: pidfd_open of our own pid; the descriptor is closed on drop.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, libc::getpid(), 0) } as i32;
         Ok(FramePool {
             map,
             free: StatMutex::new(free, registry.lock_site(site)),
+            pidfd,
         })
     }
 
@@ -116,6 +121,46 @@ impl FramePool {
     /// Return a frame.
     pub fn put(&self, f: u32) {
         self.free.lock().push(f);
+    }
+
+    /// Drop the contents of `frames` (at most 64) in one system call.
+    pub fn discard_batch(&self, frames: &[u32]) {
+        const MAX: usize = 64;
+        debug_assert!(frames.len() <= MAX);
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; MAX];
+        let n = frames.len().min(MAX);
+        for (v, &f) in iov.iter_mut().zip(&frames[..n]) {
+            *v = libc::iovec {
+                iov_base: self.addr(f) as *mut libc::c_void,
+                iov_len: PAGE_SIZE,
+            };
+        }
+        let done = if self.pidfd >= 0 {
+            // SAFETY: the iovecs name frames of our own mapping whose
+            // contents the caller no longer needs; the pidfd is ours.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_process_madvise,
+                    self.pidfd,
+                    iov.as_ptr(),
+                    n,
+                    libc::MADV_DONTNEED,
+                    0,
+                )
+            }
+        } else {
+            -1
+        };
+        if done < (n * PAGE_SIZE) as i64 {
+            // No process_madvise, or no DONTNEED through it on this
+            // kernel: one madvise per frame.
+            for &f in &frames[..n] {
+                self.map.discard(self.addr(f), PAGE_SIZE);
+            }
+        }
     }
 
     /// The address of frame `f`.
@@ -136,5 +181,14 @@ impl FramePool {
         // SAFETY: the caller owns the frame, so nobody else reads or writes
         // these bytes while the slice lives; they lie inside the mapping.
         unsafe { std::slice::from_raw_parts_mut(self.addr(f) as *mut u8, PAGE_SIZE) }
+    }
+}
+
+impl Drop for FramePool {
+    fn drop(&mut self) {
+        if self.pidfd >= 0 {
+            // SAFETY: our own descriptor, closed once.
+            unsafe { libc::close(self.pidfd) };
+        }
     }
 }

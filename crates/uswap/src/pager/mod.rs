@@ -515,6 +515,19 @@ impl Inner {
         }
     }
 
+    /// Discard staging frames (their contents are on swap or were clean)
+    /// and return them to the pool: one `process_madvise` for the batch,
+    /// so one TLB flush instead of one per frame.
+    fn discard_frames(&self, frames: &[u32]) {
+        if frames.is_empty() {
+            return;
+        }
+        self.staging.discard_batch(frames);
+        for &f in frames {
+            self.staging.put(f);
+        }
+    }
+
     fn upgrade(w: &Weak<Inner>) -> Option<Arc<Inner>> {
         let a = w.upgrade()?;
         (!a.shutdown.load(Ordering::Relaxed)).then_some(a)

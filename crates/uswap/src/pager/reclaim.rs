@@ -56,8 +56,14 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
             inner.lru.age_active(want * 4);
             continue;
         }
+        // Frames of pages evicted in this pass, discarded together below:
+        // one TLB flush for the batch instead of one per page.
+        let mut frames = [0u32; BATCH];
+        let mut nframes = 0;
         for &id in &victims[..n] {
-            if evict(inner, id) {
+            if let Some(f) = evict(inner, id) {
+                frames[nframes] = f;
+                nframes += 1;
                 done += 1;
             } else if page::kind(inner.states[id as usize].load(Ordering::Acquire)) == page::RESIDENT {
                 // Still resident (busy, or no room on the devices): back
@@ -65,39 +71,42 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
                 inner.lru.add(id);
             }
         }
+        inner.discard_frames(&frames[..nframes]);
     }
     done
 }
 
-/// Evict page `id`; false when it was not evictable right now.
-fn evict(inner: &Inner, id: u32) -> bool {
+/// Evict page `id`; returns the staging frame its contents went through
+/// (for the caller to discard and return), or None when the page was not
+/// evictable right now.
+fn evict(inner: &Inner, id: u32) -> Option<u32> {
     let st = &inner.states[id as usize];
     let w = st.load(Ordering::Acquire);
     if page::kind(w) != page::RESIDENT || w & page::BUSY != 0 {
-        return false;
+        return None;
     }
     if w & page::DIRTY != 0 && inner.space.nr_free() == 0 {
         // Nowhere to write it: do not move it out just to move it back.
         inner.counters.swap_full.inc();
-        return false;
+        return None;
     }
     if st
         .compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire)
         .is_err()
     {
-        return false;
+        return None;
     }
     let addr = inner.addrs[id as usize].load(Ordering::Relaxed);
     let Some(f) = inner.staging.get() else {
         st.store(w, Ordering::Release);
-        return false;
+        return None;
     };
     let frame = inner.staging.addr(f);
     if inner.uffd.move_pages(frame, addr, PAGE, false, false).is_err() {
         // Shared or pinned (EBUSY), or not present: leave it resident.
         inner.staging.put(f);
         st.store(w, Ordering::Release);
-        return false;
+        return None;
     }
     let clean = w & page::DIRTY == 0;
     let next = match (clean, page::slot(w)) {
@@ -120,16 +129,14 @@ fn evict(inner: &Inner, id: u32) -> bool {
                 let _ = inner.uffd.move_pages(addr, frame, PAGE, true, false);
                 inner.staging.put(f);
                 st.store(w, Ordering::Release);
-                return false;
+                return None;
             }
         },
     };
-    inner.staging.mapping().discard(frame, PAGE_SIZE);
-    inner.staging.put(f);
     inner.resident.fetch_sub(1, Ordering::Relaxed);
     inner.counters.evictions.inc();
     st.store(next, Ordering::Release);
-    true
+    Some(f)
 }
 
 /// Write staging frame `f` to a new slot.
