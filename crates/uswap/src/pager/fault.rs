@@ -115,10 +115,12 @@ fn wait_busy(inner: &Inner, spins: &mut u32) {
 
 /// Serve a fault at `addr` (page id `id`).  `wp` is Some(true) when the
 /// kernel said this is a write-protect fault, Some(false) a missing-page
-/// fault, None when unknown (SIGBUS mode: the page state tells).
+/// fault, None when unknown (SIGBUS mode: the page state tells).  `write`:
+/// the access was a write, so a missing page is installed writable and
+/// dirty at once, sparing the write-protect fault that would follow.
 /// Returns whether the caller must wake the faulting thread (handler mode;
 /// the ioctls that resolve a fault wake it themselves).
-pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>) -> bool {
+pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>, write: bool) -> bool {
     let page_addr = addr & !(PAGE - 1);
     let st = &inner.states[id as usize];
     let mut spins = 0;
@@ -166,7 +168,7 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>) -> bool
                     continue;
                 }
                 reclaim::make_room(inner);
-                return install(inner, page_addr, id, w);
+                return install(inner, page_addr, id, w, write);
             }
             // A poisoned page's access must fail: in SIGBUS mode the
             // caller passes the signal on.  A dead page's region is being
@@ -178,17 +180,25 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>) -> bool
 }
 
 /// Install page `id` (state `w`, BUSY held): zeros for a never-touched
-/// page, its slot's contents for a swapped one.  Installed write-protected.
-fn install(inner: &Inner, addr: u64, id: u32, w: u64) -> bool {
+/// page, its slot's contents for a swapped one.  A read installs it
+/// write-protected (clean); a write installs it writable and dirty.
+fn install(inner: &Inner, addr: u64, id: u32, w: u64, write: bool) -> bool {
     let st = &inner.states[id as usize];
     let Some(e) = page::slot(w) else {
         // Never written: zeros, no IO, no slot.
         inner.counters.zero_fills.inc();
         let _ = inner
             .uffd
-            .copy(addr, inner.zero.addr() as *const u8, PAGE, true, true);
+            .copy(addr, inner.zero.addr() as *const u8, PAGE, !write, true);
         inner.resident.fetch_add(1, Ordering::Relaxed);
-        st.store(page::RESIDENT, Ordering::Release);
+        st.store(
+            if write {
+                page::RESIDENT | page::DIRTY
+            } else {
+                page::RESIDENT
+            },
+            Ordering::Release,
+        );
         inner.lru.add(id);
         return false;
     };
@@ -203,11 +213,17 @@ fn install(inner: &Inner, addr: u64, id: u32, w: u64) -> bool {
     match inner.devices[e.device() as usize].read(e.offset(), buf) {
         Ok(()) => {
             inner.counters.swapins.inc();
-            let _ = inner.uffd.copy(addr, buf.as_ptr(), PAGE, true, true);
+            let _ = inner.uffd.copy(addr, buf.as_ptr(), PAGE, !write, true);
             inner.bounce.put(b);
             inner.resident.fetch_add(1, Ordering::Relaxed);
-            // Clean, and its slot still holds a valid copy.
-            st.store(page::with_slot(page::RESIDENT, e), Ordering::Release);
+            if write {
+                // About to change: the slot's copy is stale already.
+                let _ = inner.space.free(e);
+                st.store(page::RESIDENT | page::DIRTY, Ordering::Release);
+            } else {
+                // Clean, and its slot still holds a valid copy.
+                st.store(page::with_slot(page::RESIDENT, e), Ordering::Release);
+            }
             inner.lru.add(id);
             false
         }
@@ -237,13 +253,16 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
                 continue;
             }
             while let Ok(Some(ev)) = inner.uffd.read_event() {
-                let crate::uffd::Event::PageFault { address, wp, .. } = ev else {
+                let crate::uffd::Event::PageFault {
+                    address, wp, write, ..
+                } = ev
+                else {
                     continue;
                 };
                 let page_addr = address & !(PAGE - 1);
                 match lookup(address) {
                     Some((owner, id)) if std::ptr::eq(owner, &*inner) => {
-                        if serve(&inner, address, id, Some(wp)) {
+                        if serve(&inner, address, id, Some(wp), write && !wp) {
                             let _ = inner.uffd.wake(page_addr, PAGE);
                         }
                     }
@@ -290,7 +309,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
         // A poisoned page (its swap-in failed) is the application's SIGBUS
         // to have: serving it would only repeat the fault forever.
         if page::kind(inner.states[id as usize].load(Ordering::Acquire)) != page::POISONED {
-            serve(inner, addr, id, None);
+            serve(inner, addr, id, None, fault_was_write(ctx));
             return;
         }
     }
@@ -315,4 +334,23 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
         }
     }
+}
+
+/// Whether the access that raised this SIGBUS was a write: bit 1 of the
+/// page-fault error code the kernel saves in the signal context (x86-64).
+/// Elsewhere unknown: false, and a write takes one more (write-protect)
+/// fault.
+#[cfg(target_arch = "x86_64")]
+fn fault_was_write(ctx: *mut libc::c_void) -> bool {
+    if ctx.is_null() {
+        return false;
+    }
+    // SAFETY: an SA_SIGINFO handler's third argument is its ucontext_t.
+    let err = unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_ERR as usize] };
+    err & 2 != 0
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn fault_was_write(_ctx: *mut libc::c_void) -> bool {
+    false
 }

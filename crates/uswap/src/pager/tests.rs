@@ -146,8 +146,16 @@ fn no_write_is_lost_to_eviction() {
         std::thread::scope(|s| {
             for part in region.as_mut_slice().chunks_mut(chunk) {
                 s.spawn(move || {
-                    for _ in 0..rounds {
+                    for round in 0..rounds {
                         for page in part.chunks_mut(PAGE_SIZE) {
+                            if round % 2 == 1 {
+                                // Read first, so the page comes in clean
+                                // (write-protected) and the write below is
+                                // a write-protect fault racing the
+                                // reclaimer's clean drop.
+                                // SAFETY: a byte of our own page.
+                                std::hint::black_box(unsafe { std::ptr::read_volatile(&page[100]) });
+                            }
                             // A u64 counter at the start and end of each page.
                             for at in [0, PAGE_SIZE - 8] {
                                 let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
