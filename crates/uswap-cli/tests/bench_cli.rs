@@ -274,3 +274,40 @@ fn bench_fault_json() {
         }
     }
 }
+
+/// Without permission for userfaultfd (an ordinary user, with the default
+/// `vm.unprivileged_userfaultfd=0` and a root-only /dev/userfaultfd), one
+/// line says what is missing and what to do.
+#[test]
+fn demo_without_permission_says_what_to_do() {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        // Not root: this process itself is the unprivileged case.
+        let out = uswap(&["demo", "--size", "4M", "--budget", "1M"]);
+        if out.status.success() {
+            return; // this machine lets ordinary users have userfaultfd
+        }
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("not permitted"), "{err}");
+        return;
+    }
+    let unprivileged = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
+    let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["demo", "--size", "4M", "--budget", "1M"])
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .expect("run uswap as nobody");
+    if unprivileged.trim() == "1" {
+        assert!(out.status.success());
+        return;
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("userfaultfd is not permitted") && err.contains("vm.unprivileged_userfaultfd"),
+        "{err}"
+    );
+}

@@ -51,6 +51,9 @@ use crate::PAGE_SIZE;
 const PAGE: u64 = PAGE_SIZE as u64;
 
 /// No injected error armed.
+/// For [`IoDevice::inject_error`]: the next IO, whatever slot it is for.
+#[doc(hidden)]
+pub const ANY_SLOT: u64 = u64::MAX - 1;
 const DISARMED: u64 = u64::MAX;
 
 /// Where a device's pages live.
@@ -605,6 +608,12 @@ impl IoDevice {
     #[inline]
     fn take_injected(armed: &AtomicU64, offset: u64, pages: u64) -> Option<u64> {
         let a = armed.load(Ordering::Relaxed);
+        if a == ANY_SLOT {
+            return armed
+                .compare_exchange(a, DISARMED, Ordering::Relaxed, Ordering::Relaxed)
+                .ok()
+                .map(|_| offset);
+        }
         if a == DISARMED || a < offset || a - offset >= pages {
             return None;
         }
@@ -710,7 +719,8 @@ impl IoDevice {
     }
 
     /// Test hook: make the next write (or read, per `op`) whose slots
-    /// include `offset` fail with EIO before doing any IO, once.  Arming
+    /// include `offset` ([`ANY_SLOT`]: whatever its slots) fail with EIO
+    /// before doing any IO, once.  Arming
     /// again replaces the previous slot for that op.  Lets the pager's
     /// error paths be tested; allocation-free.
     #[doc(hidden)]

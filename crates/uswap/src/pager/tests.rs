@@ -305,3 +305,35 @@ fn read_error_poisons_the_page() {
         out.status
     );
 }
+
+/// A failed swap-out keeps the page resident (its data intact) and the
+/// slot out of use for good (a bad slot is never handed out again).
+#[test]
+fn write_error_keeps_the_page_and_retires_the_slot() {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(16 * MIB))
+        .build()
+        .unwrap();
+    let mut region = swap.map((4 * MIB) as usize).unwrap();
+    swap.inject_io_error(0, crate::io::ANY_SLOT, crate::io::IoOp::Write);
+    for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        page.fill(p as u8 ^ 0x5a);
+    }
+    for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert!(
+            page.iter().all(|&b| b == p as u8 ^ 0x5a),
+            "page {p} lost its data"
+        );
+    }
+    let st = swap.stats();
+    assert_eq!(st.counter("swapout_errors"), 1, "{:?}", st.counters);
+    assert_eq!(st.counter("io_write_errors"), 1);
+    drop(region);
+    swap.swap_space().drain_slot_caches();
+    assert_eq!(
+        swap.free_slots(),
+        swap.total_slots() - 1,
+        "the failed slot stays retired"
+    );
+}
