@@ -172,10 +172,11 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         args.size as f64 / (1 << 20) as f64 / verify.as_secs_f64()
     );
     println!(
-        "faults {}: {} zero fills, {} swap-ins, {} first writes to clean pages",
+        "faults {}: {} zero fills, {} swap-ins, {} swap-cache hits (no IO), {} first writes to clean pages",
         c("faults"),
         c("zero_fills"),
         c("swapins"),
+        c("swapcache_hits"),
         c("wp_faults")
     );
     println!(

@@ -45,6 +45,7 @@ use std::thread::JoinHandle;
 use crate::io::{FileOptions, IoDevice, IoError};
 use crate::lru::{Lru, LruConfig, LruError};
 use crate::stats::{Counter, Registry, Snapshot, StatMutex};
+use crate::swap_cache::{SwapCache, DEFAULT_TRUNK_SLOTS};
 use crate::swap_space::{DeviceConfig, SwapError, SwapSpace, Switches};
 use crate::uffd::{Features, RegisterMode, Uffd, UffdError};
 use crate::PAGE_SIZE;
@@ -254,6 +255,9 @@ impl SwapBuilder {
             },
         )?;
 
+        let device_slots: Vec<u64> = devices.iter().map(|d| d.slots()).collect();
+        let swap_cache = SwapCache::new(&device_slots, DEFAULT_TRUNK_SLOTS, &registry)
+            .map_err(|e| PagerError::Config(e.to_string()))?;
         let inner = Arc::new(Inner {
             counters: Counters::new(&registry),
             uffd,
@@ -264,6 +268,13 @@ impl SwapBuilder {
             states: (0..max_pages).map(|_| AtomicU64::new(page::NEVER)).collect(),
             addrs: (0..max_pages).map(|_| AtomicU64::new(0)).collect(),
             ids: StatMutex::new(vec![(0, max_pages)], registry.lock_site("page_ids")),
+            staged: StatMutex::new(
+                reclaim::StagedRing::new(2 * self.staging_frames as usize),
+                registry.lock_site("staged_ring"),
+            ),
+            nr_staged: AtomicUsize::new(0),
+            staging_target: self.staging_frames as usize / 2,
+            swap_cache,
             staging,
             bounce,
             zero,
@@ -292,6 +303,8 @@ struct Counters {
     faults: Arc<Counter>,
     zero_fills: Arc<Counter>,
     swapins: Arc<Counter>,
+    staged: Arc<Counter>,
+    swapcache_hits: Arc<Counter>,
     wp_faults: Arc<Counter>,
     evictions: Arc<Counter>,
     evict_clean: Arc<Counter>,
@@ -310,6 +323,8 @@ impl Counters {
             faults: r.counter("faults"),
             zero_fills: r.counter("zero_fills"),
             swapins: r.counter("swapins"),
+            staged: r.counter("staged"),
+            swapcache_hits: r.counter("swapcache_hits"),
             wp_faults: r.counter("wp_faults"),
             evictions: r.counter("evictions"),
             evict_clean: r.counter("evict_clean"),
@@ -340,6 +355,15 @@ pub(crate) struct Inner {
     /// number of regions, and it is only touched by map and unmap.
     ids: StatMutex<Vec<(u32, u32)>>,
     staging: FramePool,
+    /// Staged pages oldest first (see reclaim.rs).
+    staged: StatMutex<reclaim::StagedRing>,
+    /// Pages staged now; counted in `resident` too.
+    nr_staged: AtomicUsize,
+    /// Staged pages kept in memory before writeback starts: half the
+    /// staging frames.
+    staging_target: usize,
+    /// Slot -> staging frame of each staged page.
+    swap_cache: SwapCache,
     bounce: FramePool,
     zero: Mapping,
     budget: usize,
@@ -515,6 +539,11 @@ impl Inner {
         }
     }
 
+    /// Pages staged now.
+    fn staged_count(&self) -> usize {
+        self.nr_staged.load(Ordering::Relaxed)
+    }
+
     /// Discard staging frames (their contents are on swap or were clean)
     /// and return them to the pool: one `process_madvise` for the batch,
     /// so one TLB flush instead of one per frame.
@@ -612,8 +641,14 @@ impl Drop for Region {
                 }
             };
             inner.lru.remove(id as u32);
-            if page::kind(w) == page::RESIDENT {
-                resident += 1;
+            match page::kind(w) {
+                page::RESIDENT => resident += 1,
+                page::STAGED => {
+                    resident += 1;
+                    inner.nr_staged.fetch_sub(1, Ordering::Relaxed);
+                    reclaim::drop_staged(inner, w);
+                }
+                _ => {}
             }
             if let Some(e) = page::slot(w) {
                 let _ = inner.space.free(e);

@@ -13,6 +13,10 @@
 //!   IO.  The first write faults once and sets `DIRTY` (the slot's copy is
 //!   stale then and is freed).
 //! - `Swapped`: not mapped; its contents are in `slot`.
+//! - `Staged`: soft-evicted: moved out of the region into a staging frame
+//!   that the swap cache holds under the page's slot, still in memory.  A
+//!   touch moves it back without IO; the reclaimer writes staged pages
+//!   back (`DIRTY`: the frame is newer than the slot) oldest first.
 //! - `Poisoned`: its swap-in failed; the page is poisoned, an access gets
 //!   SIGBUS, never zeros.
 //! - `Dead`: its region is going away.
@@ -33,6 +37,9 @@ pub const RESIDENT: u64 = 1;
 pub const SWAPPED: u64 = 2;
 pub const POISONED: u64 = 3;
 pub const DEAD: u64 = 4;
+/// Moved out into a staging frame (the swap cache holds it under its
+/// slot) but not yet written back: a touch moves it back with no IO.
+pub const STAGED: u64 = 5;
 pub const BUSY: u64 = 1 << 3;
 pub const DIRTY: u64 = 1 << 4;
 /// A slot is recorded (Resident: a clean copy is on it; Swapped: always).

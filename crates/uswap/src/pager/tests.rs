@@ -337,3 +337,48 @@ fn write_error_keeps_the_page_and_retires_the_slot() {
         "the failed slot stays retired"
     );
 }
+
+/// A working set just over the budget: most evictions are caught while the
+/// page is still staged, and come back from the swap cache with no IO,
+/// activated on the LRU (the fault stream is how the LRU learns).
+#[test]
+fn touches_of_staged_pages_hit_the_swap_cache() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(16 * MIB))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
+        // 256 pages of budget, 300 pages of working set.
+        let mut region = swap.map(300 * PAGE_SIZE).unwrap();
+        for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+            page.fill(p as u8);
+        }
+        let mut rng = 0x1234_5678u64;
+        for _ in 0..20_000 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let p = (rng % 300) as usize;
+            let page = &mut region.as_mut_slice()[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
+            assert_eq!(
+                page[(rng >> 20) as usize % PAGE_SIZE],
+                p as u8,
+                "{mode:?}: page {p}"
+            );
+            page[0] = p as u8;
+        }
+        let st = swap.stats();
+        assert!(st.counter("swapcache_hits") > 100, "{mode:?}: {:?}", st.counters);
+        assert!(st.counter("lru_activate") > 0, "{mode:?}");
+        drop(region);
+        swap.swap_space().drain_slot_caches();
+        assert_eq!(
+            swap.free_slots(),
+            swap.total_slots(),
+            "{mode:?}: region drop returns every slot"
+        );
+        assert_eq!(swap.resident_pages(), 0);
+    }
+}
