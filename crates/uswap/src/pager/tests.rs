@@ -382,3 +382,67 @@ fn touches_of_staged_pages_hit_the_swap_cache() {
         assert_eq!(swap.resident_pages(), 0);
     }
 }
+
+/// Many threads, many regions, one budget: each thread maps its own
+/// regions, writes and rewrites random pages, checks every read against its
+/// own copy, and unmaps and remaps, while all compete for one budget and
+/// one swap space.  At the end every slot must be back and nothing resident.
+#[test]
+fn stress_many_threads_and_regions() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = Swap::builder()
+            .budget(2 * MIB)
+            .device(DeviceSpec::ram(32 * MIB).priority(1))
+            .device(DeviceSpec::ram(32 * MIB).priority(1))
+            .fault_mode(mode)
+            .handler_threads(2)
+            .build()
+            .unwrap();
+        std::thread::scope(|s| {
+            for t in 0..8u64 {
+                let swap = &swap;
+                s.spawn(move || {
+                    let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                    let mut next = move || {
+                        rng ^= rng << 13;
+                        rng ^= rng >> 7;
+                        rng ^= rng << 17;
+                        rng
+                    };
+                    for _ in 0..3 {
+                        let pages = 128 + (next() % 256) as usize;
+                        let mut region = swap.map(pages * PAGE_SIZE).unwrap();
+                        // Our own copy of one word per page: what it must read.
+                        let mut model = vec![0u64; pages];
+                        for _ in 0..pages * 6 {
+                            let p = (next() % pages as u64) as usize;
+                            let at = p * PAGE_SIZE + 8 * (p % 500);
+                            let word = &mut region.as_mut_slice()[at..at + 8];
+                            let now = u64::from_ne_bytes(word.try_into().unwrap());
+                            assert_eq!(now, model[p], "{mode:?} thread {t} page {p}");
+                            if next() % 3 != 0 {
+                                model[p] = next();
+                                word.copy_from_slice(&model[p].to_ne_bytes());
+                            }
+                        }
+                        for (p, want) in model.iter().enumerate() {
+                            let at = p * PAGE_SIZE + 8 * (p % 500);
+                            let got = u64::from_ne_bytes(region.as_slice()[at..at + 8].try_into().unwrap());
+                            assert_eq!(got, *want, "{mode:?} thread {t} page {p} at the end");
+                        }
+                    }
+                });
+            }
+        });
+        let st = swap.stats();
+        assert!(
+            st.counter("evictions") > 1000 && st.counter("swapins") > 100,
+            "{mode:?}: {:?}",
+            st.counters
+        );
+        swap.swap_space().drain_slot_caches();
+        assert_eq!(swap.free_slots(), swap.total_slots(), "{mode:?}: slots leaked");
+        assert_eq!(swap.resident_pages(), 0, "{mode:?}: resident count off");
+        swap.swap_space().check_invariants().unwrap();
+    }
+}
