@@ -69,7 +69,8 @@ enum BenchCommand {
     ///
     /// Needs userfaultfd (root).  Each run touches every page of a fresh
     /// --mib region once; swap-in variants write the region first under a
-    /// budget a sixteenth of its size, so the touches read pages back.
+    /// budget a quarter of its size, so the touches read pages back; the
+    /// swap-cache-hit variant touches only pages still staged (no IO).
     Fault(bench::fault::FaultArgs),
     /// 2 MB units: one whole cluster vs 512 single slots (seed 003).
     ///

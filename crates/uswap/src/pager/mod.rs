@@ -160,6 +160,14 @@ impl SwapBuilder {
         self
     }
 
+    /// Staging frames: pages soft-evicted and not yet written back, a
+    /// touch of which costs no IO (default 256, 1 MiB; half of them are
+    /// kept staged before writeback starts).
+    pub fn staging_frames(mut self, n: u32) -> Self {
+        self.staging_frames = n;
+        self
+    }
+
     /// The seed switches of the swap space.
     pub fn switches(mut self, s: Switches) -> Self {
         self.switches = s;
@@ -186,6 +194,12 @@ impl SwapBuilder {
                 "a budget of {} bytes is too small: give at least {} bytes (64 pages)",
                 self.budget,
                 64 * page
+            )));
+        }
+        if !(16..=1 << 20).contains(&self.staging_frames) {
+            return Err(PagerError::Config(format!(
+                "staging_frames must be 16..=1048576, got {}",
+                self.staging_frames
             )));
         }
         if self.mode == FaultMode::HandlerThread && !(1..=64).contains(&self.handler_threads) {
@@ -613,6 +627,12 @@ impl Region {
     /// Whether page `index` is resident.
     pub fn is_resident(&self, index: usize) -> bool {
         page::kind(self.inner.states[self.id_base as usize + index].load(Ordering::Acquire)) == page::RESIDENT
+    }
+
+    /// Whether page `index` is soft-evicted: in the swap cache, not yet
+    /// written back (a touch costs no IO).
+    pub fn is_staged(&self, index: usize) -> bool {
+        page::kind(self.inner.states[self.id_base as usize + index].load(Ordering::Acquire)) == page::STAGED
     }
 }
 
