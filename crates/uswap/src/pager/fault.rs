@@ -155,21 +155,7 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>, write: 
                 st.store(dirty, Ordering::Release);
                 return false;
             }
-            page::STAGED => {
-                if wp == Some(true) {
-                    return true;
-                }
-                if st
-                    .compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
-                    continue;
-                }
-                // A swap-cache hit: the page is still in memory.
-                reclaim::unstage(inner, id, page_addr, w);
-                return false;
-            }
-            page::NEVER | page::SWAPPED => {
+            page::STAGED | page::NEVER | page::SWAPPED => {
                 if wp == Some(true) {
                     // A write-protect fault on a page the reclaimer has
                     // taken since: retrying the access faults it in.
@@ -180,6 +166,12 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>, write: 
                     .is_err()
                 {
                     continue;
+                }
+                if page::kind(w) == page::STAGED {
+                    // A swap-cache hit: the page is still in memory, and
+                    // moving it back does not grow the resident set.
+                    reclaim::unstage(inner, id, page_addr, w);
+                    return false;
                 }
                 reclaim::make_room(inner);
                 return install(inner, page_addr, id, w, write);

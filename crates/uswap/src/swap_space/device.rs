@@ -531,41 +531,28 @@ impl SwapDevice {
             go_scan = false;
             let (lowest, highest) = (si.lowest_bit, si.highest_bit);
             drop(si);
-            let mut found = false;
-            loop {
-                offset += 1;
-                if offset > highest {
-                    break;
-                }
-                scanned += 1;
-                if self.map[offset as usize].load(Ordering::Relaxed) == 0 {
-                    found = true;
-                    break;
-                }
-                latency_ration -= 1;
-                if latency_ration < 0 {
-                    latency_ration = LATENCY_LIMIT;
-                    scanned_many = true;
-                }
-            }
-            if !found {
-                // Unlike the kernel, include the scan base itself: a device
-                // whose only free slot sits at the base would otherwise
-                // look full.
-                offset = lowest;
-                while offset <= scan_base.min(highest) {
-                    scanned += 1;
-                    if self.map[offset as usize].load(Ordering::Relaxed) == 0 {
-                        found = true;
-                        break;
-                    }
-                    latency_ration -= 1;
-                    if latency_ration < 0 {
-                        latency_ration = LATENCY_LIMIT;
-                        scanned_many = true;
-                    }
-                    offset += 1;
-                }
+            // Up from the slot after this one to the top, then, unlike the
+            // kernel, from the bottom up to and including the scan base: a
+            // device whose only free slot sits at the base would otherwise
+            // look full.
+            let hit = self
+                .scan_free(
+                    offset + 1..=highest,
+                    &mut latency_ration,
+                    &mut scanned_many,
+                    &mut scanned,
+                )
+                .or_else(|| {
+                    self.scan_free(
+                        lowest..=scan_base.min(highest),
+                        &mut latency_ration,
+                        &mut scanned_many,
+                        &mut scanned,
+                    )
+                });
+            let found = hit.is_some();
+            if let Some(o) = hit {
+                offset = o;
             }
             si = self.inner.lock();
             if !found {
@@ -575,6 +562,30 @@ impl SwapDevice {
         drop(si);
         self.counters.scanned.add(scanned);
         n_ret
+    }
+
+    /// The first free slot in `range`, read without the device lock,
+    /// charging each slot looked at against the latency budget; a budget
+    /// used up is renewed and marks the search as having scanned many.
+    fn scan_free(
+        &self,
+        range: std::ops::RangeInclusive<u64>,
+        latency_ration: &mut i32,
+        scanned_many: &mut bool,
+        scanned: &mut u64,
+    ) -> Option<u64> {
+        for off in range {
+            *scanned += 1;
+            if self.map[off as usize].load(Ordering::Relaxed) == 0 {
+                return Some(off);
+            }
+            *latency_ration -= 1;
+            if *latency_ration < 0 {
+                *latency_ration = LATENCY_LIMIT;
+                *scanned_many = true;
+            }
+        }
+        None
     }
 
     /// `swap_alloc_cluster`: a whole free cluster for one 2 MB unit, every
