@@ -296,6 +296,7 @@ impl SwapBuilder {
             low: budget - (budget / 16).max(32).min(budget / 2),
             resident: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
+            users: AtomicUsize::new(1),
             registry,
         });
         let mut threads = Vec::new();
@@ -383,7 +384,12 @@ pub(crate) struct Inner {
     budget: usize,
     low: usize,
     resident: AtomicUsize,
+    /// Set when the last handle (the `Swap` or a region) goes: the threads
+    /// stop.  A thread's own reference cannot tell, as several threads
+    /// holding one each would keep each other alive forever.
     shutdown: AtomicBool,
+    /// Handles alive: the `Swap` and every region.
+    users: AtomicUsize,
     counters: Counters,
     registry: Arc<Registry>,
 }
@@ -467,6 +473,7 @@ impl Swap {
             inner.free_ids(id_base, pages as u32);
             return Err(PagerError::TooManyRegions);
         };
+        inner.users.fetch_add(1, Ordering::Relaxed);
         Ok(Region {
             inner: inner.clone(),
             map,
@@ -521,16 +528,11 @@ impl Swap {
 
 impl Drop for Swap {
     fn drop(&mut self) {
-        // Threads hold only weak references and stop once the instance is
-        // gone; while regions live, they keep serving them.
-        if Arc::strong_count(&self.inner) == 1 {
-            self.inner.shutdown.store(true, Ordering::Relaxed);
+        // While regions live the threads keep serving them (they hold only
+        // weak references, upgraded per pass); the last region stops them.
+        if self.inner.release_user() {
             for t in self.threads.drain(..) {
                 let _ = t.join();
-            }
-        } else {
-            for t in self.threads.drain(..) {
-                drop(t);
             }
         }
     }
@@ -569,6 +571,16 @@ impl Inner {
         for &f in frames {
             self.staging.put(f);
         }
+    }
+
+    /// A handle went away; true when it was the last, and the threads are
+    /// told to stop.
+    fn release_user(&self) -> bool {
+        if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shutdown.store(true, Ordering::Release);
+            return true;
+        }
+        false
     }
 
     fn upgrade(w: &Weak<Inner>) -> Option<Arc<Inner>> {
@@ -680,6 +692,7 @@ impl Drop for Region {
         inner.resident.fetch_sub(resident, Ordering::Relaxed);
         let _ = inner.uffd.unregister(self.map.addr(), self.map.len() as u64);
         inner.free_ids(self.id_base, self.pages as u32);
+        inner.release_user();
         // The mapping itself is unmapped when `self.map` drops.
     }
 }

@@ -446,3 +446,48 @@ fn stress_many_threads_and_regions() {
         swap.swap_space().check_invariants().unwrap();
     }
 }
+
+/// Dropping the `Swap` handle while a region lives keeps the instance (and
+/// its userfaultfd: closing it would turn evicted pages into zeros) alive
+/// for the region; the instance's threads go when the last region does.
+#[test]
+fn regions_outlive_the_swap_handle() {
+    fn uswap_threads() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|c| c.trim() == "uswap-fault")
+            .count()
+    }
+    let before = uswap_threads();
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(16 * MIB))
+        .fault_mode(FaultMode::HandlerThread)
+        .handler_threads(3)
+        .build()
+        .unwrap();
+    let mut region = swap.map((4 * MIB) as usize).unwrap();
+    for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        page.fill(p as u8 ^ 0x3c);
+    }
+    drop(swap);
+    // Evicted pages still come back: the descriptor is alive.
+    for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert!(page.iter().all(|&b| b == p as u8 ^ 0x3c), "page {p}");
+    }
+    assert!(
+        uswap_threads() >= before + 3,
+        "handler threads serve the orphaned region"
+    );
+    drop(region);
+    // The handler threads notice within a poll interval (50 ms).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while uswap_threads() > before && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        uswap_threads() <= before,
+        "handler threads outlived their instance"
+    );
+}
