@@ -452,6 +452,26 @@ fn stress_many_threads_and_regions() {
 /// for the region; the instance's threads go when the last region does.
 #[test]
 fn regions_outlive_the_swap_handle() {
+    // Thread counts are process-wide: run alone, in a child process, so
+    // other tests' handler threads cannot interfere.
+    if std::env::var_os("USWAP_OUTLIVE_CHILD").is_none() {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "pager::tests::regions_outlive_the_swap_handle",
+                "--test-threads=1",
+            ])
+            .env("USWAP_OUTLIVE_CHILD", "1")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && String::from_utf8_lossy(&out.stdout).contains("1 passed"),
+            "child: {}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
     fn uswap_threads() -> usize {
         std::fs::read_dir("/proc/self/task")
             .unwrap()
