@@ -182,4 +182,23 @@ fn fault_path_does_not_allocate() {
     assert!(st.counter("direct_reclaim") > 0);
     assert_eq!(n, 0, "the fault path allocated {n} times");
     assert!(region.as_slice().chunks(4096).all(|p| p[17] == 3 || p[17] == 4));
+    drop(region);
+
+    // 2 MB units: whole-unit installs, evictions and swap-ins.
+    let mut units = swap.map_huge(8 << 20).unwrap();
+    units.as_mut_slice()[0] = 1;
+    let n = allocations_in(|| {
+        for pass in 0..2u8 {
+            for page in units.as_mut_slice().chunks_mut(4096) {
+                page[5] = page[5].wrapping_add(pass + 1);
+            }
+        }
+    });
+    let st = swap.stats();
+    assert!(
+        st.counter("huge_swapouts") > 4 && st.counter("huge_swapins") > 2,
+        "{:?}",
+        st.counters
+    );
+    assert_eq!(n, 0, "the 2 MB unit fault path allocated {n} times");
 }

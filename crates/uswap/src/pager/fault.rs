@@ -9,7 +9,7 @@
 //! delivered twice, or by two threads at once: the page's BUSY bit picks
 //! one to serve it, and the others wait and retry the access).
 
-use std::sync::atomic::{AtomicPtr, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Once, Weak};
 use std::thread::JoinHandle;
 
@@ -39,6 +39,8 @@ struct RegionEntry {
     base: AtomicU64,
     end: AtomicU64,
     id_base: AtomicU32,
+    /// Paged in 2 MB units.
+    huge: AtomicBool,
     inner: AtomicPtr<Inner>,
 }
 
@@ -47,12 +49,19 @@ static REGIONS: [RegionEntry; MAX_REGIONS] = [const {
         base: AtomicU64::new(0),
         end: AtomicU64::new(0),
         id_base: AtomicU32::new(0),
+        huge: AtomicBool::new(false),
         inner: AtomicPtr::new(std::ptr::null_mut()),
     }
 }; MAX_REGIONS];
 
 /// Publish a region; returns its table slot, or None when the table is full.
-pub(super) fn publish_region(base: u64, len: u64, id_base: u32, inner: *const Inner) -> Option<usize> {
+pub(super) fn publish_region(
+    base: u64,
+    len: u64,
+    id_base: u32,
+    inner: *const Inner,
+    huge: bool,
+) -> Option<usize> {
     for (i, r) in REGIONS.iter().enumerate() {
         // Claim a free entry by its `inner` pointer, then fill it in;
         // `base` goes last, so a reader that sees it sees the rest.
@@ -66,6 +75,7 @@ pub(super) fn publish_region(base: u64, len: u64, id_base: u32, inner: *const In
             .is_ok()
         {
             r.id_base.store(id_base, Ordering::Relaxed);
+            r.huge.store(huge, Ordering::Relaxed);
             r.end.store(base + len, Ordering::Relaxed);
             r.base.store(base, Ordering::Release);
             return Some(i);
@@ -82,8 +92,17 @@ pub(super) fn unpublish_region(slot: usize) {
     r.inner.store(std::ptr::null_mut(), Ordering::Release);
 }
 
+/// What a fault address is in.
+struct Hit {
+    inner: *const Inner,
+    /// The page id of the address, or of its unit's first page.
+    id: u32,
+    /// Some(unit start) for a 2 MB-unit region.
+    unit: Option<u64>,
+}
+
 /// The region holding `addr`: its instance and the page id of `addr`.
-fn lookup(addr: u64) -> Option<(*const Inner, u32)> {
+fn lookup(addr: u64) -> Option<Hit> {
     for r in REGIONS.iter() {
         let base = r.base.load(Ordering::Acquire);
         if base == 0 || addr < base || addr >= r.end.load(Ordering::Relaxed) {
@@ -93,8 +112,14 @@ fn lookup(addr: u64) -> Option<(*const Inner, u32)> {
         if inner.is_null() {
             continue;
         }
-        let id = r.id_base.load(Ordering::Relaxed) + ((addr - base) / PAGE) as u32;
-        return Some((inner, id));
+        let mut id = r.id_base.load(Ordering::Relaxed) + ((addr - base) / PAGE) as u32;
+        let mut unit = None;
+        if r.huge.load(Ordering::Relaxed) {
+            let u = (addr - base) / super::unit::UNIT_BYTES as u64;
+            id = r.id_base.load(Ordering::Relaxed) + (u as usize * super::unit::UNIT_PAGES) as u32;
+            unit = Some(base + u * super::unit::UNIT_BYTES as u64);
+        }
+        return Some(Hit { inner, id, unit });
     }
     None
 }
@@ -267,7 +292,20 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
                 };
                 let page_addr = address & !(PAGE - 1);
                 match lookup(address) {
-                    Some((owner, id)) if std::ptr::eq(owner, &*inner) => {
+                    Some(Hit {
+                        inner: owner,
+                        id,
+                        unit: Some(base),
+                    }) if std::ptr::eq(owner, &*inner) => {
+                        super::unit::serve(&inner, base, id);
+                        // Every thread waiting in the unit may go on.
+                        let _ = inner.uffd.wake(base, super::unit::UNIT_BYTES as u64);
+                    }
+                    Some(Hit {
+                        inner: owner,
+                        id,
+                        unit: None,
+                    }) if std::ptr::eq(owner, &*inner) => {
                         if serve(&inner, address, id, Some(wp), write && !wp) {
                             let _ = inner.uffd.wake(page_addr, PAGE);
                         }
@@ -308,14 +346,19 @@ pub(super) fn install_sigbus_handler() {
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let addr = unsafe { (*info).si_addr() } as u64;
-    if let Some((inner, id)) = lookup(addr) {
+    if let Some(Hit { inner, id, unit }) = lookup(addr) {
         // SAFETY: an entry is published only while its region, which holds
         // the instance alive, exists; a fault in a region means it exists.
         let inner = unsafe { &*inner };
         // A poisoned page (its swap-in failed) is the application's SIGBUS
         // to have: serving it would only repeat the fault forever.
         if page::kind(inner.states[id as usize].load(Ordering::Acquire)) != page::POISONED {
-            serve(inner, addr, id, None, fault_was_write(ctx));
+            match unit {
+                Some(base) => super::unit::serve(inner, base, id),
+                None => {
+                    serve(inner, addr, id, None, fault_was_write(ctx));
+                }
+            }
             return;
         }
     }

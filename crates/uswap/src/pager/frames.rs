@@ -70,6 +70,12 @@ impl Mapping {
         self.len
     }
 
+    /// Ask for transparent huge pages (2 MB units).
+    pub fn advise_huge(&self) {
+        // SAFETY: advice on our own mapping; failure only means no THP.
+        unsafe { libc::madvise(self.addr as *mut libc::c_void, self.len, libc::MADV_HUGEPAGE) };
+    }
+
     /// Drop the pages of `[addr, addr + len)` (inside this mapping): they
     /// read as missing again.
     pub fn discard(&self, addr: u64, len: usize) {

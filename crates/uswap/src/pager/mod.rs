@@ -37,6 +37,7 @@ mod fault;
 mod frames;
 mod page;
 mod reclaim;
+mod unit;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -272,6 +273,22 @@ impl SwapBuilder {
         let device_slots: Vec<u64> = devices.iter().map(|d| d.slots()).collect();
         let swap_cache = SwapCache::new(&device_slots, DEFAULT_TRUNK_SLOTS, &registry)
             .map_err(|e| PagerError::Config(e.to_string()))?;
+        let unit_pool = |site| {
+            unit::UnitPool::new(4, &registry, site).map_err(|source| PagerError::Mmap {
+                bytes: 4 * unit::UNIT_BYTES,
+                source,
+            })
+        };
+        let unit_in = unit_pool("unit_in")?;
+        let unit_out = unit_pool("unit_out")?;
+        uffd.register(
+            unit_out.mapping().addr(),
+            unit_out.mapping().len() as u64,
+            RegisterMode {
+                missing: true,
+                wp: false,
+            },
+        )?;
         let inner = Arc::new(Inner {
             counters: Counters::new(&registry),
             uffd,
@@ -291,6 +308,8 @@ impl SwapBuilder {
             swap_cache,
             staging,
             bounce,
+            unit_in,
+            unit_out,
             zero,
             budget,
             low: budget - (budget / 16).max(32).min(budget / 2),
@@ -318,6 +337,9 @@ struct Counters {
     faults: Arc<Counter>,
     zero_fills: Arc<Counter>,
     swapins: Arc<Counter>,
+    huge_swapins: Arc<Counter>,
+    huge_swapouts: Arc<Counter>,
+    huge_fallbacks: Arc<Counter>,
     staged: Arc<Counter>,
     swapcache_hits: Arc<Counter>,
     wp_faults: Arc<Counter>,
@@ -338,6 +360,9 @@ impl Counters {
             faults: r.counter("faults"),
             zero_fills: r.counter("zero_fills"),
             swapins: r.counter("swapins"),
+            huge_swapins: r.counter("huge_swapins"),
+            huge_swapouts: r.counter("huge_swapouts"),
+            huge_fallbacks: r.counter("huge_fallbacks"),
             staged: r.counter("staged"),
             swapcache_hits: r.counter("swapcache_hits"),
             wp_faults: r.counter("wp_faults"),
@@ -380,6 +405,10 @@ pub(crate) struct Inner {
     /// Slot -> staging frame of each staged page.
     swap_cache: SwapCache,
     bounce: FramePool,
+    /// 2 MB staging units: populated and moved into regions (unregistered)
+    /// and receiving units moved out (registered).  See unit.rs.
+    unit_in: unit::UnitPool,
+    unit_out: unit::UnitPool,
     zero: Mapping,
     budget: usize,
     low: usize,
@@ -419,6 +448,19 @@ impl Swap {
     /// Map a region of `len` bytes (rounded up to pages), zero-filled, whose
     /// pages are swapped as needed.
     pub fn map(&self, len: usize) -> Result<Region, PagerError> {
+        self.map_with(len, false)
+    }
+
+    /// Map a region of `len` bytes (rounded up to 2 MB) paged in and out in
+    /// 2 MB units (seed 003): one whole cluster, one 2 MB IO and one
+    /// `UFFDIO_MOVE` per unit, a transparent huge page where the kernel can
+    /// give one.  When no cluster is wholly free a unit goes out as 512
+    /// single pages (counted as `huge_fallbacks`).
+    pub fn map_huge(&self, len: usize) -> Result<Region, PagerError> {
+        self.map_with(len.div_ceil(unit::UNIT_BYTES) * unit::UNIT_BYTES, true)
+    }
+
+    fn map_with(&self, len: usize, huge: bool) -> Result<Region, PagerError> {
         if len == 0 {
             return Err(PagerError::Config("cannot map an empty region".into()));
         }
@@ -442,7 +484,8 @@ impl Swap {
             }
             start
         };
-        let map = match Mapping::new(pages * PAGE_SIZE, PAGE_SIZE) {
+        let align = if huge { unit::UNIT_BYTES } else { PAGE_SIZE };
+        let map = match Mapping::new(pages * PAGE_SIZE, align) {
             Ok(m) => m,
             Err(source) => {
                 inner.free_ids(id_base, pages as u32);
@@ -452,8 +495,19 @@ impl Swap {
                 });
             }
         };
+        if huge {
+            map.advise_huge();
+        }
         for i in 0..pages {
-            inner.states[id_base as usize + i].store(page::NEVER, Ordering::Relaxed);
+            let head = huge && i % unit::UNIT_PAGES == 0;
+            inner.states[id_base as usize + i].store(
+                if head {
+                    page::NEVER | page::UNIT
+                } else {
+                    page::NEVER
+                },
+                Ordering::Relaxed,
+            );
             inner.addrs[id_base as usize + i].store(map.addr() + (i * PAGE_SIZE) as u64, Ordering::Relaxed);
         }
         if let Err(e) = inner.uffd.register(
@@ -467,7 +521,8 @@ impl Swap {
             inner.free_ids(id_base, pages as u32);
             return Err(e.into());
         }
-        let Some(slot) = fault::publish_region(map.addr(), map.len() as u64, id_base, Arc::as_ptr(inner))
+        let Some(slot) =
+            fault::publish_region(map.addr(), map.len() as u64, id_base, Arc::as_ptr(inner), huge)
         else {
             let _ = inner.uffd.unregister(map.addr(), map.len() as u64);
             inner.free_ids(id_base, pages as u32);
@@ -673,6 +728,15 @@ impl Drop for Region {
                 }
             };
             inner.lru.remove(id as u32);
+            if w & page::UNIT != 0 {
+                match page::kind(w) {
+                    page::RESIDENT => resident += unit::UNIT_PAGES,
+                    page::SWAPPED => unit::free_slots(inner, id as u32, w),
+                    _ => {}
+                }
+                inner.addrs[id].store(0, Ordering::Relaxed);
+                continue;
+            }
             match page::kind(w) {
                 page::RESIDENT => resident += 1,
                 page::STAGED => {

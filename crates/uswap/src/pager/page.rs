@@ -44,6 +44,12 @@ pub const BUSY: u64 = 1 << 3;
 pub const DIRTY: u64 = 1 << 4;
 /// A slot is recorded (Resident: a clean copy is on it; Swapped: always).
 pub const HAS_SLOT: u64 = 1 << 5;
+/// The first page of a 2 MB unit: its word is the unit's state (the other
+/// 511 words hold only slots, after a split swap-out).
+pub const UNIT: u64 = 1 << 6;
+/// A unit's slot is the first of a whole cluster (seed 003); without it a
+/// swapped unit was split, each page on its own slot.
+pub const WHOLE: u64 = 1 << 7;
 
 const DEV_SHIFT: u32 = 8;
 const OFF_SHIFT: u32 = 24;
@@ -57,7 +63,10 @@ pub fn kind(w: u64) -> u64 {
 #[inline]
 pub fn with_slot(w: u64, e: SwapEntry) -> u64 {
     debug_assert!(e.offset() < 1 << 40);
-    (w & (KIND_MASK | BUSY | DIRTY)) | HAS_SLOT | (e.device() as u64) << DEV_SHIFT | e.offset() << OFF_SHIFT
+    (w & (KIND_MASK | BUSY | DIRTY | UNIT | WHOLE))
+        | HAS_SLOT
+        | (e.device() as u64) << DEV_SHIFT
+        | e.offset() << OFF_SHIFT
 }
 
 /// The slot recorded in `w`, if any.
@@ -69,7 +78,7 @@ pub fn slot(w: u64) -> Option<SwapEntry> {
 /// `w` without its slot.
 #[inline]
 pub fn without_slot(w: u64) -> u64 {
-    w & (KIND_MASK | BUSY | DIRTY)
+    w & (KIND_MASK | BUSY | DIRTY | UNIT)
 }
 
 #[cfg(test)]

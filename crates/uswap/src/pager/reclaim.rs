@@ -107,6 +107,18 @@ pub(super) fn make_room(inner: &Inner) {
     }
 }
 
+/// Reclaim before installing `n` pages at once (a 2 MB unit).
+pub(super) fn make_room_for(inner: &Inner, n: usize) {
+    if inner.resident.load(Ordering::Relaxed) + n <= inner.budget {
+        return;
+    }
+    inner.counters.direct_reclaim.inc();
+    let want = inner.resident.load(Ordering::Relaxed) + n - inner.budget;
+    if reclaim(inner, want) < want && inner.resident.load(Ordering::Relaxed) + n > inner.budget {
+        inner.counters.overrun.inc();
+    }
+}
+
 /// Free up to `nr` pages of memory; returns how many.
 pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
     let mut victims = [0u32; BATCH];
@@ -128,6 +140,15 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
         }
         let mut nfreed = 0;
         for &id in &victims[..n] {
+            if inner.states[id as usize].load(Ordering::Acquire) & page::UNIT != 0 {
+                // A 2 MB unit goes straight to its slots.
+                if super::unit::evict(inner, id) {
+                    done += super::unit::UNIT_PAGES;
+                } else if page::kind(inner.states[id as usize].load(Ordering::Acquire)) == page::RESIDENT {
+                    inner.lru.add(id);
+                }
+                continue;
+            }
             match stage(inner, id) {
                 Stage::InMemory => {}
                 Stage::Dropped(f) => {

@@ -511,3 +511,109 @@ fn regions_outlive_the_swap_handle() {
         "handler threads outlived their instance"
     );
 }
+
+/// 2 MB units: a region four times the budget, written and verified from 4
+/// threads, moved out and in whole, one cluster and one IO per unit; with
+/// the seed's switch off, every unit falls back to 512 single slots.
+fn huge_integrity(swap: Swap, expect_fallback: bool) {
+    let mut region = swap.map_huge((32 * MIB) as usize).unwrap();
+    assert_eq!(region.as_ptr() as usize % (2 << 20), 0, "units are 2 MB aligned");
+    let chunk = region.len() / 4;
+    std::thread::scope(|s| {
+        for (t, part) in region.as_mut_slice().chunks_mut(chunk).enumerate() {
+            s.spawn(move || {
+                for (i, page) in part.chunks_mut(PAGE_SIZE).enumerate() {
+                    let p = t * (chunk / PAGE_SIZE) + i;
+                    page[0] = fill_byte(p, 0, 3);
+                    page[PAGE_SIZE - 1] = fill_byte(p, 1, 3);
+                }
+            });
+        }
+    });
+    for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert_eq!(
+            (page[0], page[PAGE_SIZE - 1]),
+            (fill_byte(p, 0, 3), fill_byte(p, 1, 3)),
+            "page {p}"
+        );
+        assert!(page[1..PAGE_SIZE - 1].iter().all(|&b| b == 0), "page {p} middle");
+    }
+    let st = swap.stats();
+    assert!(
+        st.counter("huge_swapouts") > 8 && st.counter("huge_swapins") > 4,
+        "{:?}",
+        st.counters
+    );
+    if expect_fallback {
+        // Every unit went out split (the background reclaimer may be in
+        // the middle of one more).
+        assert!(
+            st.counter("huge_fallbacks") >= st.counter("huge_swapouts"),
+            "{:?}",
+            st.counters
+        );
+        assert_eq!(st.counter("huge_alloc"), 0);
+    } else {
+        assert_eq!(st.counter("huge_fallbacks"), 0, "{:?}", st.counters);
+        assert!(st.counter("huge_alloc") > 8);
+    }
+    assert!(swap.resident_pages() <= swap.budget_pages() + 512);
+    drop(region);
+    swap.swap_space().drain_slot_caches();
+    assert_eq!(
+        swap.free_slots(),
+        swap.total_slots(),
+        "region drop returns every slot"
+    );
+    assert_eq!(swap.resident_pages(), 0);
+    swap.swap_space().check_invariants().unwrap();
+}
+
+#[test]
+fn huge_units_sigbus_mode() {
+    let swap = Swap::builder()
+        .budget(8 * MIB)
+        .device(DeviceSpec::ram(64 * MIB))
+        .build()
+        .unwrap();
+    huge_integrity(swap, false);
+}
+
+#[test]
+fn huge_units_handler_thread_mode() {
+    let swap = Swap::builder()
+        .budget(8 * MIB)
+        .device(DeviceSpec::ram(64 * MIB))
+        .fault_mode(FaultMode::HandlerThread)
+        .build()
+        .unwrap();
+    huge_integrity(swap, false);
+}
+
+#[test]
+fn huge_units_fall_back_to_single_slots() {
+    let swap = Swap::builder()
+        .budget(8 * MIB)
+        .device(DeviceSpec::ram(64 * MIB))
+        .switches(crate::swap_space::Switches {
+            huge_cluster: false,
+            ..crate::swap_space::Switches::DEFAULT
+        })
+        .build()
+        .unwrap();
+    huge_integrity(swap, true);
+}
+
+#[test]
+fn huge_units_on_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let swap = Swap::builder()
+        .budget(8 * MIB)
+        .device(DeviceSpec::file(FileOptions::new(
+            dir.path().join("swap"),
+            64 * MIB / PAGE_SIZE as u64,
+        )))
+        .build()
+        .unwrap();
+    huge_integrity(swap, false);
+}
