@@ -13,6 +13,10 @@
 //!   budget a quarter of the region, so most of them are on a RAM
 //!   swap device: each touch reads the page back.
 //! - `swapin-file`: the same from an O_DIRECT swap file in the temp dir.
+//! - `zero-fill-2m`, `swapin-ram-2m`, `swapin-file-2m`: the same in a region of 2 MB units
+//!   (`map_huge`): the first touch of a unit brings in all 512 pages (one
+//!   `UFFDIO_MOVE`, one 2 MB read), the other 511 touches cost nothing; the
+//!   time per page is the unit's cost over 512 (seed 003).
 //! - `swapcache-hit`: the region written once, then only the pages still
 //!   staged (soft-evicted, in the swap cache, not yet written back) are
 //!   touched: each is moved back with no IO.  8192 staging frames, no
@@ -48,11 +52,13 @@ pub struct FaultArgs {
     pub no_background_reclaim: bool,
 }
 
-const VARIANTS: [&str; 5] = [
+const VARIANTS: [&str; 7] = [
     "kernel-anon",
     "zero-fill",
+    "zero-fill-2m",
     "swapcache-hit",
     "swapin-ram",
+    "swapin-ram-2m",
     "swapin-file",
 ];
 
@@ -129,7 +135,7 @@ fn uswap_run(
 ) -> anyhow::Result<Round> {
     let dir = tempfile::tempdir().context("temp dir for the swap file")?;
     let swap_bytes = (len as u64) * 2;
-    let device = if variant == "swapin-file" {
+    let device = if variant.starts_with("swapin-file") {
         DeviceSpec::file(FileOptions::new(
             dir.path().join("swap"),
             swap_bytes / PAGE as u64,
@@ -146,8 +152,9 @@ fn uswap_run(
         .staging_frames(if hit { 8192 } else { 256 })
         .build()
         .context("starting uswap (needs root and Linux 6.8+)")?;
-    let mut region = swap.map(len).context("mapping the region")?;
-    if variant != "zero-fill" {
+    let huge = variant.ends_with("-2m");
+    let mut region = if huge { swap.map_huge(len) } else { swap.map(len) }.context("mapping the region")?;
+    if !variant.starts_with("zero-fill") {
         // Untimed: write every page once, so nearly all are swapped out.
         for (i, page) in region.as_mut_slice().chunks_mut(PAGE).enumerate() {
             page[0] = i as u8 | 1;

@@ -95,6 +95,7 @@ fn take(pool: &UnitPool) -> u32 {
 /// Serve a fault in the unit whose first page is `head` at `addr`.
 pub(super) fn serve(inner: &Inner, addr: u64, head: u32) {
     let st = &inner.states[head as usize];
+    inner.counters.faults.inc();
     let mut spins = 0u32;
     loop {
         let w = st.load(Ordering::Acquire);
