@@ -262,9 +262,12 @@ fn bench_fault_json() {
         &[
             "kernel-anon",
             "zero-fill",
+            "zero-fill-2m",
             "swapcache-hit",
             "swapin-ram",
+            "swapin-ram-2m",
             "swapin-file",
+            "swapin-file-2m",
         ],
     );
     for x in v["variants"].as_array().unwrap() {

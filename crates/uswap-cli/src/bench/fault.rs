@@ -52,7 +52,7 @@ pub struct FaultArgs {
     pub no_background_reclaim: bool,
 }
 
-const VARIANTS: [&str; 7] = [
+const VARIANTS: [&str; 8] = [
     "kernel-anon",
     "zero-fill",
     "zero-fill-2m",
@@ -60,6 +60,7 @@ const VARIANTS: [&str; 7] = [
     "swapin-ram",
     "swapin-ram-2m",
     "swapin-file",
+    "swapin-file-2m",
 ];
 
 /// Touch one byte of every page of `[base, base + len)` from `threads`
