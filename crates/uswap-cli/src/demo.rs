@@ -30,6 +30,10 @@ pub struct DemoArgs {
     /// Threads filling and verifying the region.
     #[arg(long, default_value_t = 4)]
     pub threads: usize,
+    /// Page the region in 2 MB units (seed 003): one move, one cluster and
+    /// one 2 MB IO per unit, a transparent huge page where the kernel has one.
+    #[arg(long)]
+    pub huge: bool,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -103,7 +107,12 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     if args.size > swap_bytes + args.budget {
         println!("note: the region is larger than swap plus budget; pages that find no slot stay resident");
     }
-    let mut region = swap.map(args.size as usize).context("mapping the region")?;
+    let mut region = if args.huge {
+        swap.map_huge(args.size as usize)
+    } else {
+        swap.map(args.size as usize)
+    }
+    .context("mapping the region")?;
     let pages = region.len() / PAGE;
     let per = pages.div_ceil(args.threads) * PAGE;
     let bar = |what: &str| {
@@ -187,6 +196,15 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         c("evict_clean"),
         c("direct_reclaim")
     );
+    if args.huge {
+        println!(
+            "2 MB units: {} swapped out ({} split into single slots for want of a free cluster), {} swapped in; {} of the process is in transparent huge pages now",
+            c("huge_swapouts"),
+            c("huge_fallbacks"),
+            c("huge_swapins"),
+            anon_huge()
+        );
+    }
     println!(
         "resident now {} of a {} budget; swap in use {}",
         mib(swap.resident_pages() as u64 * PAGE as u64),
@@ -199,4 +217,16 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     }
     println!("every byte read back as written");
     Ok(())
+}
+
+/// AnonHugePages of this process, from /proc/self/smaps_rollup.
+fn anon_huge() -> String {
+    std::fs::read_to_string("/proc/self/smaps_rollup")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("AnonHugePages:"))
+                .map(|l| l["AnonHugePages:".len()..].trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into())
 }

@@ -216,6 +216,20 @@ fn demo_swaps_and_verifies() {
             .expect("swap-in count in the summary");
         assert!(swapins > 1000, "{text}");
     }
+    // 2 MB units: whole units out and in.
+    let out = uswap(&[
+        "demo", "--size", "32M", "--budget", "8M", "--swap", "ram:64M", "--huge",
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("every byte read back as written") && text.contains("2 MB units: "),
+        "{text}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = format!("file:{}:32M", dir.path().join("swap").display());
     let out = uswap(&["demo", "--size", "8M", "--budget", "2M", "--swap", &file]);
