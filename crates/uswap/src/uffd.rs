@@ -427,12 +427,20 @@ impl Uffd {
     }
 
     /// Write-protect (`wp`) or unprotect a range.  Unprotecting wakes
-    /// threads waiting on write-protect faults unless `wake` is false.
+    /// threads waiting on write-protect faults unless `wake` is false;
+    /// protecting ignores `wake`.
     pub fn writeprotect(&self, addr: u64, len: u64, wp: bool, wake: bool) -> Result<(), UffdError> {
         let mut w = UffdioWriteprotect {
             range: UffdioRange { start: addr, len },
-            mode: if wp { WRITEPROTECT_MODE_WP } else { 0 }
-                | if wake { 0 } else { WRITEPROTECT_MODE_DONTWAKE },
+            // Protecting wakes nobody, and the kernel refuses DONTWAKE with
+            // it (EINVAL): the flag only means something when unprotecting.
+            mode: if wp {
+                WRITEPROTECT_MODE_WP
+            } else if wake {
+                0
+            } else {
+                WRITEPROTECT_MODE_DONTWAKE
+            },
         };
         self.ioctl("UFFDIO_WRITEPROTECT", UFFDIO_WRITEPROTECT, &mut w)
     }

@@ -198,3 +198,10 @@ impl Drop for FramePool {
         }
     }
 }
+
+/// Drop a range of a region's pages (the copy fallback of eviction).
+pub(crate) fn zap(addr: u64, len: usize) {
+    // SAFETY: the caller passes pages of one of our own regions whose
+    // contents it has saved and that nobody can write meanwhile.
+    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
+}

@@ -316,6 +316,7 @@ impl SwapBuilder {
             resident: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             users: AtomicUsize::new(1),
+            inject_move_busy: AtomicUsize::new(0),
             registry,
         });
         let mut threads = Vec::new();
@@ -340,6 +341,7 @@ struct Counters {
     huge_swapins: Arc<Counter>,
     huge_swapouts: Arc<Counter>,
     huge_fallbacks: Arc<Counter>,
+    move_fallbacks: Arc<Counter>,
     staged: Arc<Counter>,
     swapcache_hits: Arc<Counter>,
     wp_faults: Arc<Counter>,
@@ -363,6 +365,7 @@ impl Counters {
             huge_swapins: r.counter("huge_swapins"),
             huge_swapouts: r.counter("huge_swapouts"),
             huge_fallbacks: r.counter("huge_fallbacks"),
+            move_fallbacks: r.counter("move_fallbacks"),
             staged: r.counter("staged"),
             swapcache_hits: r.counter("swapcache_hits"),
             wp_faults: r.counter("wp_faults"),
@@ -419,6 +422,9 @@ pub(crate) struct Inner {
     shutdown: AtomicBool,
     /// Handles alive: the `Swap` and every region.
     users: AtomicUsize,
+    /// Test hook: this many coming evictions find `UFFDIO_MOVE` refusing
+    /// with `EBUSY`, as for a pinned page.
+    inject_move_busy: AtomicUsize,
     counters: Counters,
     registry: Arc<Registry>,
 }
@@ -573,6 +579,13 @@ impl Swap {
         &self.inner.space
     }
 
+    /// Make the next `n` evictions find `UFFDIO_MOVE` refusing with `EBUSY`
+    /// (as for a pinned page), to test the copy fallback.
+    #[doc(hidden)]
+    pub fn inject_move_busy(&self, n: usize) {
+        self.inner.inject_move_busy.store(n, Ordering::Relaxed);
+    }
+
     /// Inject a one-shot IO error at slot `offset` of device `device` (for
     /// testing the error paths).
     #[doc(hidden)]
@@ -626,6 +639,23 @@ impl Inner {
         for &f in frames {
             self.staging.put(f);
         }
+    }
+
+    /// Move a page out of a region (`dst` a staging frame), or the
+    /// injected `EBUSY` of the test hook.
+    fn move_out(&self, dst: u64, src: u64) -> Result<u64, UffdError> {
+        if self.inject_move_busy.load(Ordering::Relaxed) > 0
+            && self
+                .inject_move_busy
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+        {
+            return Err(UffdError::Ioctl {
+                op: "UFFDIO_MOVE",
+                errno: libc::EBUSY,
+            });
+        }
+        self.uffd.move_pages(dst, src, PAGE_SIZE as u64, false, false)
     }
 
     /// A handle went away; true when it was the last, and the threads are

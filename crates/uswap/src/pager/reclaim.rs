@@ -151,6 +151,7 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
             }
             match stage(inner, id) {
                 Stage::InMemory => {}
+                Stage::Gone => done += 1,
                 Stage::Dropped(f) => {
                     freed[nfreed] = f;
                     nfreed += 1;
@@ -184,6 +185,8 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
 }
 
 enum Stage {
+    /// Gone from memory with nothing left to discard (the copy fallback).
+    Gone,
     /// Moved to staging, still in memory.
     InMemory,
     /// Dropped outright (clean, never written: zeros); its frame is to be
@@ -220,14 +223,9 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     let frame_addr = inner.staging.addr(f);
     // A clean page that never had a slot holds zeros still: drop it.
     if !dirty && page::slot(w).is_none() {
-        if inner
-            .uffd
-            .move_pages(frame_addr, addr, PAGE, false, false)
-            .is_err()
-        {
+        if let Err(err) = inner.move_out(frame_addr, addr) {
             inner.staging.put(f);
-            st.store(w, Ordering::Release);
-            return Stage::Not;
+            return copy_out_or_keep(inner, id, addr, w, err);
         }
         inner.counters.evict_clean.inc();
         inner.counters.evictions.inc();
@@ -252,23 +250,23 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     };
     // A dirty page's old slot (if any) is stale: it gets the new one.
     let old = if new_slot { page::slot(w) } else { None };
-    if inner
+    let moved = match inner
         .swap_cache
         .add(e, PageHandle::new(f as u64 + 1).expect("non-zero"))
-        .is_err()
-        || inner
-            .uffd
-            .move_pages(frame_addr, addr, PAGE, false, false)
-            .is_err()
     {
-        // Shared or pinned (EBUSY): leave it resident.
+        Ok(()) => inner.move_out(frame_addr, addr),
+        Err(_) => Err(crate::uffd::UffdError::Ioctl {
+            op: "swap cache add",
+            errno: libc::EEXIST,
+        }),
+    };
+    if let Err(err) = moved {
         inner.swap_cache.delete(e);
         if new_slot {
             let _ = inner.space.free(e);
         }
         inner.staging.put(f);
-        st.store(w, Ordering::Release);
-        return Stage::Not;
+        return copy_out_or_keep(inner, id, addr, w, err);
     }
     if let Some(o) = old {
         let _ = inner.space.free(o);
@@ -287,6 +285,74 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     }
     drop(ring);
     Stage::InMemory
+}
+
+/// `UFFDIO_MOVE` refused page `id` (BUSY held, state `w`).  `EBUSY` means
+/// the page is shared or pinned (KSM, a DMA pin): fall back to
+/// write-protect + copy + zap + wake, writing it straight to a slot.  Any
+/// other error: leave it resident.
+fn copy_out_or_keep(inner: &Inner, id: u32, addr: u64, w: u64, err: crate::uffd::UffdError) -> Stage {
+    let st = &inner.states[id as usize];
+    if err.errno() != Some(libc::EBUSY) {
+        st.store(w, Ordering::Release);
+        return Stage::Not;
+    }
+    // Writers now take a write-protect fault and wait for BUSY to clear,
+    // so the copy below is the page's last contents.
+    if inner.uffd.writeprotect(addr, PAGE, true, false).is_err() {
+        st.store(w, Ordering::Release);
+        return Stage::Not;
+    }
+    let b = loop {
+        match inner.bounce.get() {
+            Some(b) => break b,
+            None => std::thread::yield_now(),
+        }
+    };
+    // SAFETY: we hold bounce frame `b`; the page at `addr` is present and
+    // readable (only writes are blocked), and nobody writes it meanwhile.
+    let buf = unsafe { inner.bounce.bytes(b) };
+    // SAFETY: `addr` is a present page of a live region (we hold it BUSY).
+    buf.copy_from_slice(unsafe { std::slice::from_raw_parts(addr as *const u8, PAGE_SIZE) });
+    let dirty = w & page::DIRTY != 0;
+    let next = match (dirty, page::slot(w)) {
+        (false, Some(e)) => Some(page::with_slot(page::SWAPPED, e)),
+        (false, None) => Some(page::NEVER),
+        (true, _) => match inner.space.alloc() {
+            Ok(e) => match inner.devices[e.device() as usize].write(e.offset(), buf) {
+                Ok(()) => Some(page::with_slot(page::SWAPPED, e)),
+                Err(_) => {
+                    inner.counters.write_errors.inc();
+                    None
+                }
+            },
+            Err(_) => {
+                inner.counters.swap_full.inc();
+                None
+            }
+        },
+    };
+    inner.bounce.put(b);
+    let Some(next) = next else {
+        // Keep it: unprotect (waking the writers) and carry on resident.
+        let _ = inner.uffd.writeprotect(addr, PAGE, false, true);
+        st.store(w, Ordering::Release);
+        return Stage::Not;
+    };
+    super::frames::zap(addr, PAGE_SIZE);
+    // MADV_DONTNEED does not wake threads waiting on the page: wake them,
+    // to fault again and find it swapped.
+    let _ = inner.uffd.wake(addr, PAGE);
+    inner.counters.move_fallbacks.inc();
+    inner.counters.evictions.inc();
+    if dirty {
+        inner.counters.evict_write.inc();
+    } else {
+        inner.counters.evict_clean.inc();
+    }
+    inner.resident.fetch_sub(1, Ordering::Relaxed);
+    st.store(next, Ordering::Release);
+    Stage::Gone
 }
 
 /// A free staging frame, writing back the oldest staged page if none is.

@@ -617,3 +617,50 @@ fn huge_units_on_a_file() {
         .unwrap();
     huge_integrity(swap, false);
 }
+
+/// When `UFFDIO_MOVE` refuses a page (`EBUSY`: shared or pinned), eviction
+/// falls back to write-protect + copy + zap + wake.  The refusals are
+/// injected; writers keep hammering the pages meanwhile, and no write may
+/// be lost, in either fault mode.
+#[test]
+fn move_refused_falls_back_to_copy() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = Swap::builder()
+            .budget(256 * 1024)
+            .device(DeviceSpec::ram(16 * MIB))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
+        swap.inject_move_busy(usize::MAX);
+        let mut region = swap.map((2 * MIB) as usize).unwrap();
+        let rounds = 10u64;
+        let chunk = region.len() / 4;
+        std::thread::scope(|s| {
+            for part in region.as_mut_slice().chunks_mut(chunk) {
+                s.spawn(move || {
+                    for round in 0..rounds {
+                        for page in part.chunks_mut(PAGE_SIZE) {
+                            if round % 2 == 1 {
+                                // SAFETY: a byte of our own page.
+                                std::hint::black_box(unsafe { std::ptr::read_volatile(&page[100]) });
+                            }
+                            let c = u64::from_ne_bytes(page[8..16].try_into().unwrap());
+                            page[8..16].copy_from_slice(&(c + 1).to_ne_bytes());
+                        }
+                    }
+                });
+            }
+        });
+        for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+            let c = u64::from_ne_bytes(page[8..16].try_into().unwrap());
+            assert_eq!(c, rounds, "{mode:?}: page {p} lost writes");
+        }
+        let st = swap.stats();
+        assert!(st.counter("move_fallbacks") > 100, "{mode:?}: {:?}", st.counters);
+        assert_eq!(st.counter("staged"), 0, "{mode:?}: nothing went through staging");
+        drop(region);
+        swap.swap_space().drain_slot_caches();
+        assert_eq!(swap.free_slots(), swap.total_slots(), "{mode:?}: slots leaked");
+        assert_eq!(swap.resident_pages(), 0);
+    }
+}
