@@ -258,10 +258,11 @@ fn install(inner: &Inner, addr: u64, id: u32, w: u64, write: bool) -> bool {
             inner.lru.add(id);
             false
         }
-        Err(_) => {
+        Err(err) => {
             // Never zeros: poison the page so an access gets SIGBUS.
             inner.bounce.put(b);
             inner.counters.read_errors.inc();
+            log_poison(addr, PAGE, e, &err);
             let _ = inner.space.free(e);
             let _ = inner.uffd.poison(addr, PAGE, true);
             st.store(page::POISONED, Ordering::Release);
@@ -402,4 +403,40 @@ fn fault_was_write(ctx: *mut libc::c_void) -> bool {
 #[cfg(not(target_arch = "x86_64"))]
 fn fault_was_write(_ctx: *mut libc::c_void) -> bool {
     false
+}
+
+/// Say why a page is poisoned, on stderr, from wherever the swap-in failed
+/// (a signal handler included): formatted into a stack buffer with
+/// `core::fmt` (no allocation) and written with one write(2).
+pub(super) fn log_poison(addr: u64, len: u64, e: crate::swap_space::SwapEntry, err: &crate::io::IoError) {
+    use std::fmt::Write as _;
+    struct Line {
+        buf: [u8; 320],
+        len: usize,
+    }
+    impl std::fmt::Write for Line {
+        fn write_str(&mut self, s: &str) -> std::fmt::Result {
+            let n = s.len().min(self.buf.len() - self.len);
+            self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
+            self.len += n;
+            Ok(())
+        }
+    }
+    let errno = match err {
+        crate::io::IoError::Read { source, .. } => source.raw_os_error().unwrap_or(0),
+        _ => 0,
+    };
+    let mut line = Line {
+        buf: [0; 320],
+        len: 0,
+    };
+    let _ = writeln!(
+        line,
+        "uswap: swap-in of {len} bytes at {addr:#x} failed: device {} slot {} gave errno {errno}; the memory is poisoned and touching it raises SIGBUS",
+        e.device(),
+        e.offset()
+    );
+    // SAFETY: writes our own stack buffer to stderr; write(2) is
+    // async-signal-safe.
+    unsafe { libc::write(2, line.buf.as_ptr().cast(), line.len) };
 }

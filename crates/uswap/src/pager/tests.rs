@@ -298,6 +298,11 @@ fn read_error_poisons_the_page() {
         err.contains("touching the poisoned page"),
         "the child did not get there: {err}"
     );
+    // The reason is logged: which slot failed, and with what.
+    assert!(
+        err.contains("uswap: swap-in of 4096 bytes at 0x") && err.contains("gave errno 5"),
+        "{err}"
+    );
     assert_eq!(
         out.status.signal(),
         Some(libc::SIGBUS),

@@ -137,19 +137,22 @@ fn install(inner: &Inner, addr: u64, head: u32, w: u64) {
     if page::kind(w) == page::SWAPPED {
         // SAFETY: we hold unit `u`, populated just now.
         let buf = unsafe { pool.bytes(u) };
-        let ok = if w & page::WHOLE != 0 {
+        let result = if w & page::WHOLE != 0 {
             let e = page::slot(w).expect("a whole unit has its cluster");
-            inner.devices[e.device() as usize].read(e.offset(), buf).is_ok()
+            inner.devices[e.device() as usize]
+                .read(e.offset(), buf)
+                .map_err(|err| (e, err))
         } else {
-            (0..UNIT_PAGES).all(|i| {
+            (0..UNIT_PAGES).try_for_each(|i| {
                 let e =
                     page::slot(inner.states[head as usize + i].load(Ordering::Acquire)).expect("split slot");
                 inner.devices[e.device() as usize]
                     .read(e.offset(), &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])
-                    .is_ok()
+                    .map_err(|err| (e, err))
             })
         };
-        if !ok {
+        if let Err((e, err)) = result {
+            super::fault::log_poison(addr, UNIT_BYTES as u64, e, &err);
             // Never zeros: poison the whole unit.
             inner.counters.read_errors.inc();
             pool.put(u);
