@@ -211,6 +211,20 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         mib(args.budget),
         mib((swap.total_slots() - swap.free_slots()) * PAGE as u64)
     );
+    if c("swap_full") > 0 || c("budget_overrun") > 0 {
+        println!(
+            "the swap space was full {} times: those pages stayed resident ({} faults found the budget exhausted with nothing evictable); add swap with --swap",
+            c("swap_full"),
+            c("budget_overrun")
+        );
+    }
+    if c("swapout_errors") + c("swapin_errors") > 0 {
+        println!(
+            "IO errors: {} swap-outs failed (pages kept, slots retired), {} swap-ins failed (pages poisoned)",
+            c("swapout_errors"),
+            c("swapin_errors")
+        );
+    }
     let bad = bad.into_inner();
     if bad > 0 {
         bail!("{bad} of {pages} pages read back wrong: data was lost");

@@ -529,20 +529,26 @@ fn huge_integrity(swap: Swap, expect_fallback: bool) {
             s.spawn(move || {
                 for (i, page) in part.chunks_mut(PAGE_SIZE).enumerate() {
                     let p = t * (chunk / PAGE_SIZE) + i;
-                    page[0] = fill_byte(p, 0, 3);
-                    page[PAGE_SIZE - 1] = fill_byte(p, 1, 3);
+                    for (at, b) in page.iter_mut().enumerate() {
+                        *b = fill_byte(p, at, 3);
+                    }
                 }
             });
         }
     });
-    for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
-        assert_eq!(
-            (page[0], page[PAGE_SIZE - 1]),
-            (fill_byte(p, 0, 3), fill_byte(p, 1, 3)),
-            "page {p}"
-        );
-        assert!(page[1..PAGE_SIZE - 1].iter().all(|&b| b == 0), "page {p} middle");
-    }
+    let region_ref = &region;
+    std::thread::scope(|s| {
+        for (t, part) in region_ref.as_slice().chunks(chunk).enumerate() {
+            s.spawn(move || {
+                for (i, page) in part.chunks(PAGE_SIZE).enumerate() {
+                    let p = t * (chunk / PAGE_SIZE) + i;
+                    for (at, b) in page.iter().enumerate() {
+                        assert_eq!(*b, fill_byte(p, at, 3), "page {p} byte {at}");
+                    }
+                }
+            });
+        }
+    });
     let st = swap.stats();
     assert!(
         st.counter("huge_swapouts") > 8 && st.counter("huge_swapins") > 4,
@@ -668,4 +674,34 @@ fn move_refused_falls_back_to_copy() {
         assert_eq!(swap.free_slots(), swap.total_slots(), "{mode:?}: slots leaked");
         assert_eq!(swap.resident_pages(), 0);
     }
+}
+
+#[test]
+fn integrity_file_backend_handler_thread_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(DeviceSpec::file(FileOptions::new(
+            dir.path().join("swapfile"),
+            64 * MIB / PAGE_SIZE as u64,
+        )))
+        .fault_mode(FaultMode::HandlerThread)
+        .build()
+        .unwrap();
+    integrity(swap, (16 * MIB) as usize);
+}
+
+#[test]
+fn huge_units_on_a_file_handler_thread_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let swap = Swap::builder()
+        .budget(8 * MIB)
+        .device(DeviceSpec::file(FileOptions::new(
+            dir.path().join("swap"),
+            64 * MIB / PAGE_SIZE as u64,
+        )))
+        .fault_mode(FaultMode::HandlerThread)
+        .build()
+        .unwrap();
+    huge_integrity(swap, false);
 }
