@@ -213,7 +213,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     );
     if c("swap_full") > 0 || c("budget_overrun") > 0 {
         println!(
-            "the swap space was full {} times: those pages stayed resident ({} faults found the budget exhausted with nothing evictable); add swap with --swap",
+            "swap space full: {} eviction attempts found no free slot and left their pages resident; {} faults found the budget exhausted with nothing evictable; add swap with --swap",
             c("swap_full"),
             c("budget_overrun")
         );
