@@ -705,3 +705,50 @@ fn huge_units_on_a_file_handler_thread_mode() {
         .unwrap();
     huge_integrity(swap, false);
 }
+
+/// Many threads fault on the same pages at once (each page swapped out,
+/// then read by 8 threads in the same order): one serves each fault, the
+/// others wait or find it served; every thread reads the right bytes.
+#[test]
+fn many_threads_fault_on_one_page() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        for huge in [false, true] {
+            let swap = Swap::builder()
+                .budget(4 * MIB)
+                .device(DeviceSpec::ram(64 * MIB))
+                .fault_mode(mode)
+                .build()
+                .unwrap();
+            let mut region = if huge {
+                swap.map_huge((16 * MIB) as usize)
+            } else {
+                swap.map((16 * MIB) as usize)
+            }
+            .unwrap();
+            for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+                page[7] = p as u8 | 1;
+                page[4000] = (p >> 8) as u8;
+            }
+            let region = &region;
+            let barrier = std::sync::Barrier::new(8);
+            std::thread::scope(|s| {
+                for _ in 0..8 {
+                    let barrier = &barrier;
+                    s.spawn(move || {
+                        barrier.wait();
+                        for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+                            assert_eq!(
+                                (page[7], page[4000]),
+                                (p as u8 | 1, (p >> 8) as u8),
+                                "{mode:?} huge={huge}: page {p}"
+                            );
+                        }
+                    });
+                }
+            });
+            let st = swap.stats();
+            let ins = st.counter("swapins") + st.counter("huge_swapins") * 512 + st.counter("swapcache_hits");
+            assert!(ins > 1000, "{mode:?} huge={huge}: {:?}", st.counters);
+        }
+    }
+}
