@@ -13,12 +13,8 @@ fn fill_byte(page: usize, at: usize, seed: u64) -> u8 {
     (x ^ (x >> 29)) as u8
 }
 
-/// 4 threads write patterns over a region four times the budget, then
-/// every byte is checked; then the region is dropped and every slot must
-/// come back.
-fn integrity(swap: Swap, region_bytes: usize) {
-    let mut region = swap.map(region_bytes).unwrap();
-    let pages = region.len() / PAGE_SIZE;
+/// 4 threads write the pattern of `seed` over every byte of the region.
+fn fill(region: &mut Region, seed: u64) {
     let chunk = region.len() / 4;
     std::thread::scope(|s| {
         for (t, part) in region.as_mut_slice().chunks_mut(chunk).enumerate() {
@@ -26,28 +22,74 @@ fn integrity(swap: Swap, region_bytes: usize) {
                 for (i, page) in part.chunks_mut(PAGE_SIZE).enumerate() {
                     let p = t * (chunk / PAGE_SIZE) + i;
                     for (at, b) in page.iter_mut().enumerate() {
-                        *b = fill_byte(p, at, 1);
+                        *b = fill_byte(p, at, seed);
                     }
                 }
             });
         }
     });
-    let st = swap.stats();
-    assert!(st.counter("evictions") > pages as u64 / 2, "{:?}", st.counters);
-    // Verify, from 4 threads again, every byte.
-    let region_ref = &region;
+}
+
+/// 4 threads check every byte of the region against the pattern of `seed`.
+fn verify(region: &Region, seed: u64) {
+    let chunk = region.len() / 4;
     std::thread::scope(|s| {
-        for (t, part) in region_ref.as_slice().chunks(chunk).enumerate() {
+        for (t, part) in region.as_slice().chunks(chunk).enumerate() {
             s.spawn(move || {
                 for (i, page) in part.chunks(PAGE_SIZE).enumerate() {
                     let p = t * (chunk / PAGE_SIZE) + i;
                     for (at, b) in page.iter().enumerate() {
-                        assert_eq!(*b, fill_byte(p, at, 1), "page {p} byte {at}");
+                        assert_eq!(*b, fill_byte(p, at, seed), "page {p} byte {at}");
                     }
                 }
             });
         }
     });
+}
+
+/// 4 threads each increment a counter in every page of their quarter,
+/// `rounds` times, reading the page first on odd rounds (so it comes in
+/// clean and the write is a write-protect fault racing the reclaimer);
+/// then every counter must read `rounds`.
+fn hammer_counters(region: &mut Region, rounds: u64, what: &str) {
+    let chunk = region.len() / 4;
+    std::thread::scope(|s| {
+        for part in region.as_mut_slice().chunks_mut(chunk) {
+            s.spawn(move || {
+                for round in 0..rounds {
+                    for page in part.chunks_mut(PAGE_SIZE) {
+                        if round % 2 == 1 {
+                            // SAFETY: a byte of our own page.
+                            std::hint::black_box(unsafe { std::ptr::read_volatile(&page[100]) });
+                        }
+                        // A u64 counter at the start and end of each page.
+                        for at in [0, PAGE_SIZE - 8] {
+                            let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
+                            page[at..at + 8].copy_from_slice(&(c + 1).to_ne_bytes());
+                        }
+                    }
+                }
+            });
+        }
+    });
+    for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        for at in [0, PAGE_SIZE - 8] {
+            let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
+            assert_eq!(c, rounds, "{what}: page {p} offset {at} lost writes");
+        }
+    }
+}
+
+/// 4 threads write patterns over a region four times the budget, then
+/// every byte is checked; then the region is dropped and every slot must
+/// come back.
+fn integrity(swap: Swap, region_bytes: usize) {
+    let mut region = swap.map(region_bytes).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    fill(&mut region, 1);
+    let st = swap.stats();
+    assert!(st.counter("evictions") > pages as u64 / 2, "{:?}", st.counters);
+    verify(&region, 1);
     let st = swap.stats();
     assert!(st.counter("swapins") > pages as u64 / 2, "{:?}", st.counters);
     assert!(st.counter("swapin_errors") == 0 && st.counter("swapout_errors") == 0);
@@ -141,37 +183,7 @@ fn no_write_is_lost_to_eviction() {
             .unwrap();
         let mut region = swap.map((2 * MIB) as usize).unwrap();
         let pages = region.len() / PAGE_SIZE;
-        let rounds = 20u64;
-        let chunk = region.len() / 4;
-        std::thread::scope(|s| {
-            for part in region.as_mut_slice().chunks_mut(chunk) {
-                s.spawn(move || {
-                    for round in 0..rounds {
-                        for page in part.chunks_mut(PAGE_SIZE) {
-                            if round % 2 == 1 {
-                                // Read first, so the page comes in clean
-                                // (write-protected) and the write below is
-                                // a write-protect fault racing the
-                                // reclaimer's clean drop.
-                                // SAFETY: a byte of our own page.
-                                std::hint::black_box(unsafe { std::ptr::read_volatile(&page[100]) });
-                            }
-                            // A u64 counter at the start and end of each page.
-                            for at in [0, PAGE_SIZE - 8] {
-                                let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
-                                page[at..at + 8].copy_from_slice(&(c + 1).to_ne_bytes());
-                            }
-                        }
-                    }
-                });
-            }
-        });
-        for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
-            for at in [0, PAGE_SIZE - 8] {
-                let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
-                assert_eq!(c, rounds, "{mode:?}: page {p} offset {at} lost writes");
-            }
-        }
+        hammer_counters(&mut region, 20, &format!("{mode:?}"));
         let st = swap.stats();
         assert!(
             st.counter("evictions") > pages as u64,
@@ -523,32 +535,8 @@ fn regions_outlive_the_swap_handle() {
 fn huge_integrity(swap: Swap, expect_fallback: bool) {
     let mut region = swap.map_huge((32 * MIB) as usize).unwrap();
     assert_eq!(region.as_ptr() as usize % (2 << 20), 0, "units are 2 MB aligned");
-    let chunk = region.len() / 4;
-    std::thread::scope(|s| {
-        for (t, part) in region.as_mut_slice().chunks_mut(chunk).enumerate() {
-            s.spawn(move || {
-                for (i, page) in part.chunks_mut(PAGE_SIZE).enumerate() {
-                    let p = t * (chunk / PAGE_SIZE) + i;
-                    for (at, b) in page.iter_mut().enumerate() {
-                        *b = fill_byte(p, at, 3);
-                    }
-                }
-            });
-        }
-    });
-    let region_ref = &region;
-    std::thread::scope(|s| {
-        for (t, part) in region_ref.as_slice().chunks(chunk).enumerate() {
-            s.spawn(move || {
-                for (i, page) in part.chunks(PAGE_SIZE).enumerate() {
-                    let p = t * (chunk / PAGE_SIZE) + i;
-                    for (at, b) in page.iter().enumerate() {
-                        assert_eq!(*b, fill_byte(p, at, 3), "page {p} byte {at}");
-                    }
-                }
-            });
-        }
-    });
+    fill(&mut region, 3);
+    verify(&region, 3);
     let st = swap.stats();
     assert!(
         st.counter("huge_swapouts") > 8 && st.counter("huge_swapins") > 4,
@@ -644,28 +632,7 @@ fn move_refused_falls_back_to_copy() {
             .unwrap();
         swap.inject_move_busy(usize::MAX);
         let mut region = swap.map((2 * MIB) as usize).unwrap();
-        let rounds = 10u64;
-        let chunk = region.len() / 4;
-        std::thread::scope(|s| {
-            for part in region.as_mut_slice().chunks_mut(chunk) {
-                s.spawn(move || {
-                    for round in 0..rounds {
-                        for page in part.chunks_mut(PAGE_SIZE) {
-                            if round % 2 == 1 {
-                                // SAFETY: a byte of our own page.
-                                std::hint::black_box(unsafe { std::ptr::read_volatile(&page[100]) });
-                            }
-                            let c = u64::from_ne_bytes(page[8..16].try_into().unwrap());
-                            page[8..16].copy_from_slice(&(c + 1).to_ne_bytes());
-                        }
-                    }
-                });
-            }
-        });
-        for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
-            let c = u64::from_ne_bytes(page[8..16].try_into().unwrap());
-            assert_eq!(c, rounds, "{mode:?}: page {p} lost writes");
-        }
+        hammer_counters(&mut region, 10, &format!("{mode:?}"));
         let st = swap.stats();
         assert!(st.counter("move_fallbacks") > 100, "{mode:?}: {:?}", st.counters);
         assert_eq!(st.counter("staged"), 0, "{mode:?}: nothing went through staging");
