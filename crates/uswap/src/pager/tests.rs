@@ -80,6 +80,20 @@ fn hammer_counters(region: &mut Region, rounds: u64, what: &str) {
     }
 }
 
+/// After the last region of `swap` is dropped: every slot is free again
+/// (slot caches drained), nothing is resident, and the swap space's
+/// invariants hold.
+fn assert_all_returned(swap: &Swap, what: &str) {
+    swap.swap_space().drain_slot_caches();
+    assert_eq!(
+        swap.free_slots(),
+        swap.total_slots(),
+        "{what}: region drop returns every slot"
+    );
+    assert_eq!(swap.resident_pages(), 0, "{what}: resident count off");
+    swap.swap_space().check_invariants().unwrap();
+}
+
 /// 4 threads write patterns over a region four times the budget, then
 /// every byte is checked; then the region is dropped and every slot must
 /// come back.
@@ -102,14 +116,7 @@ fn integrity(swap: Swap, region_bytes: usize) {
         swap.budget_pages()
     );
     drop(region);
-    swap.swap_space().drain_slot_caches();
-    assert_eq!(
-        swap.free_slots(),
-        swap.total_slots(),
-        "region drop returns every slot"
-    );
-    assert_eq!(swap.resident_pages(), 0);
-    swap.swap_space().check_invariants().unwrap();
+    assert_all_returned(&swap, "");
 }
 
 #[test]
@@ -390,13 +397,7 @@ fn touches_of_staged_pages_hit_the_swap_cache() {
         assert!(st.counter("swapcache_hits") > 100, "{mode:?}: {:?}", st.counters);
         assert!(st.counter("lru_activate") > 0, "{mode:?}");
         drop(region);
-        swap.swap_space().drain_slot_caches();
-        assert_eq!(
-            swap.free_slots(),
-            swap.total_slots(),
-            "{mode:?}: region drop returns every slot"
-        );
-        assert_eq!(swap.resident_pages(), 0);
+        assert_all_returned(&swap, &format!("{mode:?}"));
     }
 }
 
@@ -457,10 +458,7 @@ fn stress_many_threads_and_regions() {
             "{mode:?}: {:?}",
             st.counters
         );
-        swap.swap_space().drain_slot_caches();
-        assert_eq!(swap.free_slots(), swap.total_slots(), "{mode:?}: slots leaked");
-        assert_eq!(swap.resident_pages(), 0, "{mode:?}: resident count off");
-        swap.swap_space().check_invariants().unwrap();
+        assert_all_returned(&swap, &format!("{mode:?}"));
     }
 }
 
@@ -558,14 +556,7 @@ fn huge_integrity(swap: Swap, expect_fallback: bool) {
     }
     assert!(swap.resident_pages() <= swap.budget_pages() + 512);
     drop(region);
-    swap.swap_space().drain_slot_caches();
-    assert_eq!(
-        swap.free_slots(),
-        swap.total_slots(),
-        "region drop returns every slot"
-    );
-    assert_eq!(swap.resident_pages(), 0);
-    swap.swap_space().check_invariants().unwrap();
+    assert_all_returned(&swap, "");
 }
 
 #[test]
@@ -637,9 +628,7 @@ fn move_refused_falls_back_to_copy() {
         assert!(st.counter("move_fallbacks") > 100, "{mode:?}: {:?}", st.counters);
         assert_eq!(st.counter("staged"), 0, "{mode:?}: nothing went through staging");
         drop(region);
-        swap.swap_space().drain_slot_caches();
-        assert_eq!(swap.free_slots(), swap.total_slots(), "{mode:?}: slots leaked");
-        assert_eq!(swap.resident_pages(), 0);
+        assert_all_returned(&swap, &format!("{mode:?}"));
     }
 }
 
