@@ -42,7 +42,7 @@ pub enum Mode {
     Handler,
 }
 
-fn parse_bytes(s: &str) -> Result<u64, String> {
+pub fn parse_bytes(s: &str) -> Result<u64, String> {
     parse_size::Config::new()
         .with_binary()
         .parse_size(s)

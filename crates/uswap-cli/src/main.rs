@@ -79,6 +79,35 @@ enum BenchCommand {
     /// no-huge-cluster is the behaviour before seed 003: the unit split
     /// into 512 pages, each allocated, cached and freed alone.  No IO.
     Huge(bench::huge::HugeArgs),
+    /// pmbench: random page accesses (80% reads) over a working set well
+    /// above the budget; accesses/s, swap GB/s, latency percentiles.
+    ///
+    /// The seeds' score (000, 001).  --compare runs uswap (RAM device),
+    /// uswap-file, kernel-zram and kernel-file on the same workload,
+    /// interleaved; the kernel runs get a memory cgroup with the same budget
+    /// and a fresh zram0 or swap file, removed afterwards (root; refused
+    /// while another swap is on).  --ablate runs uswap once per seed switch
+    /// flipped back.  Defaults fit a 2-core, 24 GB machine: 2 GiB working
+    /// set, 512 MiB budget, 8 s per run.
+    Pmbench(bench::side_by_side::PmbenchArgs),
+    /// seq-write (vm-scalability swap-w-seq): threads write their slices of
+    /// the region once, sequentially, through the budget into swap; with
+    /// 4 KiB pages and 2 MB units (seed 003).
+    ///
+    /// Reports write and swap-out GB/s.  Same backends, --compare and
+    /// --ablate as pmbench.
+    SeqWrite(bench::side_by_side::SeqWriteArgs),
+    /// activate (seed 002): each round maps one region, every thread
+    /// touches all of it, and it is unmapped; seconds per round and the LRU
+    /// lock's statistics.
+    ///
+    /// With the budget below the region, pages touched again after
+    /// eviction come back and are activated; --ablate --variants
+    /// unbatched-lru is the behaviour before seed 002.
+    Activate(bench::side_by_side::ActivateArgs),
+    /// Internal: one workload run in its own process.
+    #[command(hide = true)]
+    Worker(bench::worker::WorkerArgs),
 }
 
 fn main() {
@@ -99,6 +128,10 @@ fn run(cli: Cli) -> Result<()> {
             BenchCommand::Lru(a) => bench::lru::run(&a),
             BenchCommand::Huge(a) => bench::huge::run(&a),
             BenchCommand::Fault(a) => bench::fault::run(&a),
+            BenchCommand::Pmbench(a) => bench::side_by_side::pmbench(&a),
+            BenchCommand::SeqWrite(a) => bench::side_by_side::seq_write(&a),
+            BenchCommand::Activate(a) => bench::side_by_side::activate(&a),
+            BenchCommand::Worker(a) => bench::worker::main(&a),
         },
     }
 }

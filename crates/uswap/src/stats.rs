@@ -19,7 +19,7 @@ use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
 use parking_lot::{Mutex, MutexGuard};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Counter shards per site.  Threads are spread over the shards round-robin,
 /// so with up to this many threads no two share a cache line; beyond it two
@@ -99,7 +99,7 @@ pub struct LockSite {
 }
 
 /// What a lock site reports: the seeds' `perf lock` columns.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockStats {
     /// Times the lock was taken.
     pub acquisitions: u64,

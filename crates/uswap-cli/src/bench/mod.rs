@@ -8,8 +8,13 @@ pub mod alloc;
 pub mod extent;
 pub mod fault;
 pub mod huge;
+pub mod kernel_swap;
 pub mod lru;
+pub mod plot;
 pub mod report;
+pub mod side_by_side;
+pub mod worker;
+pub mod workload;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -97,15 +102,15 @@ impl Common {
 /// ...), under a progress bar labelled by `label`.  `run(round, combo)`
 /// does one timed run.  Returns each combination's rounds, in the order of
 /// `combos`.
-pub fn interleave<C>(
+pub fn interleave<C, R>(
     common: &Common,
     bench: &str,
     combos: &[C],
     label: impl Fn(&C) -> String,
-    mut run: impl FnMut(usize, &C) -> anyhow::Result<Round>,
-) -> anyhow::Result<Vec<Vec<Round>>> {
+    mut run: impl FnMut(usize, &C) -> anyhow::Result<R>,
+) -> anyhow::Result<Vec<Vec<R>>> {
     let pb = progress((combos.len() * common.rounds) as u64, bench, common.json);
-    let mut out: Vec<Vec<Round>> = combos.iter().map(|_| Vec::with_capacity(common.rounds)).collect();
+    let mut out: Vec<Vec<R>> = combos.iter().map(|_| Vec::with_capacity(common.rounds)).collect();
     for round in 0..common.rounds {
         for (i, combo) in combos.iter().enumerate() {
             pb.set_message(label(combo));

@@ -44,7 +44,7 @@ use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 
 use crate::io::{FileOptions, IoDevice, IoError};
-use crate::lru::{Lru, LruConfig, LruError};
+use crate::lru::{Lru, LruBatch, LruConfig, LruError};
 use crate::stats::{Counter, Registry, Snapshot, StatMutex};
 use crate::swap_cache::{SwapCache, DEFAULT_TRUNK_SLOTS};
 use crate::swap_space::{DeviceConfig, SwapError, SwapSpace, Switches};
@@ -125,6 +125,7 @@ pub struct SwapBuilder {
     max_mapped: Option<u64>,
     staging_frames: u32,
     switches: Switches,
+    lru_batch: LruBatch,
     background: bool,
 }
 
@@ -172,6 +173,14 @@ impl SwapBuilder {
     /// The seed switches of the swap space.
     pub fn switches(mut self, s: Switches) -> Self {
         self.switches = s;
+        self
+    }
+
+    /// How LRU adds and activations reach the LRU lock (seed 002; default
+    /// per-CPU batches of 31, [`LruBatch::Unbatched`] restores the lock per
+    /// page of before the seed).
+    pub fn lru_batch(mut self, b: LruBatch) -> Self {
+        self.lru_batch = b;
         self
     }
 
@@ -235,7 +244,7 @@ impl SwapBuilder {
             .map_or(space.total_slots() as usize + budget, |b| (b / page) as usize);
         let max_pages = u32::try_from(max_pages)
             .map_err(|_| PagerError::Config(format!("max_mapped of {max_pages} pages exceeds 2^32 pages")))?;
-        let lru = Lru::new(LruConfig::new(max_pages), &registry)?;
+        let lru = Lru::new(LruConfig::new(max_pages).batch(self.lru_batch), &registry)?;
         let staging = FramePool::new(self.staging_frames, &registry, "staging_frames").map_err(|source| {
             PagerError::Mmap {
                 bytes: self.staging_frames as usize * PAGE_SIZE,
@@ -447,6 +456,7 @@ impl Swap {
             max_mapped: None,
             staging_frames: 256,
             switches: Switches::DEFAULT,
+            lru_batch: LruBatch::default(),
             background: true,
         }
     }

@@ -1,0 +1,514 @@
+//! `uswap bench pmbench | seq-write | activate`: the seeds' workloads on
+//! uswap and on kernel swap, side by side, and uswap with each seed switch
+//! flipped back (`--ablate`).
+//!
+//! Every (threads, backend, ablation, unit) combination runs `--rounds`
+//! times, interleaved round by round, each run in a fresh worker process
+//! ([`super::worker`]); kernel runs get a fresh cgroup and swap device
+//! ([`super::kernel_swap`]).  Ratios are the median over rounds of the
+//! ratio within a round.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use anyhow::{ensure, Context, Result};
+use clap::Args;
+use serde_json::json;
+
+use super::kernel_swap::{self, interrupted, KernelSwap, MemCgroup};
+use super::report::{paired_change, Report, Variant};
+use super::worker::{self, Backend, WorkerResult, WorkerSpec, ABLATIONS};
+use super::workload::{DataKind, Unit, Workload, HUGE, PAGE};
+use super::{interleave, plot, Common};
+use crate::demo::parse_bytes;
+
+/// Options shared by the three workloads.
+#[derive(Args, Clone, Debug)]
+pub struct SwapOpts {
+    #[command(flatten)]
+    pub common: Common,
+    /// Who pages the memory, comma separated: uswap (RAM swap device),
+    /// uswap-file, kernel-zram (/dev/zram0), kernel-file (a swap file).
+    /// Kernel backends run in a cgroup v1 memory cgroup with the same
+    /// budget, set up and removed by the bench (root).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "uswap")]
+    pub backend: Vec<Backend>,
+    /// Run every backend (uswap, uswap-file, kernel-zram, kernel-file),
+    /// interleaved, and print ratios against uswap.
+    #[arg(long, conflicts_with_all = ["backend", "ablate"])]
+    pub compare: bool,
+    /// Run uswap once per seed switch, each flipped back to the behaviour
+    /// before its seed (pick some with --variants), against the default.
+    #[arg(long)]
+    pub ablate: bool,
+    /// Working-set size: the region the workload maps.
+    #[arg(long, value_parser = parse_bytes)]
+    pub wss: u64,
+    /// Memory budget: uswap's budget, the kernel cgroup's memory limit.
+    #[arg(long, value_parser = parse_bytes)]
+    pub budget: u64,
+    /// Swap space [default: the working set plus 64 MiB].
+    #[arg(long, value_parser = parse_bytes)]
+    pub swap_size: Option<u64>,
+    /// What the pages hold: zeros, text (compresses 2-3x) or random.
+    /// Matters to kernel-zram, which compresses.
+    #[arg(long, value_enum, default_value = "text")]
+    pub data: DataKind,
+    /// Seed of the random accesses and data.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Directory for the swap files of uswap-file and kernel-file (on a
+    /// disk file system; not tmpfs) [default: the temp dir].
+    #[arg(long)]
+    pub swap_dir: Option<PathBuf>,
+    /// zram compressor for kernel-zram (e.g. lzo-rle, lz4, zstd)
+    /// [default: the device's].
+    #[arg(long)]
+    pub zram_algorithm: Option<String>,
+    /// Draw the latency CDF, throughput over time and per-variant bars to
+    /// this file (.png or .svg).
+    #[arg(long, value_name = "FILE")]
+    pub plot: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+#[command(mut_arg("threads", |a| a.default_value("2")))]
+#[command(mut_arg("seconds", |a| a.default_value("8")))]
+#[command(mut_arg("rounds", |a| a.default_value("1")))]
+#[command(mut_arg("wss", |a| a.default_value("2G").required(false)))]
+#[command(mut_arg("budget", |a| a.default_value("512M").required(false)))]
+pub struct PmbenchArgs {
+    #[command(flatten)]
+    pub opts: SwapOpts,
+    /// Percent of accesses that read (the rest write one word).
+    #[arg(long, default_value_t = 80)]
+    pub read_pct: u32,
+}
+
+#[derive(Args, Debug)]
+#[command(mut_arg("threads", |a| a.default_value("2")))]
+#[command(mut_arg("seconds", |a| a.default_value("60")))]
+#[command(mut_arg("rounds", |a| a.default_value("1")))]
+#[command(mut_arg("wss", |a| a.default_value("2G").required(false)))]
+#[command(mut_arg("budget", |a| a.default_value("512M").required(false)))]
+pub struct SeqWriteArgs {
+    #[command(flatten)]
+    pub opts: SwapOpts,
+    /// Units to page in, comma separated: 4k pages, 2m units (seed 003).
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "4k,2m")]
+    pub units: Vec<Unit>,
+}
+
+#[derive(Args, Debug)]
+#[command(mut_arg("threads", |a| a.default_value("2")))]
+#[command(mut_arg("seconds", |a| a.default_value("5")))]
+#[command(mut_arg("rounds", |a| a.default_value("1")))]
+#[command(mut_arg("wss", |a| a.default_value("256M").required(false)))]
+#[command(mut_arg("budget", |a| a.default_value("128M").required(false)))]
+pub struct ActivateArgs {
+    #[command(flatten)]
+    pub opts: SwapOpts,
+}
+
+/// One combination a bench measures.
+#[derive(Clone, Debug)]
+struct Combo {
+    threads: usize,
+    backend: Backend,
+    ablation: &'static str,
+    unit: Unit,
+}
+
+impl Combo {
+    fn name(&self) -> String {
+        let mut n = self.backend.name().to_string();
+        if self.ablation != "default" {
+            n = format!("{n}/{}", self.ablation);
+        }
+        if self.unit == Unit::Huge {
+            n.push_str(" 2m");
+        }
+        n
+    }
+}
+
+pub fn pmbench(a: &PmbenchArgs) -> Result<()> {
+    ensure!(a.read_pct <= 100, "--read-pct must be 0..=100, got {}", a.read_pct);
+    run(&a.opts, Workload::Pmbench { read_pct: a.read_pct }, &[Unit::Page])
+}
+
+pub fn seq_write(a: &SeqWriteArgs) -> Result<()> {
+    ensure!(!a.units.is_empty(), "--units needs at least one of 4k, 2m");
+    run(&a.opts, Workload::SeqWrite, &a.units)
+}
+
+pub fn activate(a: &ActivateArgs) -> Result<()> {
+    run(&a.opts, Workload::Activate, &[Unit::Page])
+}
+
+fn validate(o: &SwapOpts, units: &[Unit], swap_bytes: u64) -> Result<()> {
+    o.common.validate()?;
+    let align = units.iter().map(|u| u.bytes() as u64).max().unwrap_or(PAGE as u64);
+    ensure!(
+        o.wss >= align && o.wss % align == 0,
+        "--wss must be a positive multiple of {} (the unit), got {}",
+        if align == HUGE as u64 { "2 MiB" } else { "4 KiB" },
+        o.wss
+    );
+    ensure!(o.budget >= 16 << 20, "--budget must be at least 16M, got {}", o.budget);
+    ensure!(
+        swap_bytes + o.budget >= o.wss + (16 << 20),
+        "the swap space ({swap_bytes} bytes) and the budget together must hold the working set ({} bytes) with 16 MiB to spare; raise --swap-size",
+        o.wss
+    );
+    if let Some(avail) = mem_available() {
+        // RAM swap (uswap's RAM device, zram) keeps swapped pages in
+        // memory too: the whole working set must fit.
+        let ram = o.compare || o.backend.iter().any(|b| matches!(b, Backend::Uswap | Backend::KernelZram));
+        ensure!(
+            !ram || o.wss < avail * 9 / 10,
+            "--wss {} is more than this machine can hold with swap in RAM ({} available); lower it, or use only the file backends",
+            o.wss,
+            avail
+        );
+    }
+    Ok(())
+}
+
+fn mem_available() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = s.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kb << 10)
+}
+
+fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
+    let swap_bytes = o.swap_size.unwrap_or(o.wss + (64 << 20));
+    validate(o, units, swap_bytes)?;
+    let c = &o.common;
+    let backends: Vec<Backend> = if o.compare {
+        Backend::ALL.to_vec()
+    } else {
+        let mut b = o.backend.clone();
+        b.dedup();
+        b
+    };
+    let ablations: Vec<&'static str> = if o.ablate {
+        ensure!(
+            backends.iter().all(|b| !b.is_kernel()),
+            "--ablate flips uswap's seed switches: use it with --backend uswap or uswap-file"
+        );
+        c.selected(&ABLATIONS)?.into_iter().map(|i| ABLATIONS[i]).collect()
+    } else {
+        ensure!(
+            c.variants.is_empty(),
+            "--variants picks ablations: give it with --ablate (there are: {})",
+            ABLATIONS.join(", ")
+        );
+        vec!["default"]
+    };
+    let mut ablations = ablations;
+    if !ablations.contains(&"default") {
+        ablations.insert(0, "default");
+    }
+    if let Some(p) = &o.plot {
+        plot::check_path(p)?;
+    }
+
+    let swap_dir = o.swap_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let kernel_devices: Vec<_> = backends
+        .iter()
+        .filter_map(|&b| worker::kernel_device(b, swap_bytes, &swap_dir, o.zram_algorithm.as_deref()))
+        .collect();
+    kernel_swap::catch_interrupts();
+    if !kernel_devices.is_empty() {
+        kernel_swap::preflight(&kernel_devices.iter().collect::<Vec<_>>())?;
+    }
+    // uswap-file's swap files go in a directory of their own, removed at
+    // the end whatever happens.
+    let uswap_dir = tempfile::Builder::new()
+        .prefix("uswap-bench-")
+        .tempdir_in(&swap_dir)
+        .with_context(|| format!("creating a directory in --swap-dir {}", swap_dir.display()))?;
+    let scratch = tempfile::tempdir().context("creating a scratch directory")?;
+
+    let mut combos = Vec::new();
+    for &threads in &c.threads {
+        for &unit in units {
+            for &backend in &backends {
+                for &ablation in &ablations {
+                    combos.push(Combo {
+                        threads,
+                        backend,
+                        ablation,
+                        unit,
+                    });
+                }
+            }
+        }
+    }
+    let rounds = interleave(c, workload.name(), &combos, Combo::name, |_, combo| {
+        interrupted()?;
+        let spec = WorkerSpec {
+            workload,
+            backend: combo.backend,
+            ablation: combo.ablation.to_string(),
+            unit: combo.unit,
+            threads: combo.threads,
+            wss: o.wss,
+            budget: o.budget,
+            swap_bytes,
+            seconds: c.seconds,
+            data: o.data,
+            seed: o.seed,
+            swap_dir: uswap_dir.path().to_path_buf(),
+            cgroup: None,
+            result: PathBuf::new(),
+        };
+        run_one(spec, &swap_dir, o.zram_algorithm.as_deref(), scratch.path())
+    })?;
+
+    let variants: Vec<Variant> = combos
+        .iter()
+        .zip(&rounds)
+        .map(|(combo, r)| summarize(combo, r, o, workload, swap_bytes))
+        .collect();
+    let mut report = Report {
+        bench: workload.name().to_string(),
+        variants,
+    };
+    add_ratios(&mut report);
+    c.save(&report)?;
+    if c.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print_table(&report, workload, o);
+    }
+    if let Some(p) = &o.plot {
+        plot::draw(&report, p)?;
+        if !c.json {
+            println!("plot written to {}", p.display());
+        }
+    }
+    Ok(())
+}
+
+/// One run: for a kernel backend, a fresh swap device and cgroup around
+/// the worker, removed after it (drop order: the cgroup, then the swap).
+fn run_one(mut spec: WorkerSpec, swap_dir: &std::path::Path, algorithm: Option<&str>, scratch: &std::path::Path) -> Result<WorkerResult> {
+    let device = worker::kernel_device(spec.backend, spec.swap_bytes, swap_dir, algorithm);
+    let _swap = device.as_ref().map(KernelSwap::on).transpose()?;
+    let cgroup = if spec.backend.is_kernel() {
+        Some(MemCgroup::create(spec.budget)?)
+    } else {
+        None
+    };
+    spec.cgroup = cgroup.as_ref().map(|c| c.path().to_path_buf());
+    worker::spawn(spec, scratch)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn gbps(bytes: u64, secs: f64) -> f64 {
+    bytes as f64 / secs.max(1e-9) / 1e9
+}
+
+fn summarize(combo: &Combo, rounds: &[WorkerResult], o: &SwapOpts, workload: Workload, swap_bytes: u64) -> Variant {
+    let tput = |r: &WorkerResult| r.ops as f64 / r.elapsed_s.max(1e-9);
+    let mut locks: BTreeMap<String, uswap::stats::LockStats> = BTreeMap::new();
+    let mut counters: BTreeMap<String, u64> = BTreeMap::new();
+    for r in rounds {
+        for (k, v) in &r.locks {
+            let e = locks.entry(k.clone()).or_default();
+            e.acquisitions += v.acquisitions;
+            e.contended += v.contended;
+            e.wait_ns += v.wait_ns;
+        }
+        for (k, v) in &r.counters {
+            *counters.entry(k.clone()).or_default() += v;
+        }
+    }
+    let thread_ns: f64 = rounds.iter().map(|r| r.elapsed_s * 1e9 * combo.threads as f64).sum();
+    let wait: u64 = locks.values().map(|l| l.wait_ns).sum();
+    let site_wait: BTreeMap<String, f64> = locks
+        .iter()
+        .filter(|(_, l)| l.wait_ns > 0)
+        .map(|(k, l)| (k.clone(), l.wait_ns as f64 / thread_ns.max(1.0)))
+        .collect();
+    let last = rounds.last().cloned().unwrap_or_default();
+    let med = |f: &dyn Fn(&WorkerResult) -> f64| median(rounds.iter().map(f).collect());
+    let mut extra = BTreeMap::new();
+    extra.insert("backend".into(), json!(combo.backend.name()));
+    extra.insert("ablation".into(), json!(combo.ablation));
+    extra.insert("unit".into(), json!(combo.unit));
+    extra.insert("wss".into(), json!(o.wss));
+    extra.insert("budget".into(), json!(o.budget));
+    extra.insert("swap_size".into(), json!(swap_bytes));
+    extra.insert("data".into(), json!(o.data));
+    extra.insert("seconds".into(), json!(o.common.seconds));
+    if let Workload::Pmbench { read_pct } = workload {
+        extra.insert("read_pct".into(), json!(read_pct));
+        extra.insert("populate_s".into(), json!(med(&|r| r.populate_s)));
+    }
+    extra.insert("elapsed_s".into(), json!(med(&|r| r.elapsed_s)));
+    extra.insert("swapin_gbps".into(), json!(med(&|r| gbps(r.swapin_bytes, r.elapsed_s))));
+    extra.insert("swapout_gbps".into(), json!(med(&|r| gbps(r.swapout_bytes, r.elapsed_s))));
+    extra.insert("write_gbps".into(), json!(med(&|r| gbps(r.ops * PAGE as u64, r.elapsed_s))));
+    if workload == Workload::Activate {
+        extra.insert("iterations".into(), json!(rounds.iter().map(|r| r.iterations).sum::<u64>()));
+        extra.insert(
+            "s_per_iteration".into(),
+            json!(med(&|r| r.elapsed_s / r.iterations.max(1) as f64)),
+        );
+    }
+    extra.insert(
+        "latency_ns".into(),
+        json!({
+            "p50": med(&|r| r.latency.p50),
+            "p99": med(&|r| r.latency.p99),
+            "p999": med(&|r| r.latency.p999),
+            "max": med(&|r| r.latency.max),
+            "mean": med(&|r| r.latency.mean),
+        }),
+    );
+    extra.insert("lock_wait_by_site".into(), json!(site_wait));
+    extra.insert("cdf".into(), json!(last.cdf));
+    extra.insert("timeline".into(), json!(last.timeline));
+    Variant {
+        name: combo.name(),
+        threads: combo.threads,
+        throughput: med(&tput),
+        lock_wait: wait as f64 / thread_ns.max(1.0),
+        locks,
+        counters,
+        rounds: rounds.iter().map(tput).collect(),
+        extra,
+    }
+}
+
+/// The variant each one is compared with: the same threads and unit, with
+/// the default switches, on uswap (or, without a uswap run, on the first
+/// backend measured).
+fn baseline(v: &Variant, all: &[Variant]) -> Option<usize> {
+    let same = |x: &Variant| x.threads == v.threads && x.extra["unit"] == v.extra["unit"] && x.extra["ablation"] == "default";
+    let ablating = v.extra["ablation"] != "default";
+    all.iter()
+        .position(|x| same(x) && (if ablating { x.extra["backend"] == v.extra["backend"] } else { x.extra["backend"] == "uswap" }))
+        .or_else(|| all.iter().position(same))
+}
+
+fn add_ratios(report: &mut Report) {
+    let all = report.variants.clone();
+    for v in &mut report.variants {
+        let Some(b) = baseline(v, &all) else { continue };
+        let base = &all[b];
+        v.extra.insert("baseline".into(), json!(base.name));
+        v.extra.insert("vs_baseline".into(), json!(1.0 + paired_change(v, base)));
+        for k in ["swapin_gbps", "swapout_gbps"] {
+            let (x, y) = (v.extra[k].as_f64().unwrap_or(0.0), base.extra[k].as_f64().unwrap_or(0.0));
+            if y > 0.0 {
+                v.extra.insert(format!("{k}_vs_baseline"), json!(x / y));
+            }
+        }
+    }
+}
+
+fn f(v: &Variant, k: &str) -> f64 {
+    v.extra.get(k).and_then(|x| x.as_f64()).unwrap_or(0.0)
+}
+
+fn lat(v: &Variant, k: &str) -> f64 {
+    v.extra["latency_ns"][k].as_f64().unwrap_or(0.0) / 1000.0
+}
+
+fn print_table(report: &Report, workload: Workload, o: &SwapOpts) {
+    let score = match workload {
+        Workload::Pmbench { .. } => "accesses/s",
+        Workload::SeqWrite => "write GB/s",
+        Workload::Activate => "s/round",
+    };
+    println!(
+        "bench {}: working set {} MiB, budget {} MiB, data {:?}{}",
+        report.bench,
+        o.wss >> 20,
+        o.budget >> 20,
+        o.data,
+        if let Workload::Pmbench { read_pct } = workload { format!(", {read_pct}% reads") } else { String::new() }
+    );
+    println!(
+        "{:<32} {:>3} {:>12} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
+        "variant", "thr", score, "vs base", "swapin", "swapout", "p50 us", "p99 us", "p99.9 us", "lockwait"
+    );
+    for v in &report.variants {
+        let s = match workload {
+            Workload::Pmbench { .. } => format!("{:.0}", v.throughput),
+            Workload::SeqWrite => format!("{:.3}", f(v, "write_gbps")),
+            Workload::Activate => format!("{:.3}", f(v, "s_per_iteration")),
+        };
+        let vs = if v.extra.get("baseline").is_some_and(|b| b != &json!(v.name)) {
+            format!("{:.2}x", f(v, "vs_baseline"))
+        } else {
+            "-".into()
+        };
+        let lw = if v.extra["backend"].as_str().is_some_and(|b| b.starts_with("kernel")) {
+            "-".to_string()
+        } else {
+            format!("{:.2}%", v.lock_wait * 100.0)
+        };
+        println!(
+            "{:<32} {:>3} {:>12} {:>8} {:>9.3} {:>9.3} {:>9.1} {:>9.1} {:>9.1} {:>8}",
+            v.name,
+            v.threads,
+            s,
+            vs,
+            f(v, "swapin_gbps"),
+            f(v, "swapout_gbps"),
+            lat(v, "p50"),
+            lat(v, "p99"),
+            lat(v, "p999"),
+            lw
+        );
+    }
+    println!("(vs base: throughput against the uswap default at the same threads and unit, median of per-round ratios; swapin/swapout: GB/s of swap IO; p50..p99.9: latency of one {}; lockwait: share of thread time waiting on uswap's locks)",
+        match workload { Workload::Pmbench { .. } => "access", Workload::SeqWrite => "page write", Workload::Activate => "page touch" });
+    if o.ablate {
+        // The seeds' tables: lock wait per site against the default.
+        let mut sites: Vec<String> = Vec::new();
+        for v in &report.variants {
+            if let Some(m) = v.extra["lock_wait_by_site"].as_object() {
+                for (k, w) in m {
+                    if w.as_f64().unwrap_or(0.0) >= 0.0005 && !sites.contains(k) {
+                        sites.push(k.clone());
+                    }
+                }
+            }
+        }
+        if sites.is_empty() {
+            return;
+        }
+        println!("lock wait per site (share of thread time):");
+        print!("{:<32}", "variant");
+        for s in &sites {
+            print!(" {s:>18}");
+        }
+        println!();
+        for v in &report.variants {
+            print!("{:<32}", v.name);
+            for s in &sites {
+                let w = v.extra["lock_wait_by_site"].get(s).and_then(|x| x.as_f64()).unwrap_or(0.0);
+                print!(" {:>17.2}%", w * 100.0);
+            }
+            println!();
+        }
+    }
+}

@@ -1,0 +1,440 @@
+//! One workload run in its own process.
+//!
+//! Every run starts a fresh `uswap bench worker` process: for the kernel
+//! backends it joins the run's memory cgroup before it maps anything, so
+//! that the budget covers exactly its memory; for uswap it starts a fresh
+//! instance.  Nothing a run leaves (a SIGBUS handler, resident pages,
+//! swap contents, a fragmented swap map) reaches the next one, and a run
+//! the cgroup's OOM killer ends is reported instead of ending the bench.
+//!
+//! The parent passes a [`WorkerSpec`] as JSON and reads a [`WorkerResult`]
+//! back from a file.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+use uswap::extent::ExtentMapKind;
+use uswap::io::FileOptions;
+use uswap::lru::LruBatch;
+use uswap::pager::{DeviceSpec, Region, Swap};
+use uswap::stats::LockStats;
+use uswap::swap_space::{ScanBase, Switches};
+
+use super::kernel_swap::{interrupted, KernelDevice};
+use super::workload::{self, DataKind, Filler, Timed, Unit, Workload, HUGE, PAGE};
+
+/// Who pages the workload's memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Backend {
+    /// uswap with a RAM swap device.
+    Uswap,
+    /// uswap with an O_DIRECT swap file in --swap-dir.
+    UswapFile,
+    /// Kernel swap on /dev/zram0 (compressed RAM), in a memory cgroup.
+    KernelZram,
+    /// Kernel swap on a swap file in --swap-dir, in a memory cgroup.
+    KernelFile,
+}
+
+impl Backend {
+    pub const ALL: [Backend; 4] = [Backend::Uswap, Backend::UswapFile, Backend::KernelZram, Backend::KernelFile];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Uswap => "uswap",
+            Backend::UswapFile => "uswap-file",
+            Backend::KernelZram => "kernel-zram",
+            Backend::KernelFile => "kernel-file",
+        }
+    }
+
+    pub fn is_kernel(self) -> bool {
+        matches!(self, Backend::KernelZram | Backend::KernelFile)
+    }
+}
+
+/// The seed switches a run flips back: "default" or one ablation.
+pub const ABLATIONS: [&str; 7] = [
+    "default",
+    "no-slot-cache",
+    "no-fragmented-scan",
+    "shared-scan-base",
+    "unbatched-lru",
+    "no-huge-cluster",
+    "extent-list",
+];
+
+/// What an ablation sets: the swap-space switches, the LRU batching and
+/// the extent map kind of a swap file.
+pub fn ablation(name: &str) -> Result<(Switches, LruBatch, ExtentMapKind)> {
+    let mut s = Switches::DEFAULT;
+    let mut lru = LruBatch::default();
+    let mut extent = ExtentMapKind::Tree;
+    match name {
+        "default" => {}
+        "no-slot-cache" => s.slot_cache = false,
+        "no-fragmented-scan" => s.fragmented_scan = false,
+        "shared-scan-base" => s.scan_base = ScanBase::Shared,
+        "unbatched-lru" => lru = LruBatch::Unbatched,
+        "no-huge-cluster" => s.huge_cluster = false,
+        "extent-list" => extent = ExtentMapKind::List,
+        other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
+    }
+    Ok((s, lru, extent))
+}
+
+/// Everything one run needs.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerSpec {
+    pub workload: Workload,
+    pub backend: Backend,
+    pub ablation: String,
+    pub unit: Unit,
+    pub threads: usize,
+    pub wss: u64,
+    pub budget: u64,
+    pub swap_bytes: u64,
+    pub seconds: f64,
+    pub data: DataKind,
+    pub seed: u64,
+    pub swap_dir: PathBuf,
+    /// The memory cgroup to join first (kernel backends).
+    pub cgroup: Option<PathBuf>,
+    /// Where to write the [`WorkerResult`].
+    pub result: PathBuf,
+}
+
+/// Latency percentiles, nanoseconds.
+#[derive(Clone, Copy, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct Percentiles {
+    pub p50: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+/// What a run measured.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct WorkerResult {
+    /// Operations of the timed phase: accesses (pmbench), pages written
+    /// (seq-write), page touches (activate).
+    pub ops: u64,
+    pub elapsed_s: f64,
+    /// The untimed write of the whole working set before pmbench's phase.
+    pub populate_s: f64,
+    pub swapin_bytes: u64,
+    pub swapout_bytes: u64,
+    /// Activate: regions mapped, touched by all threads and unmapped.
+    pub iterations: u64,
+    pub latency: Percentiles,
+    /// (latency ns, fraction of operations at or below it).
+    pub cdf: Vec<(f64, f64)>,
+    /// (seconds, operations per second).
+    pub timeline: Vec<(f64, f64)>,
+    /// uswap's lock sites during the timed phase (none for the kernel).
+    pub locks: BTreeMap<String, LockStats>,
+    pub counters: BTreeMap<String, u64>,
+}
+
+/// The hidden `uswap bench worker` command.
+#[derive(Args, Debug)]
+pub struct WorkerArgs {
+    /// The run, as JSON.
+    #[arg(long)]
+    pub spec: String,
+}
+
+/// The memory a workload runs on: a uswap region or a plain anonymous
+/// mapping, which the kernel pages under the cgroup's limit.
+enum Mapping {
+    Uswap(Region),
+    Kernel { ptr: *mut libc::c_void, len: usize, base: usize },
+}
+
+impl Mapping {
+    fn base(&self) -> usize {
+        match self {
+            Mapping::Uswap(r) => r.as_ptr() as usize,
+            Mapping::Kernel { base, .. } => *base,
+        }
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if let Mapping::Kernel { ptr, len, .. } = *self {
+            // SAFETY: unmaps exactly what `map` mapped.
+            unsafe { libc::munmap(ptr, len) };
+        }
+    }
+}
+
+/// Who pages this worker's memory.
+enum Pager {
+    Uswap(Swap),
+    Kernel,
+}
+
+impl Pager {
+    fn start(spec: &WorkerSpec) -> Result<Pager> {
+        if spec.backend.is_kernel() {
+            let cg = spec.cgroup.as_ref().context("kernel backend without a cgroup")?;
+            std::fs::write(cg.join("cgroup.procs"), std::process::id().to_string())
+                .with_context(|| format!("joining the memory cgroup {}", cg.display()))?;
+            return Ok(Pager::Kernel);
+        }
+        let (switches, lru, extent) = ablation(&spec.ablation)?;
+        let device = match spec.backend {
+            Backend::UswapFile => DeviceSpec::file(
+                FileOptions::new(spec.swap_dir.join(format!("uswap-bench-{}.swap", std::process::id())), spec.swap_bytes / PAGE as u64)
+                    .extent_kind(extent),
+            ),
+            _ => DeviceSpec::ram(spec.swap_bytes),
+        };
+        let swap = Swap::builder()
+            .budget(spec.budget)
+            .device(device)
+            .switches(switches)
+            .lru_batch(lru)
+            .build()
+            .context("starting uswap (needs root, or vm.unprivileged_userfaultfd=1, and Linux 6.8+)")?;
+        Ok(Pager::Uswap(swap))
+    }
+
+    fn map(&self, len: usize, unit: Unit) -> Result<Mapping> {
+        match self {
+            Pager::Uswap(s) => {
+                let r = match unit {
+                    Unit::Page => s.map(len),
+                    Unit::Huge => s.map_huge(len),
+                };
+                Ok(Mapping::Uswap(r.context("mapping the region")?))
+            }
+            Pager::Kernel => {
+                // 2 MB units need a 2 MB-aligned range: over-map by one.
+                let maplen = len + if unit == Unit::Huge { HUGE } else { 0 };
+                // SAFETY: a fresh private anonymous mapping, owned by the
+                // returned Mapping.
+                let ptr = unsafe {
+                    libc::mmap(
+                        std::ptr::null_mut(),
+                        maplen,
+                        libc::PROT_READ | libc::PROT_WRITE,
+                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                        -1,
+                        0,
+                    )
+                };
+                if ptr == libc::MAP_FAILED {
+                    bail!("mmap of {maplen} bytes: {}", std::io::Error::last_os_error());
+                }
+                let base = if unit == Unit::Huge {
+                    let b = (ptr as usize + HUGE - 1) & !(HUGE - 1);
+                    // SAFETY: inside the mapping made above.
+                    if unsafe { libc::madvise(b as *mut _, len, libc::MADV_HUGEPAGE) } != 0 {
+                        bail!("madvise(MADV_HUGEPAGE): {}; is transparent_hugepage disabled?", std::io::Error::last_os_error());
+                    }
+                    b
+                } else {
+                    ptr as usize
+                };
+                Ok(Mapping::Kernel { ptr, len: maplen, base })
+            }
+        }
+    }
+
+    /// Bytes read from and written to swap so far.
+    fn io_bytes(&self) -> (u64, u64) {
+        match self {
+            Pager::Uswap(s) => {
+                let st = s.stats();
+                (st.counter("io_read_pages") * PAGE as u64, st.counter("io_write_pages") * PAGE as u64)
+            }
+            Pager::Kernel => {
+                let vm = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+                let get = |k: &str| {
+                    vm.lines()
+                        .find_map(|l| l.strip_prefix(k)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
+                        .unwrap_or(0)
+                };
+                (get("pswpin") * PAGE as u64, get("pswpout") * PAGE as u64)
+            }
+        }
+    }
+
+    fn snapshot(&self) -> uswap::stats::Snapshot {
+        match self {
+            Pager::Uswap(s) => s.stats(),
+            Pager::Kernel => Default::default(),
+        }
+    }
+}
+
+/// The body of `uswap bench worker`.
+pub fn main(args: &WorkerArgs) -> Result<()> {
+    let spec: WorkerSpec = serde_json::from_str(&args.spec).context("bad worker spec")?;
+    let pager = Pager::start(&spec)?;
+    let wss = spec.wss as usize;
+    let filler = Filler::new(spec.data, spec.seed);
+    let duration = Duration::from_secs_f64(spec.seconds);
+    let sample = Duration::from_secs_f64((spec.seconds / 100.0).clamp(0.05, 1.0));
+    let threads = spec.threads;
+    let mut result = WorkerResult::default();
+
+    // The region pmbench and seq-write run on (activate maps its own).
+    let region = match spec.workload {
+        Workload::Activate => None,
+        _ => Some(pager.map(wss, spec.unit)?),
+    };
+    if let (Workload::Pmbench { .. }, Some(m)) = (spec.workload, &region) {
+        // Untimed: write the whole working set once so that accesses find
+        // data, most of it already swapped out.
+        let t0 = Instant::now();
+        let base = m.base();
+        workload::run_threads(threads, Duration::MAX, sample, |t, p, h| {
+            workload::write_slice(base, wss, spec.unit, threads, t, &filler, p, h)
+        });
+        result.populate_s = t0.elapsed().as_secs_f64();
+    }
+
+    let (in0, out0) = pager.io_bytes();
+    let before = pager.snapshot();
+    let timed: Timed = match spec.workload {
+        Workload::Pmbench { read_pct } => {
+            let base = region.as_ref().expect("mapped").base();
+            workload::run_threads(threads, duration, sample, |t, p, h| {
+                workload::pmbench_thread(base, wss, read_pct, spec.seed, t, &filler, p, h)
+            })
+        }
+        Workload::SeqWrite => {
+            let base = region.as_ref().expect("mapped").base();
+            workload::run_threads(threads, duration, sample, |t, p, h| {
+                workload::write_slice(base, wss, spec.unit, threads, t, &filler, p, h)
+            })
+        }
+        Workload::Activate => activate(&pager, &spec, duration, sample)?,
+    };
+    let (in1, out1) = pager.io_bytes();
+    let stats = pager.snapshot().since(&before);
+
+    result.ops = timed.ops;
+    result.elapsed_s = timed.elapsed.as_secs_f64();
+    result.iterations = timed.iterations;
+    result.swapin_bytes = in1.saturating_sub(in0);
+    result.swapout_bytes = out1.saturating_sub(out0);
+    let h = &timed.latency;
+    result.latency = Percentiles {
+        p50: h.value_at_quantile(0.5) as f64,
+        p99: h.value_at_quantile(0.99) as f64,
+        p999: h.value_at_quantile(0.999) as f64,
+        max: h.max() as f64,
+        mean: h.mean(),
+    };
+    let mut qs: Vec<f64> = (0..100).map(|i| i as f64 / 100.0).collect();
+    qs.extend((1..10).map(|i| 0.99 + i as f64 / 1000.0));
+    qs.extend([0.9995, 0.9999, 1.0]);
+    result.cdf = qs.iter().map(|&q| (h.value_at_quantile(q) as f64, q)).collect();
+    result.timeline = timed.timeline;
+    result.locks = stats.locks.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    result.counters = stats.counters.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    drop(region);
+    let text = serde_json::to_string(&result)?;
+    std::fs::write(&spec.result, text).with_context(|| format!("writing {}", spec.result.display()))
+}
+
+/// Seed 002's experiment: map one region, have every thread touch all of
+/// it, unmap; again until the time is up (a round in progress finishes).
+fn activate(pager: &Pager, spec: &WorkerSpec, duration: Duration, sample: Duration) -> Result<Timed> {
+    let threads = spec.threads;
+    let len = spec.wss as usize;
+    let mut total = Timed {
+        ops: 0,
+        elapsed: Duration::ZERO,
+        latency: workload::new_histogram(),
+        timeline: Vec::new(),
+        iterations: 0,
+    };
+    let start = Instant::now();
+    while total.iterations == 0 || start.elapsed() < duration {
+        let m = pager.map(len, spec.unit)?;
+        let base = m.base();
+        let t0 = start.elapsed().as_secs_f64();
+        let round = workload::run_threads(threads, Duration::MAX, sample, |t, p, h| {
+            let mut done = 0;
+            workload::touch_all(base, len, threads, t, p, &mut done, h)
+        });
+        drop(m);
+        total.ops += round.ops;
+        total.latency.add(&round.latency).expect("same bounds");
+        total.timeline.extend(round.timeline.iter().map(|&(t, r)| (t0 + t, r)));
+        total.iterations += 1;
+    }
+    total.elapsed = start.elapsed();
+    Ok(total)
+}
+
+/// Run one worker process for `spec` (its `result` path is filled in
+/// here), waiting for it while watching for Ctrl-C.
+pub fn spawn(mut spec: WorkerSpec, scratch: &Path) -> Result<WorkerResult> {
+    spec.result = scratch.join("result.json");
+    let _ = std::fs::remove_file(&spec.result);
+    let stderr_path = scratch.join("worker.stderr");
+    let stderr = std::fs::File::create(&stderr_path).context("creating the worker's stderr file")?;
+    let exe = std::env::current_exe().context("locating the uswap binary")?;
+    let mut child = Command::new(exe)
+        .args(["bench", "worker", "--spec", &serde_json::to_string(&spec)?])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(stderr)
+        .spawn()
+        .context("starting a worker process")?;
+    let status = loop {
+        if let Some(st) = child.try_wait().context("waiting for the worker")? {
+            break st;
+        }
+        if interrupted().is_err() {
+            let _ = child.kill();
+            let _ = child.wait();
+            interrupted()?;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    interrupted()?;
+    if !status.success() {
+        let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        use std::os::unix::process::ExitStatusExt;
+        let why = match status.signal() {
+            Some(libc::SIGKILL) if spec.backend.is_kernel() => {
+                "killed (SIGKILL): the cgroup's OOM killer, most likely; give more swap (--swap-size) or a larger --budget".to_string()
+            }
+            Some(sig) => format!("killed by signal {sig}"),
+            None => last.strip_prefix("error: ").unwrap_or(last).to_string(),
+        };
+        bail!("{} {} run failed: {why}", spec.backend.name(), spec.workload.name());
+    }
+    let text = std::fs::read_to_string(&spec.result).context("reading the worker's result")?;
+    serde_json::from_str(&text).context("parsing the worker's result")
+}
+
+/// The kernel device a kernel backend runs on.
+pub fn kernel_device(backend: Backend, swap_bytes: u64, swap_dir: &Path, algorithm: Option<&str>) -> Option<KernelDevice> {
+    match backend {
+        Backend::KernelZram => Some(KernelDevice::Zram {
+            bytes: swap_bytes,
+            algorithm: algorithm.map(str::to_string),
+        }),
+        Backend::KernelFile => Some(KernelDevice::File {
+            dir: swap_dir.to_path_buf(),
+            bytes: swap_bytes,
+        }),
+        _ => None,
+    }
+}
