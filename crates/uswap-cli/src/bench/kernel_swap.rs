@@ -133,10 +133,14 @@ fn leftover_hint(name: &str) -> String {
 /// Remove `uswap-bench-<pid>-*` cgroups whose creator is gone and which
 /// hold no task: left by a run killed with SIGKILL.
 fn remove_stale_cgroups() {
-    let Ok(entries) = fs::read_dir(MEMCG_ROOT) else { return };
+    let Ok(entries) = fs::read_dir(MEMCG_ROOT) else {
+        return;
+    };
     for e in entries.flatten() {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some(rest) = name.strip_prefix(CGROUP_PREFIX) else { continue };
+        let Some(rest) = name.strip_prefix(CGROUP_PREFIX) else {
+            continue;
+        };
         let pid: Option<u32> = rest.split('-').next().and_then(|p| p.parse().ok());
         let alive = pid.is_some_and(|p| Path::new(&format!("/proc/{p}")).exists());
         let empty = fs::read_to_string(e.path().join("cgroup.procs")).is_ok_and(|s| s.trim().is_empty());
@@ -244,7 +248,9 @@ impl KernelSwap {
                     write_str(&dir.join("comp_algorithm"), a).with_context(|| {
                         format!(
                             "{ZRAM} does not offer the compressor {a:?}; it has: {}",
-                            fs::read_to_string(dir.join("comp_algorithm")).unwrap_or_default().trim()
+                            fs::read_to_string(dir.join("comp_algorithm"))
+                                .unwrap_or_default()
+                                .trim()
                         )
                     })?;
                 }
@@ -301,7 +307,10 @@ impl Drop for KernelSwap {
             let deadline = Instant::now() + Duration::from_secs(5);
             while let Err(e) = fs::write(&reset, "1") {
                 if Instant::now() >= deadline {
-                    eprintln!("warning: could not reset {ZRAM}: {e}; run `echo 1 > {}`", reset.display());
+                    eprintln!(
+                        "warning: could not reset {ZRAM}: {e}; run `echo 1 > {}`",
+                        reset.display()
+                    );
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
@@ -340,7 +349,9 @@ pub fn write_swap_header(path: &Path, bytes: u64, create: bool) -> Result<()> {
     if create {
         opts.create_new(true).mode(0o600);
     }
-    let mut f = opts.open(path).with_context(|| format!("opening {} for the swap header", path.display()))?;
+    let mut f = opts
+        .open(path)
+        .with_context(|| format!("opening {} for the swap header", path.display()))?;
     if create {
         let len = (pages * PAGE as u64) as libc::off_t;
         // SAFETY: a valid open descriptor; allocates [0, len).
@@ -348,7 +359,11 @@ pub fn write_swap_header(path: &Path, bytes: u64, create: bool) -> Result<()> {
         if r != 0 {
             let e = std::io::Error::from_raw_os_error(r);
             let _ = fs::remove_file(path);
-            bail!("allocating {} bytes for the swap file {}: {e}", len, path.display());
+            bail!(
+                "allocating {} bytes for the swap file {}: {e}",
+                len,
+                path.display()
+            );
         }
     }
     f.write_all(&header)

@@ -16,9 +16,16 @@ pub fn check_path(p: &Path) -> Result<()> {
         Some("png") | Some("svg") => {}
         _ => bail!("--plot {}: the file name must end in .png or .svg", p.display()),
     }
-    let dir = p.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = p
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     if !dir.is_dir() {
-        bail!("--plot {}: the directory {} does not exist", p.display(), dir.display());
+        bail!(
+            "--plot {}: the directory {} does not exist",
+            p.display(),
+            dir.display()
+        );
     }
     Ok(())
 }
@@ -68,7 +75,12 @@ fn panels<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Report) ->
     // Latency CDF, log x axis in microseconds.
     let cdfs: Vec<Vec<(f64, f64)>> = vs
         .iter()
-        .map(|v| points(v, "cdf").into_iter().map(|(ns, q)| ((ns / 1000.0).max(0.01), q)).collect())
+        .map(|v| {
+            points(v, "cdf")
+                .into_iter()
+                .map(|(ns, q)| ((ns / 1000.0).max(0.01), q))
+                .collect()
+        })
         .collect();
     let xmax = cdfs.iter().flatten().map(|p| p.0).fold(1.0, f64::max) * 1.5;
     let xmin = cdfs.iter().flatten().map(|p| p.0).fold(xmax, f64::min).max(0.01) / 1.5;
@@ -142,7 +154,10 @@ fn panels<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Report) ->
     let rmax = ratios.iter().copied().fold(1.0, f64::max) * 1.15;
     let names: Vec<String> = vs.iter().map(label).collect();
     let mut chart = ChartBuilder::on(&areas[2])
-        .caption("throughput against the baseline (1.0 = uswap default)", ("sans-serif", 20))
+        .caption(
+            "throughput against the baseline (1.0 = uswap default)",
+            ("sans-serif", 20),
+        )
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(55)

@@ -74,7 +74,7 @@ pub struct SwapOpts {
 #[derive(Args, Debug)]
 #[command(mut_arg("threads", |a| a.default_value("2")))]
 #[command(mut_arg("seconds", |a| a.default_value("8")))]
-#[command(mut_arg("rounds", |a| a.default_value("1")))]
+#[command(mut_arg("rounds", |a| a.default_value("2")))]
 #[command(mut_arg("wss", |a| a.default_value("2G").required(false)))]
 #[command(mut_arg("budget", |a| a.default_value("512M").required(false)))]
 pub struct PmbenchArgs {
@@ -88,7 +88,7 @@ pub struct PmbenchArgs {
 #[derive(Args, Debug)]
 #[command(mut_arg("threads", |a| a.default_value("2")))]
 #[command(mut_arg("seconds", |a| a.default_value("60")))]
-#[command(mut_arg("rounds", |a| a.default_value("1")))]
+#[command(mut_arg("rounds", |a| a.default_value("2")))]
 #[command(mut_arg("wss", |a| a.default_value("2G").required(false)))]
 #[command(mut_arg("budget", |a| a.default_value("512M").required(false)))]
 pub struct SeqWriteArgs {
@@ -102,7 +102,7 @@ pub struct SeqWriteArgs {
 #[derive(Args, Debug)]
 #[command(mut_arg("threads", |a| a.default_value("2")))]
 #[command(mut_arg("seconds", |a| a.default_value("5")))]
-#[command(mut_arg("rounds", |a| a.default_value("1")))]
+#[command(mut_arg("rounds", |a| a.default_value("2")))]
 #[command(mut_arg("wss", |a| a.default_value("256M").required(false)))]
 #[command(mut_arg("budget", |a| a.default_value("128M").required(false)))]
 pub struct ActivateArgs {
@@ -133,7 +133,11 @@ impl Combo {
 }
 
 pub fn pmbench(a: &PmbenchArgs) -> Result<()> {
-    ensure!(a.read_pct <= 100, "--read-pct must be 0..=100, got {}", a.read_pct);
+    ensure!(
+        a.read_pct <= 100,
+        "--read-pct must be 0..=100, got {}",
+        a.read_pct
+    );
     run(&a.opts, Workload::Pmbench { read_pct: a.read_pct }, &[Unit::Page])
 }
 
@@ -148,14 +152,22 @@ pub fn activate(a: &ActivateArgs) -> Result<()> {
 
 fn validate(o: &SwapOpts, units: &[Unit], swap_bytes: u64) -> Result<()> {
     o.common.validate()?;
-    let align = units.iter().map(|u| u.bytes() as u64).max().unwrap_or(PAGE as u64);
+    let align = units
+        .iter()
+        .map(|u| u.bytes() as u64)
+        .max()
+        .unwrap_or(PAGE as u64);
     ensure!(
         o.wss >= align && o.wss % align == 0,
         "--wss must be a positive multiple of {} (the unit), got {}",
         if align == HUGE as u64 { "2 MiB" } else { "4 KiB" },
         o.wss
     );
-    ensure!(o.budget >= 16 << 20, "--budget must be at least 16M, got {}", o.budget);
+    ensure!(
+        o.budget >= 16 << 20,
+        "--budget must be at least 16M, got {}",
+        o.budget
+    );
     ensure!(
         swap_bytes + o.budget >= o.wss + (16 << 20),
         "the swap space ({swap_bytes} bytes) and the budget together must hold the working set ({} bytes) with 16 MiB to spare; raise --swap-size",
@@ -164,7 +176,10 @@ fn validate(o: &SwapOpts, units: &[Unit], swap_bytes: u64) -> Result<()> {
     if let Some(avail) = mem_available() {
         // RAM swap (uswap's RAM device, zram) keeps swapped pages in
         // memory too: the whole working set must fit.
-        let ram = o.compare || o.backend.iter().any(|b| matches!(b, Backend::Uswap | Backend::KernelZram));
+        let ram = o.compare
+            || o.backend
+                .iter()
+                .any(|b| matches!(b, Backend::Uswap | Backend::KernelZram));
         ensure!(
             !ram || o.wss < avail * 9 / 10,
             "--wss {} is more than this machine can hold with swap in RAM ({} available); lower it, or use only the file backends",
@@ -177,7 +192,14 @@ fn validate(o: &SwapOpts, units: &[Unit], swap_bytes: u64) -> Result<()> {
 
 fn mem_available() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = s.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
     Some(kb << 10)
 }
 
@@ -197,7 +219,10 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
             backends.iter().all(|b| !b.is_kernel()),
             "--ablate flips uswap's seed switches: use it with --backend uswap or uswap-file"
         );
-        c.selected(&ABLATIONS)?.into_iter().map(|i| ABLATIONS[i]).collect()
+        c.selected(&ABLATIONS)?
+            .into_iter()
+            .map(|i| ABLATIONS[i])
+            .collect()
     } else {
         ensure!(
             c.variants.is_empty(),
@@ -294,7 +319,12 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
 
 /// One run: for a kernel backend, a fresh swap device and cgroup around
 /// the worker, removed after it (drop order: the cgroup, then the swap).
-fn run_one(mut spec: WorkerSpec, swap_dir: &std::path::Path, algorithm: Option<&str>, scratch: &std::path::Path) -> Result<WorkerResult> {
+fn run_one(
+    mut spec: WorkerSpec,
+    swap_dir: &std::path::Path,
+    algorithm: Option<&str>,
+    scratch: &std::path::Path,
+) -> Result<WorkerResult> {
     let device = worker::kernel_device(spec.backend, spec.swap_bytes, swap_dir, algorithm);
     let _swap = device.as_ref().map(KernelSwap::on).transpose()?;
     let cgroup = if spec.backend.is_kernel() {
@@ -323,7 +353,13 @@ fn gbps(bytes: u64, secs: f64) -> f64 {
     bytes as f64 / secs.max(1e-9) / 1e9
 }
 
-fn summarize(combo: &Combo, rounds: &[WorkerResult], o: &SwapOpts, workload: Workload, swap_bytes: u64) -> Variant {
+fn summarize(
+    combo: &Combo,
+    rounds: &[WorkerResult],
+    o: &SwapOpts,
+    workload: Workload,
+    swap_bytes: u64,
+) -> Variant {
     let tput = |r: &WorkerResult| r.ops as f64 / r.elapsed_s.max(1e-9);
     let mut locks: BTreeMap<String, uswap::stats::LockStats> = BTreeMap::new();
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
@@ -338,7 +374,10 @@ fn summarize(combo: &Combo, rounds: &[WorkerResult], o: &SwapOpts, workload: Wor
             *counters.entry(k.clone()).or_default() += v;
         }
     }
-    let thread_ns: f64 = rounds.iter().map(|r| r.elapsed_s * 1e9 * combo.threads as f64).sum();
+    let thread_ns: f64 = rounds
+        .iter()
+        .map(|r| r.elapsed_s * 1e9 * combo.threads as f64)
+        .sum();
     let wait: u64 = locks.values().map(|l| l.wait_ns).sum();
     let site_wait: BTreeMap<String, f64> = locks
         .iter()
@@ -361,11 +400,23 @@ fn summarize(combo: &Combo, rounds: &[WorkerResult], o: &SwapOpts, workload: Wor
         extra.insert("populate_s".into(), json!(med(&|r| r.populate_s)));
     }
     extra.insert("elapsed_s".into(), json!(med(&|r| r.elapsed_s)));
-    extra.insert("swapin_gbps".into(), json!(med(&|r| gbps(r.swapin_bytes, r.elapsed_s))));
-    extra.insert("swapout_gbps".into(), json!(med(&|r| gbps(r.swapout_bytes, r.elapsed_s))));
-    extra.insert("write_gbps".into(), json!(med(&|r| gbps(r.ops * PAGE as u64, r.elapsed_s))));
+    extra.insert(
+        "swapin_gbps".into(),
+        json!(med(&|r| gbps(r.swapin_bytes, r.elapsed_s))),
+    );
+    extra.insert(
+        "swapout_gbps".into(),
+        json!(med(&|r| gbps(r.swapout_bytes, r.elapsed_s))),
+    );
+    extra.insert(
+        "write_gbps".into(),
+        json!(med(&|r| gbps(r.ops * PAGE as u64, r.elapsed_s))),
+    );
     if workload == Workload::Activate {
-        extra.insert("iterations".into(), json!(rounds.iter().map(|r| r.iterations).sum::<u64>()));
+        extra.insert(
+            "iterations".into(),
+            json!(rounds.iter().map(|r| r.iterations).sum::<u64>()),
+        );
         extra.insert(
             "s_per_iteration".into(),
             json!(med(&|r| r.elapsed_s / r.iterations.max(1) as f64)),
@@ -396,15 +447,34 @@ fn summarize(combo: &Combo, rounds: &[WorkerResult], o: &SwapOpts, workload: Wor
     }
 }
 
-/// The variant each one is compared with: the same threads and unit, with
-/// the default switches, on uswap (or, without a uswap run, on the first
-/// backend measured).
+/// The variant each one is compared with: the uswap default at the same
+/// threads and unit (for an ablation: on the same backend); the uswap
+/// default in 2 MB units against the one in 4 KiB pages (seed 003).
+/// Without a uswap run, the first backend measured stands in.
 fn baseline(v: &Variant, all: &[Variant]) -> Option<usize> {
-    let same = |x: &Variant| x.threads == v.threads && x.extra["unit"] == v.extra["unit"] && x.extra["ablation"] == "default";
-    let ablating = v.extra["ablation"] != "default";
-    all.iter()
-        .position(|x| same(x) && (if ablating { x.extra["backend"] == v.extra["backend"] } else { x.extra["backend"] == "uswap" }))
-        .or_else(|| all.iter().position(same))
+    let is = |x: &Variant, k: &str, val: &serde_json::Value| &x.extra[k] == val;
+    let default = json!("default");
+    let same = |x: &Variant| {
+        x.threads == v.threads && is(x, "unit", &v.extra["unit"]) && is(x, "ablation", &default)
+    };
+    let backend = if v.extra["ablation"] != default {
+        v.extra["backend"].clone()
+    } else {
+        json!("uswap")
+    };
+    let found = all.iter().position(|x| same(x) && is(x, "backend", &backend));
+    if found.is_some_and(|i| all[i].name == v.name) && v.extra["unit"] == json!(Unit::Huge) {
+        let page = json!(Unit::Page);
+        if let Some(i) = all.iter().position(|x| {
+            x.threads == v.threads
+                && is(x, "unit", &page)
+                && is(x, "ablation", &default)
+                && is(x, "backend", &v.extra["backend"])
+        }) {
+            return Some(i);
+        }
+    }
+    found.or_else(|| all.iter().position(same))
 }
 
 fn add_ratios(report: &mut Report) {
@@ -413,9 +483,13 @@ fn add_ratios(report: &mut Report) {
         let Some(b) = baseline(v, &all) else { continue };
         let base = &all[b];
         v.extra.insert("baseline".into(), json!(base.name));
-        v.extra.insert("vs_baseline".into(), json!(1.0 + paired_change(v, base)));
+        v.extra
+            .insert("vs_baseline".into(), json!(1.0 + paired_change(v, base)));
         for k in ["swapin_gbps", "swapout_gbps"] {
-            let (x, y) = (v.extra[k].as_f64().unwrap_or(0.0), base.extra[k].as_f64().unwrap_or(0.0));
+            let (x, y) = (
+                v.extra[k].as_f64().unwrap_or(0.0),
+                base.extra[k].as_f64().unwrap_or(0.0),
+            );
             if y > 0.0 {
                 v.extra.insert(format!("{k}_vs_baseline"), json!(x / y));
             }
@@ -443,7 +517,11 @@ fn print_table(report: &Report, workload: Workload, o: &SwapOpts) {
         o.wss >> 20,
         o.budget >> 20,
         o.data,
-        if let Workload::Pmbench { read_pct } = workload { format!(", {read_pct}% reads") } else { String::new() }
+        if let Workload::Pmbench { read_pct } = workload {
+            format!(", {read_pct}% reads")
+        } else {
+            String::new()
+        }
     );
     println!(
         "{:<32} {:>3} {:>12} {:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>8}",
@@ -460,7 +538,10 @@ fn print_table(report: &Report, workload: Workload, o: &SwapOpts) {
         } else {
             "-".into()
         };
-        let lw = if v.extra["backend"].as_str().is_some_and(|b| b.starts_with("kernel")) {
+        let lw = if v.extra["backend"]
+            .as_str()
+            .is_some_and(|b| b.starts_with("kernel"))
+        {
             "-".to_string()
         } else {
             format!("{:.2}%", v.lock_wait * 100.0)
@@ -479,7 +560,7 @@ fn print_table(report: &Report, workload: Workload, o: &SwapOpts) {
             lw
         );
     }
-    println!("(vs base: throughput against the uswap default at the same threads and unit, median of per-round ratios; swapin/swapout: GB/s of swap IO; p50..p99.9: latency of one {}; lockwait: share of thread time waiting on uswap's locks)",
+    println!("(vs base: throughput against the uswap default at the same threads and unit (2m: uswap 2m against 4k), median of per-round ratios; swapin/swapout: GB/s of swap IO; p50..p99.9: latency of one {}; lockwait: share of thread time waiting on uswap's locks)",
         match workload { Workload::Pmbench { .. } => "access", Workload::SeqWrite => "page write", Workload::Activate => "page touch" });
     if o.ablate {
         // The seeds' tables: lock wait per site against the default.
@@ -505,7 +586,10 @@ fn print_table(report: &Report, workload: Workload, o: &SwapOpts) {
         for v in &report.variants {
             print!("{:<32}", v.name);
             for s in &sites {
-                let w = v.extra["lock_wait_by_site"].get(s).and_then(|x| x.as_f64()).unwrap_or(0.0);
+                let w = v.extra["lock_wait_by_site"]
+                    .get(s)
+                    .and_then(|x| x.as_f64())
+                    .unwrap_or(0.0);
                 print!(" {:>17.2}%", w * 100.0);
             }
             println!();

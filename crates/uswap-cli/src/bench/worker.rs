@@ -26,7 +26,7 @@ use uswap::stats::LockStats;
 use uswap::swap_space::{ScanBase, Switches};
 
 use super::kernel_swap::{interrupted, KernelDevice};
-use super::workload::{self, DataKind, Filler, Timed, Unit, Workload, HUGE, PAGE};
+use super::workload::{self, Area, DataKind, Filler, Timed, Unit, Workload, HUGE, PAGE};
 
 /// Who pages the workload's memory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
@@ -43,7 +43,12 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub const ALL: [Backend; 4] = [Backend::Uswap, Backend::UswapFile, Backend::KernelZram, Backend::KernelFile];
+    pub const ALL: [Backend; 4] = [
+        Backend::Uswap,
+        Backend::UswapFile,
+        Backend::KernelZram,
+        Backend::KernelFile,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -155,7 +160,11 @@ pub struct WorkerArgs {
 /// mapping, which the kernel pages under the cgroup's limit.
 enum Mapping {
     Uswap(Region),
-    Kernel { ptr: *mut libc::c_void, len: usize, base: usize },
+    Kernel {
+        ptr: *mut libc::c_void,
+        len: usize,
+        base: usize,
+    },
 }
 
 impl Mapping {
@@ -193,8 +202,12 @@ impl Pager {
         let (switches, lru, extent) = ablation(&spec.ablation)?;
         let device = match spec.backend {
             Backend::UswapFile => DeviceSpec::file(
-                FileOptions::new(spec.swap_dir.join(format!("uswap-bench-{}.swap", std::process::id())), spec.swap_bytes / PAGE as u64)
-                    .extent_kind(extent),
+                FileOptions::new(
+                    spec.swap_dir
+                        .join(format!("uswap-bench-{}.swap", std::process::id())),
+                    spec.swap_bytes / PAGE as u64,
+                )
+                .extent_kind(extent),
             ),
             _ => DeviceSpec::ram(spec.swap_bytes),
         };
@@ -239,13 +252,20 @@ impl Pager {
                     let b = (ptr as usize + HUGE - 1) & !(HUGE - 1);
                     // SAFETY: inside the mapping made above.
                     if unsafe { libc::madvise(b as *mut _, len, libc::MADV_HUGEPAGE) } != 0 {
-                        bail!("madvise(MADV_HUGEPAGE): {}; is transparent_hugepage disabled?", std::io::Error::last_os_error());
+                        bail!(
+                            "madvise(MADV_HUGEPAGE): {}; is transparent_hugepage disabled?",
+                            std::io::Error::last_os_error()
+                        );
                     }
                     b
                 } else {
                     ptr as usize
                 };
-                Ok(Mapping::Kernel { ptr, len: maplen, base })
+                Ok(Mapping::Kernel {
+                    ptr,
+                    len: maplen,
+                    base,
+                })
             }
         }
     }
@@ -255,7 +275,10 @@ impl Pager {
         match self {
             Pager::Uswap(s) => {
                 let st = s.stats();
-                (st.counter("io_read_pages") * PAGE as u64, st.counter("io_write_pages") * PAGE as u64)
+                (
+                    st.counter("io_read_pages") * PAGE as u64,
+                    st.counter("io_write_pages") * PAGE as u64,
+                )
             }
             Pager::Kernel => {
                 let vm = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
@@ -284,7 +307,7 @@ pub fn main(args: &WorkerArgs) -> Result<()> {
     let wss = spec.wss as usize;
     let filler = Filler::new(spec.data, spec.seed);
     let duration = Duration::from_secs_f64(spec.seconds);
-    let sample = Duration::from_secs_f64((spec.seconds / 100.0).clamp(0.05, 1.0));
+    let sample = Duration::from_secs_f64((spec.seconds / 100.0).clamp(0.02, 0.25));
     let threads = spec.threads;
     let mut result = WorkerResult::default();
 
@@ -299,7 +322,7 @@ pub fn main(args: &WorkerArgs) -> Result<()> {
         let t0 = Instant::now();
         let base = m.base();
         workload::run_threads(threads, Duration::MAX, sample, |t, p, h| {
-            workload::write_slice(base, wss, spec.unit, threads, t, &filler, p, h)
+            workload::write_slice(Area { base, len: wss }, spec.unit, threads, t, &filler, p, h)
         });
         result.populate_s = t0.elapsed().as_secs_f64();
     }
@@ -310,13 +333,13 @@ pub fn main(args: &WorkerArgs) -> Result<()> {
         Workload::Pmbench { read_pct } => {
             let base = region.as_ref().expect("mapped").base();
             workload::run_threads(threads, duration, sample, |t, p, h| {
-                workload::pmbench_thread(base, wss, read_pct, spec.seed, t, &filler, p, h)
+                workload::pmbench_thread(Area { base, len: wss }, read_pct, spec.seed, t, &filler, p, h)
             })
         }
         Workload::SeqWrite => {
             let base = region.as_ref().expect("mapped").base();
             workload::run_threads(threads, duration, sample, |t, p, h| {
-                workload::write_slice(base, wss, spec.unit, threads, t, &filler, p, h)
+                workload::write_slice(Area { base, len: wss }, spec.unit, threads, t, &filler, p, h)
             })
         }
         Workload::Activate => activate(&pager, &spec, duration, sample)?,
@@ -373,7 +396,9 @@ fn activate(pager: &Pager, spec: &WorkerSpec, duration: Duration, sample: Durati
         drop(m);
         total.ops += round.ops;
         total.latency.add(&round.latency).expect("same bounds");
-        total.timeline.extend(round.timeline.iter().map(|&(t, r)| (t0 + t, r)));
+        total
+            .timeline
+            .extend(round.timeline.iter().map(|&(t, r)| (t0 + t, r)));
         total.iterations += 1;
     }
     total.elapsed = start.elapsed();
@@ -409,7 +434,12 @@ pub fn spawn(mut spec: WorkerSpec, scratch: &Path) -> Result<WorkerResult> {
     interrupted()?;
     if !status.success() {
         let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-        let last = err.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+        let last = err
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .unwrap_or("")
+            .trim();
         use std::os::unix::process::ExitStatusExt;
         let why = match status.signal() {
             Some(libc::SIGKILL) if spec.backend.is_kernel() => {
@@ -418,14 +448,23 @@ pub fn spawn(mut spec: WorkerSpec, scratch: &Path) -> Result<WorkerResult> {
             Some(sig) => format!("killed by signal {sig}"),
             None => last.strip_prefix("error: ").unwrap_or(last).to_string(),
         };
-        bail!("{} {} run failed: {why}", spec.backend.name(), spec.workload.name());
+        bail!(
+            "{} {} run failed: {why}",
+            spec.backend.name(),
+            spec.workload.name()
+        );
     }
     let text = std::fs::read_to_string(&spec.result).context("reading the worker's result")?;
     serde_json::from_str(&text).context("parsing the worker's result")
 }
 
 /// The kernel device a kernel backend runs on.
-pub fn kernel_device(backend: Backend, swap_bytes: u64, swap_dir: &Path, algorithm: Option<&str>) -> Option<KernelDevice> {
+pub fn kernel_device(
+    backend: Backend,
+    swap_bytes: u64,
+    swap_dir: &Path,
+    algorithm: Option<&str>,
+) -> Option<KernelDevice> {
     match backend {
         Backend::KernelZram => Some(KernelDevice::Zram {
             bytes: swap_bytes,

@@ -116,10 +116,10 @@ pub struct Filler {
 const TEXT_LEN: usize = 64 << 10;
 const WORDS: &[&str] = &[
     "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on",
-    "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you",
-    "were", "their", "one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when", "will",
-    "would", "who", "so", "no", "memory", "page", "swap", "cluster", "slot", "kernel", "process", "thread",
-    "budget", "device", "latency", "reclaim", "fault", "map", "region",
+    "not", "he", "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they",
+    "you", "were", "their", "one", "all", "we", "can", "her", "has", "there", "been", "if", "more", "when",
+    "will", "would", "who", "so", "no", "memory", "page", "swap", "cluster", "slot", "kernel", "process",
+    "thread", "budget", "device", "latency", "reclaim", "fault", "map", "region",
 ];
 
 impl Filler {
@@ -200,7 +200,9 @@ impl Progress {
     pub fn new(threads: usize) -> Progress {
         Progress {
             stop: AtomicBool::new(false),
-            done: (0..threads).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            done: (0..threads)
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
         }
     }
 
@@ -259,9 +261,17 @@ where
                 (last_t, last_ops) = (t, ops);
             }
         }
+        // The last interval, however short: a run shorter than one
+        // sample still has a point.
+        let t = start.elapsed().as_secs_f64();
+        if t > last_t {
+            timeline.push((t, (progress.total() - last_ops) as f64 / (t - last_t)));
+        }
         let mut latency = new_histogram();
         for h in handles {
-            latency.add(h.join().expect("workload thread panicked")).expect("same bounds");
+            latency
+                .add(h.join().expect("workload thread panicked"))
+                .expect("same bounds");
         }
         let elapsed = start.elapsed();
         Timed {
@@ -274,11 +284,26 @@ where
     })
 }
 
-/// Write every page of `[base, base + len)` once, the range split into
+/// A mapped range the workload threads run over.
+#[derive(Clone, Copy, Debug)]
+pub struct Area {
+    pub base: usize,
+    pub len: usize,
+}
+
+/// Write every page of the area once, the range split into
 /// `threads` contiguous slices on `unit` boundaries (untimed populate, and
 /// the body of seq-write).  Returns when done or when `stop` is set.
-pub fn write_slice(base: usize, len: usize, unit: Unit, threads: usize, t: usize, filler: &Filler, p: &Progress, h: &mut Histogram<u64>) {
-    let units = len / unit.bytes();
+pub fn write_slice(
+    area: Area,
+    unit: Unit,
+    threads: usize,
+    t: usize,
+    filler: &Filler,
+    p: &Progress,
+    h: &mut Histogram<u64>,
+) {
+    let (base, units) = (area.base, area.len / unit.bytes());
     let per = units.div_ceil(threads);
     let (from, to) = ((t * per).min(units), ((t + 1) * per).min(units));
     let pages_per_unit = unit.bytes() / PAGE;
@@ -301,8 +326,16 @@ pub fn write_slice(base: usize, len: usize, unit: Unit, threads: usize, t: usize
 
 /// pmbench's access loop: random pages of the region, `read_pct` percent
 /// reads, the rest writes of one word, until `stop`.  Each access is timed.
-pub fn pmbench_thread(base: usize, len: usize, read_pct: u32, seed: u64, t: usize, filler: &Filler, p: &Progress, h: &mut Histogram<u64>) {
-    let pages = (len / PAGE) as u64;
+pub fn pmbench_thread(
+    area: Area,
+    read_pct: u32,
+    seed: u64,
+    t: usize,
+    filler: &Filler,
+    p: &Progress,
+    h: &mut Histogram<u64>,
+) {
+    let (base, pages) = (area.base, (area.len / PAGE) as u64);
     let mut rng = Rng::new(seed, 1 + t as u64);
     let mut done = 0u64;
     let mut sum = 0u64;
@@ -332,7 +365,15 @@ pub fn pmbench_thread(base: usize, len: usize, read_pct: u32, seed: u64, t: usiz
 /// Activate's touch: write one byte of every page of the region, starting
 /// at this thread's own offset and wrapping, so that all threads touch all
 /// pages but not in lockstep.
-pub fn touch_all(base: usize, len: usize, threads: usize, t: usize, p: &Progress, done: &mut u64, h: &mut Histogram<u64>) {
+pub fn touch_all(
+    base: usize,
+    len: usize,
+    threads: usize,
+    t: usize,
+    p: &Progress,
+    done: &mut u64,
+    h: &mut Histogram<u64>,
+) {
     let pages = len / PAGE;
     let start = t * pages / threads;
     for i in 0..pages {
@@ -367,12 +408,17 @@ mod tests {
     fn fillers_make_their_kind() {
         assert!(page_of(DataKind::Zeros, 3).iter().all(|&b| b == 0));
         let text = page_of(DataKind::Text, 3);
-        assert!(text.iter().all(|b| b.is_ascii_lowercase() || b" .,\n".contains(b)));
+        assert!(text
+            .iter()
+            .all(|b| b.is_ascii_lowercase() || b" .,\n".contains(b)));
         assert_ne!(text, page_of(DataKind::Text, 4), "pages differ");
         let random = page_of(DataKind::Random, 3);
         let mut seen = [false; 256];
         random.iter().for_each(|&b| seen[b as usize] = true);
-        assert!(seen.iter().filter(|&&s| s).count() > 200, "random bytes cover the byte range");
+        assert!(
+            seen.iter().filter(|&&s| s).count() > 200,
+            "random bytes cover the byte range"
+        );
         assert_eq!(random, page_of(DataKind::Random, 3), "seeded: repeatable");
         assert_ne!(random, page_of(DataKind::Random, 4));
     }
@@ -389,13 +435,16 @@ mod tests {
             let p = Progress::new(3);
             let mut h = new_histogram();
             for t in 0..3 {
-                write_slice(base, len, unit, 3, t, &f, &p, &mut h);
+                write_slice(Area { base, len }, unit, 3, t, &f, &p, &mut h);
             }
             assert_eq!(p.total(), (len / PAGE) as u64);
             assert_eq!(h.len(), (len / PAGE) as u64);
             let off = base - buf.as_ptr() as usize;
             assert!(buf[off..off + len].iter().all(|&b| b == 0));
-            assert!(buf[off + len..].iter().all(|&b| b == 0xff), "nothing past the region");
+            assert!(
+                buf[off + len..].iter().all(|&b| b == 0xff),
+                "nothing past the region"
+            );
         }
     }
 }

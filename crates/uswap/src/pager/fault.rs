@@ -255,7 +255,13 @@ fn install(inner: &Inner, addr: u64, id: u32, w: u64, write: bool) -> bool {
                 // Clean, and its slot still holds a valid copy.
                 st.store(page::with_slot(page::RESIDENT, e), Ordering::Release);
             }
+            // A refault: the page was needed again after it was evicted.
+            // The kernel activates refaults that come back soon enough
+            // (mm/workingset.c); uswap activates all of them, as it does
+            // swap-cache hits, so that pages touched once go first.  These
+            // activations are what seed 002 batches.
             inner.lru.add(id);
+            inner.lru.activate(id);
             false
         }
         Err(err) => {
