@@ -585,6 +585,41 @@ impl Lru {
         }
     }
 
+    /// `release_pages`: [`Lru::remove`] for many pages under one LRU lock
+    /// acquisition (an unmap releases its pages this way in the kernel, in
+    /// either batching mode).  Returns how many were on or queued for the
+    /// LRU.
+    pub fn remove_batch(&self, pages: &[PageId]) -> usize {
+        if pages.is_empty() {
+            return 0;
+        }
+        let mut l = self.lists.lock();
+        let mut n = 0;
+        for &page in pages {
+            let w = self.word(page);
+            let mut x = w.load(Ordering::Acquire);
+            // Under the lock a linked page stays linked and a queued add
+            // stays unlinked (draining takes the lock); only the
+            // referenced bit, or a new add of an absent page, may race.
+            while x & (LRU | ADD_QUEUED) != 0 {
+                match w.compare_exchange_weak(x, departed(x), Ordering::AcqRel, Ordering::Acquire) {
+                    Ok(_) => {
+                        if x & LRU != 0 {
+                            l.unlink(list_of(x), page);
+                        }
+                        n += 1;
+                        break;
+                    }
+                    Err(now) => x = now,
+                }
+            }
+        }
+        self.publish(&l);
+        drop(l);
+        self.counters.remove.add(n as u64);
+        n
+    }
+
     /// Queue `e` in the calling CPU's batch of `kind`; if that fills the
     /// batch, move it onto the lists under one LRU lock acquisition.
     #[inline]
@@ -722,6 +757,21 @@ impl Lru {
     /// inactive list is empty.  Returns the number isolated.
     pub fn shrink_inactive(&self, nr_to_scan: usize, victims: &mut [PageId]) -> usize {
         self.drain_all();
+        self.shrink_inactive_drained(nr_to_scan, victims)
+    }
+
+    /// [`Lru::shrink_inactive`] draining only the calling CPU's batches,
+    /// as the kernel's reclaim does (`lru_add_drain`, not `_all`): draining
+    /// every CPU's batch on every reclaim pass would flush them a page or
+    /// two at a time and undo seed 002's batching.  Pages still in other
+    /// CPUs' batches are not seen; a caller that finds nothing should
+    /// fall back to [`Lru::shrink_inactive`].
+    pub fn shrink_inactive_local(&self, nr_to_scan: usize, victims: &mut [PageId]) -> usize {
+        self.drain_local();
+        self.shrink_inactive_drained(nr_to_scan, victims)
+    }
+
+    fn shrink_inactive_drained(&self, nr_to_scan: usize, victims: &mut [PageId]) -> usize {
         let mut l = self.lists.lock();
         let (mut isolated, mut rotated, mut scanned) = (0, 0u64, 0);
         while scanned < nr_to_scan && isolated < victims.len() {
@@ -1090,6 +1140,82 @@ mod tests {
             assert_eq!(l.lists_snapshot(), (vec![2], vec![3, 1, 0]));
             l.check_invariants().unwrap();
         }
+    }
+
+    /// A batch removal equals removing one by one: linked pages unlinked,
+    /// queued adds withdrawn, absent pages skipped, under one acquisition.
+    #[test]
+    fn lru_remove_batch() {
+        for mode in MODES {
+            let (l, reg) = lru(32, mode);
+            for p in 0..10 {
+                l.add(p);
+            }
+            l.drain_all();
+            l.activate(3);
+            l.drain_all();
+            for p in 10..13 {
+                l.add(p); // queued (batched modes) or linked
+            }
+            let before = reg.snapshot();
+            assert_eq!(l.remove_batch(&[0, 3, 5, 11, 20, 21]), 4, "{mode:?}");
+            let acq = reg.snapshot().since(&before).locks["lru"].acquisitions;
+            assert_eq!(acq, 1, "{mode:?}: one lock acquisition");
+            for p in [0, 3, 5, 11] {
+                assert!(!l.on_lru(p), "{mode:?}: {p}");
+            }
+            l.drain_all();
+            assert!(!l.on_lru(11), "{mode:?}: the withdrawn add stays withdrawn");
+            assert_eq!(l.nr_active() + l.nr_inactive(), 9, "{mode:?}");
+            l.check_invariants().unwrap();
+            // Removed pages can come back.
+            assert!(l.add(3));
+        }
+    }
+
+    /// Pin the calling thread to `cpu`.
+    fn pin(cpu: usize) {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; CPU_SET and
+        // sched_setaffinity only read and write it.
+        unsafe {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+        }
+    }
+
+    /// The local shrink drains only this CPU's batch: pages another CPU
+    /// has batched stay there (the kernel's `lru_add_drain`), and the full
+    /// shrink finds them.
+    #[test]
+    fn lru_local_shrink_leaves_other_cpus_batches() {
+        let cpus = crate::percpu::possible_cpus();
+        let (l, _) = lru(64, LruBatch::Pages(31));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                pin(0);
+                for p in 0..5 {
+                    l.add(p);
+                }
+                let mut v = [0; 16];
+                assert_eq!(l.shrink_inactive_local(16, &mut v), 5, "its own batch is drained");
+                if cpus < 2 {
+                    return;
+                }
+                std::thread::scope(|s2| {
+                    s2.spawn(|| {
+                        pin(1);
+                        for p in 10..15 {
+                            l.add(p);
+                        }
+                    });
+                });
+                assert_eq!(l.shrink_inactive_local(16, &mut v), 0, "CPU 1's batch is not");
+                assert_eq!(l.shrink_inactive(16, &mut v), 5, "the full shrink drains it");
+                assert_eq!(&v[..5], &[10, 11, 12, 13, 14]);
+                l.check_invariants().unwrap();
+            });
+        });
     }
 
     #[test]

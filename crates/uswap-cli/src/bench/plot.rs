@@ -161,7 +161,8 @@ fn panels<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Report) ->
         .margin(12)
         .x_label_area_size(40)
         .y_label_area_size(55)
-        .build_cartesian_2d((0..vs.len()).into_segmented(), 0f64..rmax)
+        // A segmented axis over 0..=n-1 has one segment per variant.
+        .build_cartesian_2d((0..vs.len().saturating_sub(1)).into_segmented(), 0f64..rmax)
         .map_err(err)?;
     chart
         .configure_mesh()
@@ -175,13 +176,18 @@ fn panels<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Report) ->
         .draw()
         .map_err(err)?;
     chart
-        .draw_series(ratios.iter().enumerate().map(|(i, &r)| {
-            let color = Palette99::pick(i).to_rgba();
-            Rectangle::new(
-                [(SegmentValue::Exact(i), 0.0), (SegmentValue::Exact(i + 1), r)],
-                color.filled(),
-            )
-        }))
+        .draw_series(
+            Histogram::vertical(&chart)
+                .margin(25)
+                .style_func(|x, _| {
+                    let i = match x {
+                        SegmentValue::Exact(i) | SegmentValue::CenterOf(i) => *i,
+                        SegmentValue::Last => 0,
+                    };
+                    Palette99::pick(i).to_rgba().filled()
+                })
+                .data(ratios.iter().copied().enumerate()),
+        )
         .map_err(err)?;
     Ok(())
 }

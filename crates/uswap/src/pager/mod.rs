@@ -751,6 +751,11 @@ impl Drop for Region {
         // flight (a reclaimer may be writing one of them out).
         let mut resident = 0;
         let mut slots = 0;
+        // Pages leave the LRU a batch at a time, one lock acquisition per
+        // batch (`release_pages`).  A dead page still on the LRU meanwhile
+        // is harmless: reclaim skips what is not resident.
+        let mut gone = [0u32; 64];
+        let mut ngone = 0;
         for i in 0..self.pages {
             let id = self.id_base as usize + i;
             let st = &inner.states[id];
@@ -767,7 +772,12 @@ impl Drop for Region {
                     break w;
                 }
             };
-            inner.lru.remove(id as u32);
+            gone[ngone] = id as u32;
+            ngone += 1;
+            if ngone == gone.len() {
+                inner.lru.remove_batch(&gone);
+                ngone = 0;
+            }
             if w & page::UNIT != 0 {
                 match page::kind(w) {
                     page::RESIDENT => resident += unit::UNIT_PAGES,
@@ -792,6 +802,7 @@ impl Drop for Region {
             }
             inner.addrs[id].store(0, Ordering::Relaxed);
         }
+        inner.lru.remove_batch(&gone[..ngone]);
         let _ = slots;
         inner.resident.fetch_sub(resident, Ordering::Relaxed);
         let _ = inner.uffd.unregister(self.map.addr(), self.map.len() as u64);

@@ -133,7 +133,13 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
         }
         let want = (nr - done).min(BATCH);
         // Soft-evict a batch of victims.
-        let n = inner.lru.shrink_inactive(want * 2, &mut victims[..want]);
+        let mut n = inner.lru.shrink_inactive_local(want * 2, &mut victims[..want]);
+        if n == 0 {
+            // Nothing this CPU can see: pages may wait in other CPUs'
+            // batches.  Drain them all, as the kernel does when reclaim
+            // struggles, and look again.
+            n = inner.lru.shrink_inactive(want * 2, &mut victims[..want]);
+        }
         if n == 0 {
             // Inactive list empty or all referenced: age the active list.
             inner.lru.age_active(want * 4);
