@@ -117,6 +117,27 @@ pub enum UffdError {
     Ioctl { op: &'static str, errno: i32 },
 }
 
+/// Whether a failed COPY or MOVE should be tried again: `EAGAIN` is the
+/// kernel's word for "the page tables changed under me" (a folio being
+/// split or locked, `mmap_changing`), transient by nature.  Bounded, so a
+/// persistent `EAGAIN` reaches the caller instead of spinning forever.
+fn again(e: &UffdError, tries: &mut u32) -> bool {
+    const MAX_TRIES: u32 = 1000;
+    if !matches!(
+        e,
+        UffdError::Ioctl {
+            errno: libc::EAGAIN,
+            ..
+        }
+    ) || *tries >= MAX_TRIES
+    {
+        return false;
+    }
+    *tries += 1;
+    std::thread::yield_now();
+    true
+}
+
 impl UffdError {
     /// The errno of a failed ioctl.
     pub fn errno(&self) -> Option<i32> {
@@ -364,20 +385,21 @@ impl Uffd {
     /// on `EAGAIN` (retry the rest).  `EEXIST` means a page is already
     /// there (a duplicate fault was served first).
     pub fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool, wake: bool) -> Result<u64, UffdError> {
-        let mut c = UffdioCopy {
-            dst,
-            src: src as u64,
-            len,
-            mode: if wp { COPY_MODE_WP } else { 0 } | if wake { 0 } else { COPY_MODE_DONTWAKE },
-            result: 0,
-        };
-        match self.ioctl("UFFDIO_COPY", UFFDIO_COPY, &mut c) {
-            Ok(()) => Ok(c.result as u64),
-            Err(e) if c.result > 0 => {
-                let _ = e;
-                Ok(c.result as u64)
+        let mut tries = 0;
+        loop {
+            let mut c = UffdioCopy {
+                dst,
+                src: src as u64,
+                len,
+                mode: if wp { COPY_MODE_WP } else { 0 } | if wake { 0 } else { COPY_MODE_DONTWAKE },
+                result: 0,
+            };
+            match self.ioctl("UFFDIO_COPY", UFFDIO_COPY, &mut c) {
+                Ok(()) => return Ok(c.result as u64),
+                Err(_) if c.result > 0 => return Ok(c.result as u64),
+                Err(e) if again(&e, &mut tries) => continue,
+                Err(e) => return Err(e),
             }
-            Err(e) => Err(e),
         }
     }
 
@@ -404,25 +426,26 @@ impl Uffd {
         wake: bool,
         allow_src_holes: bool,
     ) -> Result<u64, UffdError> {
-        let mut m = UffdioCopy {
-            dst,
-            src,
-            len,
-            mode: if wake { 0 } else { MOVE_MODE_DONTWAKE }
-                | if allow_src_holes {
-                    MOVE_MODE_ALLOW_SRC_HOLES
-                } else {
-                    0
-                },
-            result: 0,
-        };
-        match self.ioctl("UFFDIO_MOVE", UFFDIO_MOVE, &mut m) {
-            Ok(()) => Ok(m.result as u64),
-            Err(e) if m.result > 0 => {
-                let _ = e;
-                Ok(m.result as u64)
+        let mut tries = 0;
+        loop {
+            let mut m = UffdioCopy {
+                dst,
+                src,
+                len,
+                mode: if wake { 0 } else { MOVE_MODE_DONTWAKE }
+                    | if allow_src_holes {
+                        MOVE_MODE_ALLOW_SRC_HOLES
+                    } else {
+                        0
+                    },
+                result: 0,
+            };
+            match self.ioctl("UFFDIO_MOVE", UFFDIO_MOVE, &mut m) {
+                Ok(()) => return Ok(m.result as u64),
+                Err(_) if m.result > 0 => return Ok(m.result as u64),
+                Err(e) if again(&e, &mut tries) => continue,
+                Err(e) => return Err(e),
             }
-            Err(e) => Err(e),
         }
     }
 

@@ -1,8 +1,10 @@
 //! `uswap bench`: the seeds' experiments on the core.
 //!
 //! Every bench runs all its variants in one invocation, interleaved round by
-//! round (A B C A B C ...), so that the machine's noise lands on all of them
-//! alike and their ratios hold even where absolute numbers drift.
+//! round and rotated (A B C, B C A, C A B, ...), so that the machine's noise
+//! lands on all of them alike and their ratios hold even where absolute
+//! numbers drift.  The workload benches (pmbench, seq-write, activate) run
+//! each variant in its own process, on uswap or on kernel swap.
 
 pub mod alloc;
 pub mod extent;
@@ -98,8 +100,8 @@ impl Common {
 }
 
 /// Run every combination (of thread count, variant, and whatever else a
-/// bench varies) `--rounds` times, interleaved round by round (A B C A B C
-/// ...), under a progress bar labelled by `label`.  `run(round, combo)`
+/// bench varies) `--rounds` times, interleaved round by round and rotated
+/// (A B C, B C A, ...), under a progress bar labelled by `label`.  `run(round, combo)`
 /// does one timed run.  Returns each combination's rounds, in the order of
 /// `combos`.
 pub fn interleave<C, R>(
@@ -112,7 +114,14 @@ pub fn interleave<C, R>(
     let pb = progress((combos.len() * common.rounds) as u64, bench, common.json);
     let mut out: Vec<Vec<R>> = combos.iter().map(|_| Vec::with_capacity(common.rounds)).collect();
     for round in 0..common.rounds {
-        for (i, combo) in combos.iter().enumerate() {
+        // Each round starts one combination further on (A B C, B C A,
+        // C A B, ...): a run that suffers from the one before it (memory
+        // the previous process left to be freed, a device still writing
+        // back) is then not always the same variant.
+        let n = combos.len();
+        for k in 0..n {
+            let i = (k + round) % n;
+            let combo = &combos[i];
             pb.set_message(label(combo));
             out[i].push(run(round, combo)?);
             pb.inc(1);

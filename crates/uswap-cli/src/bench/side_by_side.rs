@@ -50,7 +50,7 @@ pub struct SwapOpts {
     /// Swap space [default: the working set plus 64 MiB].
     #[arg(long, value_parser = parse_bytes)]
     pub swap_size: Option<u64>,
-    /// What the pages hold: zeros, text (compresses 2-3x) or random.
+    /// What the pages hold: zeros, text (compresses about 2x) or random.
     /// Matters to kernel-zram, which compresses.
     #[arg(long, value_enum, default_value = "text")]
     pub data: DataKind,
@@ -563,36 +563,75 @@ fn print_table(report: &Report, workload: Workload, o: &SwapOpts) {
     println!("(vs base: throughput against the uswap default at the same threads and unit (2m: uswap 2m against 4k), median of per-round ratios; swapin/swapout: GB/s of swap IO; p50..p99.9: latency of one {}; lockwait: share of thread time waiting on uswap's locks)",
         match workload { Workload::Pmbench { .. } => "access", Workload::SeqWrite => "page write", Workload::Activate => "page touch" });
     if o.ablate {
-        // The seeds' tables: lock wait per site against the default.
-        let mut sites: Vec<String> = Vec::new();
-        for v in &report.variants {
-            if let Some(m) = v.extra["lock_wait_by_site"].as_object() {
-                for (k, w) in m {
-                    if w.as_f64().unwrap_or(0.0) >= 0.0005 && !sites.contains(k) {
-                        sites.push(k.clone());
-                    }
+        print_ablation(report);
+    }
+    if workload == Workload::Activate {
+        // Seed 002's statistics: how often the LRU lock was taken.
+        println!("LRU lock (all rounds): acquisitions, share contended, wait; activations; adds");
+        for v in report.variants.iter().filter(|v| v.locks.contains_key("lru")) {
+            let l = &v.locks["lru"];
+            println!(
+                "  {:<30} x{:<2} {:>10} {:>6.2}% {:>9.1} ms {:>10} {:>10}",
+                v.name,
+                v.threads,
+                l.acquisitions,
+                100.0 * l.contended as f64 / l.acquisitions.max(1) as f64,
+                l.wait_ns as f64 / 1e6,
+                v.counters.get("lru_activate").copied().unwrap_or(0),
+                v.counters.get("lru_add").copied().unwrap_or(0)
+            );
+        }
+    }
+}
+
+/// The seeds' table: each ablation's score, swap-in and swap-out against
+/// the default, and the lock wait per site.
+fn print_ablation(report: &Report) {
+    let mut sites: Vec<String> = Vec::new();
+    for v in &report.variants {
+        if let Some(m) = v.extra["lock_wait_by_site"].as_object() {
+            for (k, w) in m {
+                if w.as_f64().unwrap_or(0.0) >= 0.0005 && !sites.contains(k) {
+                    sites.push(k.clone());
                 }
             }
         }
-        if sites.is_empty() {
-            return;
+    }
+    let change = |v: &Variant, k: &str| match v.extra.get(k).and_then(|x| x.as_f64()) {
+        Some(r) if v.extra.get("baseline").is_some_and(|b| b != &json!(v.name)) => {
+            format!("{:+.1}%", (r - 1.0) * 100.0)
         }
-        println!("lock wait per site (share of thread time):");
-        print!("{:<32}", "variant");
+        _ => "-".into(),
+    };
+    println!("against the default (and lock wait per site, share of thread time):");
+    print!(
+        "{:<32} {:>3} {:>8} {:>8} {:>8}",
+        "variant", "thr", "score", "swapin", "swapout"
+    );
+    for s in &sites {
+        print!(" {:>16}", truncate(s, 16));
+    }
+    println!();
+    for v in &report.variants {
+        print!(
+            "{:<32} {:>3} {:>8} {:>8} {:>8}",
+            v.name,
+            v.threads,
+            change(v, "vs_baseline"),
+            change(v, "swapin_gbps_vs_baseline"),
+            change(v, "swapout_gbps_vs_baseline")
+        );
         for s in &sites {
-            print!(" {s:>18}");
+            let w = v.extra["lock_wait_by_site"]
+                .get(s)
+                .and_then(|x| x.as_f64())
+                .unwrap_or(0.0);
+            print!(" {:>15.2}%", w * 100.0);
         }
         println!();
-        for v in &report.variants {
-            print!("{:<32}", v.name);
-            for s in &sites {
-                let w = v.extra["lock_wait_by_site"]
-                    .get(s)
-                    .and_then(|x| x.as_f64())
-                    .unwrap_or(0.0);
-                print!(" {:>17.2}%", w * 100.0);
-            }
-            println!();
-        }
     }
+}
+
+fn truncate(s: &str, n: usize) -> &str {
+    &s[..s.len().min(n)]
 }

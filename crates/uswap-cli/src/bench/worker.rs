@@ -420,9 +420,25 @@ pub fn spawn(mut spec: WorkerSpec, scratch: &Path) -> Result<WorkerResult> {
         .stderr(stderr)
         .spawn()
         .context("starting a worker process")?;
+    // A run that hangs (a bug, or a device that stopped answering) must
+    // not hang the bench: past a generous deadline the worker is killed
+    // and the run reported.
+    let limit = Duration::from_secs_f64(300.0 + 20.0 * spec.seconds);
+    let started = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().context("waiting for the worker")? {
             break st;
+        }
+        if started.elapsed() > limit {
+            let pid = child.id();
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!(
+                "{} {} run (worker pid {pid}) did not finish within {:.0} s and was killed: a hang; please report it with the command line",
+                spec.backend.name(),
+                spec.workload.name(),
+                limit.as_secs_f64()
+            );
         }
         if interrupted().is_err() {
             let _ = child.kill();

@@ -30,9 +30,11 @@ pub const HUGE: usize = 2 << 20;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DataKind {
-    /// All zero: zram keeps only a marker per page.
+    /// All zero: Linux 6.12+ swaps such pages out as a bit in a map, with
+    /// no IO, on any swap device; uswap returns them to never-written.
     Zeros,
-    /// English-like words: compresses about 2-3x, like most heaps.
+    /// English-like words: zram's lzo-rle stores them in about half their
+    /// size.
     Text,
     /// Pseudo-random bytes: incompressible.
     Random,

@@ -210,6 +210,20 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>, write: 
     }
 }
 
+/// Installing page `id` failed: put its state back as it was (`w`, BUSY
+/// released), so that nothing claims it is mapped when it is not, and let
+/// the access fault again.  `EEXIST` cannot happen while we hold BUSY; any
+/// error here is the kernel refusing for now (a persistent `EAGAIN`,
+/// `ENOMEM`), so the page is kept and the caller retries.
+#[cold]
+fn install_failed(inner: &Inner, id: u32, w: u64, e: crate::uffd::UffdError) -> bool {
+    inner.counters.install_retries.inc();
+    let _ = e;
+    inner.states[id as usize].store(w, Ordering::Release);
+    std::thread::yield_now();
+    true
+}
+
 /// Install page `id` (state `w`, BUSY held): zeros for a never-touched
 /// page, its slot's contents for a swapped one.  A read installs it
 /// write-protected (clean); a write installs it writable and dirty.
@@ -217,10 +231,13 @@ fn install(inner: &Inner, addr: u64, id: u32, w: u64, write: bool) -> bool {
     let st = &inner.states[id as usize];
     let Some(e) = page::slot(w) else {
         // Never written: zeros, no IO, no slot.
-        inner.counters.zero_fills.inc();
-        let _ = inner
+        if let Err(e) = inner
             .uffd
-            .copy(addr, inner.zero.addr() as *const u8, PAGE, !write, true);
+            .copy(addr, inner.zero.addr() as *const u8, PAGE, !write, true)
+        {
+            return install_failed(inner, id, w, e);
+        }
+        inner.counters.zero_fills.inc();
         inner.resident.fetch_add(1, Ordering::Relaxed);
         st.store(
             if write {
@@ -243,9 +260,12 @@ fn install(inner: &Inner, addr: u64, id: u32, w: u64, write: bool) -> bool {
     let buf = unsafe { inner.bounce.bytes(b) };
     match inner.devices[e.device() as usize].read(e.offset(), buf) {
         Ok(()) => {
-            inner.counters.swapins.inc();
-            let _ = inner.uffd.copy(addr, buf.as_ptr(), PAGE, !write, true);
+            let copied = inner.uffd.copy(addr, buf.as_ptr(), PAGE, !write, true);
             inner.bounce.put(b);
+            if let Err(e) = copied {
+                return install_failed(inner, id, w, e);
+            }
+            inner.counters.swapins.inc();
             inner.resident.fetch_add(1, Ordering::Relaxed);
             if write {
                 // About to change: the slot's copy is stale already.

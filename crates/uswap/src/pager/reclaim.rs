@@ -401,6 +401,20 @@ fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
     if w & page::DIRTY != 0 {
         // SAFETY: the staged page's frame is ours while we hold BUSY.
         let buf = unsafe { inner.staging.bytes(f) };
+        if is_zero(buf) {
+            // A page of zeros needs neither IO nor a slot: it goes back to
+            // never-written, and its next touch zero-fills it.  Linux 6.12
+            // does the same with a bit per slot (the swap zeromap); without
+            // it such pages cost uswap a write and a read each.
+            inner.swap_cache.delete(e);
+            let _ = inner.space.free(e);
+            inner.nr_staged.fetch_sub(1, Ordering::Relaxed);
+            inner.counters.evict_zero.inc();
+            inner.counters.evictions.inc();
+            inner.resident.fetch_sub(1, Ordering::Relaxed);
+            st.store(page::NEVER, Ordering::Release);
+            return Some(f);
+        }
         if inner.devices[e.device() as usize].write(e.offset(), buf).is_err() {
             // The slot is suspect: keep it allocated for good (a bad slot)
             // and put the page back where it was, resident and dirty.
@@ -428,6 +442,13 @@ fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
     Some(f)
 }
 
+/// Whether a page holds only zeros.  Word by word: a page with data stops
+/// at its first non-zero word, so the check costs next to nothing there.
+fn is_zero(page: &[u8]) -> bool {
+    page.chunks_exact(8)
+        .all(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")) == 0)
+}
+
 /// A touch on a staged page (BUSY held by the caller, state `w`): move it
 /// back from its frame, no IO.  The moved-back page is writable, so it is
 /// taken as dirty from here on and its slot freed.
@@ -438,10 +459,29 @@ pub(super) fn unstage(inner: &Inner, id: u32, addr: u64, w: u64) {
         .delete(e)
         .expect("a staged page is in the swap cache");
     let f = (h.get() - 1) as u32;
-    let _ = inner
+    if inner
         .uffd
-        .move_pages(addr, inner.staging.addr(f), PAGE, true, false);
-    // The frame is empty again (its page moved): reusable as it is.
+        .move_pages(addr, inner.staging.addr(f), PAGE, true, false)
+        .is_err()
+    {
+        // The move back failed (it should not: we hold BUSY and the
+        // region's page is missing).  The page must not be lost with its
+        // frame: copy it in instead, or, failing that too, leave it staged
+        // for the access to try again.
+        // SAFETY: the frame is ours while we hold BUSY.
+        let buf = unsafe { inner.staging.bytes(f) };
+        if inner.uffd.copy(addr, buf.as_ptr(), PAGE, false, true).is_err() {
+            inner
+                .swap_cache
+                .add(e, h)
+                .expect("the slot's cache entry was ours a moment ago");
+            inner.states[id as usize].store(w, Ordering::Release);
+            return;
+        }
+        inner.counters.move_fallbacks.inc();
+        inner.staging.discard_batch(&[f]);
+    }
+    // The frame is empty again (its page moved, or discarded): reusable.
     inner.staging.put(f);
     let _ = inner.space.free(e);
     inner.counters.swapcache_hits.inc();

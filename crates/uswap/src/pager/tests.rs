@@ -177,6 +177,43 @@ fn never_written_pages_are_zero_without_io_or_slots() {
     assert_eq!(swap.free_slots(), swap.total_slots(), "no slot for zero pages");
 }
 
+/// Pages written full of zeros leave without IO or a slot and come back
+/// as zero fills; pages with data beside them are written and read as
+/// ever.
+#[test]
+fn written_zero_pages_are_dropped_without_io() {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(16 * MIB))
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    let data = |i: usize| if i % 2 == 0 { 0 } else { (i as u8) | 1 };
+    for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+        page.fill(data(i));
+    }
+    let st = swap.stats();
+    assert!(st.counter("evict_zero") > pages as u64 / 4, "{:?}", st.counters);
+    assert!(
+        st.counter("io_write_pages") <= pages as u64 / 2,
+        "only pages with data are written: {:?}",
+        st.counters
+    );
+    for (i, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        assert!(page.iter().all(|&b| b == data(i)), "page {i}");
+    }
+    let st = swap.stats();
+    assert!(
+        st.counter("io_read_pages") <= pages as u64 / 2,
+        "{:?}",
+        st.counters
+    );
+    assert!(st.counter("zero_fills") >= pages as u64 + st.counter("evict_zero") / 2);
+    drop(region);
+    assert_all_returned(&swap, "zero pages");
+}
+
 /// Writers increment per-page counters while a tight budget keeps the
 /// reclaimer evicting the same pages: no increment may be lost.
 #[test]
