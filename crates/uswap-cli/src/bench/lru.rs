@@ -154,14 +154,7 @@ fn run_once(threads: usize, batch: LruBatch, pages: u32, passes: u32) -> anyhow:
 }
 
 fn median_ms(rounds: &[Round]) -> f64 {
-    let mut v: Vec<f64> = rounds.iter().map(|r| r.elapsed.as_secs_f64() * 1e3).collect();
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
+    super::report::median(rounds.iter().map(|r| r.elapsed.as_secs_f64() * 1e3).collect())
 }
 
 /// Baseline: [`same_params_default`] over the parameters only, i.e. with

@@ -64,6 +64,28 @@ fn label(v: &Variant) -> String {
     format!("{} x{}", v.name, v.threads)
 }
 
+/// One line per variant, in its palette colour, with a legend entry.
+fn draw_lines<'a, DB, X, Y>(
+    chart: &mut ChartContext<'a, DB, Cartesian2d<X, Y>>,
+    vs: &[Variant],
+    lines: &[Vec<(f64, f64)>],
+) -> Result<()>
+where
+    DB: DrawingBackend + 'a,
+    X: Ranged<ValueType = f64>,
+    Y: Ranged<ValueType = f64>,
+{
+    for (i, (v, pts)) in vs.iter().zip(lines).enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(label(v))
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+    }
+    Ok(())
+}
+
 fn panels<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Report) -> Result<()> {
     root.fill(&WHITE).map_err(err)?;
     let root = root
@@ -97,14 +119,7 @@ fn panels<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Report) ->
         .y_desc("fraction at or below")
         .draw()
         .map_err(err)?;
-    for (i, (v, pts)) in vs.iter().zip(&cdfs).enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(label(v))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-    }
+    draw_lines(&mut chart, vs, &cdfs)?;
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
@@ -131,14 +146,7 @@ fn panels<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Report) ->
         .y_label_formatter(&|y| format!("{y:.1e}"))
         .draw()
         .map_err(err)?;
-    for (i, (v, pts)) in vs.iter().zip(&lines).enumerate() {
-        let color = Palette99::pick(i).to_rgba();
-        chart
-            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
-            .map_err(err)?
-            .label(label(v))
-            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
-    }
+    draw_lines(&mut chart, vs, &lines)?;
     chart
         .configure_series_labels()
         .background_style(WHITE.mix(0.85))

@@ -64,11 +64,12 @@ impl Round {
     }
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
+/// The median of `v` (0 when empty).
+pub fn median(mut v: Vec<f64>) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    v.sort_by(|a, b| a.total_cmp(b));
     let n = v.len();
     if n % 2 == 1 {
         v[n / 2]

@@ -16,7 +16,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::kernel_swap::{self, interrupted, KernelSwap, MemCgroup};
-use super::report::{paired_change, Report, Variant};
+use super::report::{median, paired_change, Report, Variant};
 use super::worker::{self, Backend, WorkerResult, WorkerSpec, ABLATIONS};
 use super::workload::{DataKind, Unit, Workload, HUGE, PAGE};
 use super::{interleave, plot, Common};
@@ -334,19 +334,6 @@ fn run_one(
     };
     spec.cgroup = cgroup.as_ref().map(|c| c.path().to_path_buf());
     worker::spawn(spec, scratch)
-}
-
-fn median(mut v: Vec<f64>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    v.sort_by(|a, b| a.total_cmp(b));
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
 }
 
 fn gbps(bytes: u64, secs: f64) -> f64 {
