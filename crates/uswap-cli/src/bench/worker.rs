@@ -202,12 +202,7 @@ impl Pager {
         let (switches, lru, extent) = ablation(&spec.ablation)?;
         let device = match spec.backend {
             Backend::UswapFile => DeviceSpec::file(
-                FileOptions::new(
-                    spec.swap_dir
-                        .join(format!("uswap-bench-{}.swap", std::process::id())),
-                    spec.swap_bytes / PAGE as u64,
-                )
-                .extent_kind(extent),
+                FileOptions::new(uswap_file(spec), spec.swap_bytes / PAGE as u64).extent_kind(extent),
             ),
             _ => DeviceSpec::ram(spec.swap_bytes),
         };
@@ -300,9 +295,30 @@ impl Pager {
     }
 }
 
+/// uswap-file's swap file for this run.
+fn uswap_file(spec: &WorkerSpec) -> PathBuf {
+    spec.swap_dir
+        .join(format!("uswap-bench-{}.swap", std::process::id()))
+}
+
+/// Removes a file when dropped: a run's swap file goes when the run ends
+/// (the device leaves files it was given in place), so that a bench of
+/// many runs does not hold one swap file per run until it finishes.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
 /// The body of `uswap bench worker`.
 pub fn main(args: &WorkerArgs) -> Result<()> {
     let spec: WorkerSpec = serde_json::from_str(&args.spec).context("bad worker spec")?;
+    // Declared before the pager, so dropped after it (and its device).
+    let _swap_file = RemoveOnDrop((spec.backend == Backend::UswapFile).then(|| uswap_file(&spec)));
     let pager = Pager::start(&spec)?;
     let wss = spec.wss as usize;
     let filler = Filler::new(spec.data, spec.seed);
