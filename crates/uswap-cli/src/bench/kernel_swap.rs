@@ -53,7 +53,7 @@ pub fn catch_interrupts() {
 /// An error once Ctrl-C (or SIGTERM) arrived.
 pub fn interrupted() -> Result<()> {
     if INTERRUPTED.load(Ordering::SeqCst) {
-        bail!("interrupted; the kernel swap and cgroup set up for the run were removed");
+        bail!("interrupted; what the run had set up (worker, kernel swap, cgroup, swap files) was removed");
     }
     Ok(())
 }
