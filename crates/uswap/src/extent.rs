@@ -716,7 +716,7 @@ fn add_fiemap(builder: &mut ExtentMapBuilder, backing: u32, path: &Path) -> Resu
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use proptest::prelude::*;
     use std::io::Write;
@@ -1239,9 +1239,9 @@ mod tests {
         assert!(matches!(e, ExtentError::NotSwappable { .. }), "{e}");
     }
 
-    /// tmpfs has no FIEMAP: the error must say so and point at Whole.
-    #[test]
-    fn fiemap_unsupported_on_tmpfs() {
+    /// A temporary directory on tmpfs (/dev/shm), for the tests of what
+    /// tmpfs refuses; None, said on stderr, where there is none to use.
+    pub(crate) fn tmpfs_tempdir() -> Option<tempfile::TempDir> {
         let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
         let shm_is_tmpfs = mounts.lines().any(|l| {
             let f: Vec<&str> = l.split_whitespace().collect();
@@ -1249,10 +1249,19 @@ mod tests {
         });
         if !shm_is_tmpfs {
             eprintln!("/dev/shm is not tmpfs here; skipping");
-            return;
+            return None;
         }
-        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
+        let dir = tempfile::tempdir_in("/dev/shm");
+        if dir.is_err() {
             eprintln!("cannot write /dev/shm; skipping");
+        }
+        dir.ok()
+    }
+
+    /// tmpfs has no FIEMAP: the error must say so and point at Whole.
+    #[test]
+    fn fiemap_unsupported_on_tmpfs() {
+        let Some(dir) = crate::extent::tests::tmpfs_tempdir() else {
             return;
         };
         let a = dir.path().join("a");

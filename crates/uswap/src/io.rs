@@ -1286,17 +1286,7 @@ mod tests {
     /// way the device must do what the kernel allows and say why not.
     #[test]
     fn direct_on_tmpfs_follows_the_kernel() {
-        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
-        let shm_is_tmpfs = mounts.lines().any(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            f.len() > 2 && f[1] == "/dev/shm" && f[2] == "tmpfs"
-        });
-        if !shm_is_tmpfs {
-            eprintln!("/dev/shm is not tmpfs here; skipping");
-            return;
-        }
-        let Ok(dir) = tempfile::tempdir_in("/dev/shm") else {
-            eprintln!("cannot write /dev/shm; skipping");
+        let Some(dir) = crate::extent::tests::tmpfs_tempdir() else {
             return;
         };
         let probe = dir.path().join("probe");

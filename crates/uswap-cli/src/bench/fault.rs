@@ -100,25 +100,10 @@ fn touch_pages(base: usize, pages: &[usize], threads: usize) -> Duration {
 }
 
 fn kernel_anon(len: usize, threads: usize) -> anyhow::Result<Round> {
-    // SAFETY: a fresh private anonymous mapping, unmapped below.
-    let p = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            len,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-            -1,
-            0,
-        )
-    };
-    anyhow::ensure!(
-        p != libc::MAP_FAILED,
-        "mmap of {len} bytes failed: {}",
-        std::io::Error::last_os_error()
-    );
-    let elapsed = touch_all(p as usize, len, threads);
-    // SAFETY: unmaps what was mapped above.
-    unsafe { libc::munmap(p, len) };
+    // The same plain mapping the workload benches' kernel backends use.
+    let m = super::worker::Mapping::kernel(len, super::workload::Unit::Page)?;
+    let elapsed = touch_all(m.base(), len, threads);
+    drop(m);
     Ok(Round {
         ops: (len / PAGE) as u64,
         elapsed,

@@ -78,20 +78,30 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// Add one run's lock statistics and counters to a variant's totals.
+pub fn add_stats<'a, K: ToString + 'a>(
+    locks: &mut BTreeMap<String, LockStats>,
+    counters: &mut BTreeMap<String, u64>,
+    run_locks: impl IntoIterator<Item = (K, &'a LockStats)>,
+    run_counters: impl IntoIterator<Item = (K, &'a u64)>,
+) {
+    for (k, v) in run_locks {
+        let e = locks.entry(k.to_string()).or_default();
+        e.acquisitions += v.acquisitions;
+        e.contended += v.contended;
+        e.wait_ns += v.wait_ns;
+    }
+    for (k, v) in run_counters {
+        *counters.entry(k.to_string()).or_default() += v;
+    }
+}
+
 /// Fold the rounds of one variant into its reported line.
 pub fn summarize(name: &str, rounds: &[Round], extra: BTreeMap<String, serde_json::Value>) -> Variant {
     let mut locks: BTreeMap<String, LockStats> = BTreeMap::new();
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
     for r in rounds {
-        for (k, v) in &r.stats.locks {
-            let e = locks.entry(k.to_string()).or_default();
-            e.acquisitions += v.acquisitions;
-            e.contended += v.contended;
-            e.wait_ns += v.wait_ns;
-        }
-        for (k, v) in &r.stats.counters {
-            *counters.entry(k.to_string()).or_default() += v;
-        }
+        add_stats(&mut locks, &mut counters, &r.stats.locks, &r.stats.counters);
     }
     Variant {
         name: name.to_string(),

@@ -16,7 +16,7 @@ use clap::Args;
 use serde_json::json;
 
 use super::kernel_swap::{self, interrupted, KernelSwap, MemCgroup};
-use super::report::{median, paired_change, Report, Variant};
+use super::report::{add_stats, median, paired_change, Report, Variant};
 use super::worker::{self, Backend, WorkerResult, WorkerSpec, ABLATIONS};
 use super::workload::{DataKind, Unit, Workload, HUGE, PAGE};
 use super::{interleave, plot, Common};
@@ -214,7 +214,7 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
         b.dedup();
         b
     };
-    let ablations: Vec<&'static str> = if o.ablate {
+    let mut ablations: Vec<&'static str> = if o.ablate {
         ensure!(
             backends.iter().all(|b| !b.is_kernel()),
             "--ablate flips uswap's seed switches: use it with --backend uswap or uswap-file"
@@ -231,7 +231,7 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
         );
         vec!["default"]
     };
-    let mut ablations = ablations;
+    // Every ablation is measured against the default, so it always runs.
     if !ablations.contains(&"default") {
         ablations.insert(0, "default");
     }
@@ -351,15 +351,7 @@ fn summarize(
     let mut locks: BTreeMap<String, uswap::stats::LockStats> = BTreeMap::new();
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
     for r in rounds {
-        for (k, v) in &r.locks {
-            let e = locks.entry(k.clone()).or_default();
-            e.acquisitions += v.acquisitions;
-            e.contended += v.contended;
-            e.wait_ns += v.wait_ns;
-        }
-        for (k, v) in &r.counters {
-            *counters.entry(k.clone()).or_default() += v;
-        }
+        add_stats(&mut locks, &mut counters, &r.locks, &r.counters);
     }
     let thread_ns: f64 = rounds
         .iter()

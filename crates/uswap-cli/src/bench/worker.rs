@@ -158,7 +158,7 @@ pub struct WorkerArgs {
 
 /// The memory a workload runs on: a uswap region or a plain anonymous
 /// mapping, which the kernel pages under the cgroup's limit.
-enum Mapping {
+pub(super) enum Mapping {
     Uswap(Region),
     Kernel {
         ptr: *mut libc::c_void,
@@ -168,7 +168,49 @@ enum Mapping {
 }
 
 impl Mapping {
-    fn base(&self) -> usize {
+    /// A plain private anonymous mapping of `len` bytes, which the kernel
+    /// pages (and swaps, under a memory cgroup's limit); for 2 MB units,
+    /// 2 MB aligned and advised for transparent huge pages.
+    pub(super) fn kernel(len: usize, unit: Unit) -> Result<Mapping> {
+        // 2 MB units need a 2 MB-aligned range: over-map by one.
+        let maplen = len + if unit == Unit::Huge { HUGE } else { 0 };
+        // SAFETY: a fresh private anonymous mapping, owned by the returned
+        // Mapping, which unmaps it.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                maplen,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            bail!("mmap of {maplen} bytes: {}", std::io::Error::last_os_error());
+        }
+        let mut m = Mapping::Kernel {
+            ptr,
+            len: maplen,
+            base: ptr as usize,
+        };
+        if unit == Unit::Huge {
+            let b = (ptr as usize + HUGE - 1) & !(HUGE - 1);
+            // SAFETY: inside the mapping made above.
+            if unsafe { libc::madvise(b as *mut _, len, libc::MADV_HUGEPAGE) } != 0 {
+                bail!(
+                    "madvise(MADV_HUGEPAGE): {}; is transparent_hugepage disabled?",
+                    std::io::Error::last_os_error()
+                );
+            }
+            if let Mapping::Kernel { base, .. } = &mut m {
+                *base = b;
+            }
+        }
+        Ok(m)
+    }
+
+    pub(super) fn base(&self) -> usize {
         match self {
             Mapping::Uswap(r) => r.as_ptr() as usize,
             Mapping::Kernel { base, .. } => *base,
@@ -225,43 +267,7 @@ impl Pager {
                 };
                 Ok(Mapping::Uswap(r.context("mapping the region")?))
             }
-            Pager::Kernel => {
-                // 2 MB units need a 2 MB-aligned range: over-map by one.
-                let maplen = len + if unit == Unit::Huge { HUGE } else { 0 };
-                // SAFETY: a fresh private anonymous mapping, owned by the
-                // returned Mapping.
-                let ptr = unsafe {
-                    libc::mmap(
-                        std::ptr::null_mut(),
-                        maplen,
-                        libc::PROT_READ | libc::PROT_WRITE,
-                        libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                        -1,
-                        0,
-                    )
-                };
-                if ptr == libc::MAP_FAILED {
-                    bail!("mmap of {maplen} bytes: {}", std::io::Error::last_os_error());
-                }
-                let base = if unit == Unit::Huge {
-                    let b = (ptr as usize + HUGE - 1) & !(HUGE - 1);
-                    // SAFETY: inside the mapping made above.
-                    if unsafe { libc::madvise(b as *mut _, len, libc::MADV_HUGEPAGE) } != 0 {
-                        bail!(
-                            "madvise(MADV_HUGEPAGE): {}; is transparent_hugepage disabled?",
-                            std::io::Error::last_os_error()
-                        );
-                    }
-                    b
-                } else {
-                    ptr as usize
-                };
-                Ok(Mapping::Kernel {
-                    ptr,
-                    len: maplen,
-                    base,
-                })
-            }
+            Pager::Kernel => Mapping::kernel(len, unit),
         }
     }
 
