@@ -136,6 +136,38 @@ pub enum IoError {
     ZeroSize,
 }
 
+impl IoError {
+    /// The errno of a failed read or write.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            IoError::Write { source, .. } | IoError::Read { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+
+    /// Whether a failed read or write may well work if tried again later:
+    /// the backing is full or short of a resource for now (`ENOSPC`,
+    /// `EDQUOT`, `ENOMEM`, `ENOBUFS`, `EAGAIN`, `EBUSY`, `EINTR`,
+    /// `ETIMEDOUT`), as opposed to a block that is bad (`EIO`, `EILSEQ`,
+    /// `EBADMSG`, `ENODATA`), a device that is gone, or a truncated file.
+    /// The pager retires a slot only on the second kind.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self.errno(),
+            Some(
+                libc::ENOSPC
+                    | libc::EDQUOT
+                    | libc::ENOMEM
+                    | libc::ENOBUFS
+                    | libc::EAGAIN
+                    | libc::EBUSY
+                    | libc::EINTR
+                    | libc::ETIMEDOUT
+            )
+        )
+    }
+}
+
 /// How to open a file device.  Built with [`FileOptions::new`] and the
 /// setters; passed to [`IoDevice::file`].
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -196,6 +228,10 @@ impl FileOptions {
 struct RamRegion {
     base: NonNull<u8>,
     len: usize,
+    /// The process that mapped it: a forked child inherits this value but
+    /// not the mapping (`MADV_DONTFORK`), and must not unmap whatever it
+    /// has at that address.
+    pid: libc::pid_t,
 }
 
 // SAFETY: the region is plain memory owned by this value; nothing in it is
@@ -225,7 +261,12 @@ impl RamRegion {
             });
         }
         let base = NonNull::new(p.cast::<u8>()).expect("mmap returned NULL without MAP_FIXED");
-        let region = RamRegion { base, len };
+        // SAFETY: getpid has no preconditions.
+        let region = RamRegion {
+            base,
+            len,
+            pid: unsafe { libc::getpid() },
+        };
         // A forked child must neither share the swapped-out pages nor copy
         // them (the kernel's swap is not inherited either).
         // SAFETY: the range is exactly the mapping just made, which we own.
@@ -241,6 +282,10 @@ impl RamRegion {
 
 impl Drop for RamRegion {
     fn drop(&mut self) {
+        // SAFETY: getpid has no preconditions.
+        if self.pid != unsafe { libc::getpid() } {
+            return;
+        }
         // SAFETY: `base`/`len` are our mapping (invariant), and `&mut self`
         // means no reference into it is live.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.len) };
@@ -302,6 +347,11 @@ pub struct IoDevice {
     armed_write: AtomicU64,
     /// The slot whose next read fails with EIO, or [`DISARMED`].
     armed_read: AtomicU64,
+    /// Test hook: every write (read) fails with `window_errno` until this
+    /// `CLOCK_MONOTONIC` nanosecond; 0 when no window is open.
+    window_write: AtomicU64,
+    window_read: AtomicU64,
+    window_errno: std::sync::atomic::AtomicI32,
     write_pages: Arc<Counter>,
     read_pages: Arc<Counter>,
     write_errors: Arc<Counter>,
@@ -551,6 +601,9 @@ impl IoDevice {
             backend,
             armed_write: AtomicU64::new(DISARMED),
             armed_read: AtomicU64::new(DISARMED),
+            window_write: AtomicU64::new(0),
+            window_read: AtomicU64::new(0),
+            window_errno: std::sync::atomic::AtomicI32::new(0),
             write_pages: registry.counter("io_write_pages"),
             read_pages: registry.counter("io_read_pages"),
             write_errors: registry.counter("io_write_errors"),
@@ -647,6 +700,13 @@ impl IoDevice {
                 source: io::Error::from_raw_os_error(libc::EIO),
             });
         }
+        if let Some(errno) = self.in_window(&self.window_write) {
+            self.write_errors.inc();
+            return Err(IoError::Write {
+                offset,
+                source: io::Error::from_raw_os_error(errno),
+            });
+        }
         let res = match &self.backend {
             Backend::Ram(region) => {
                 ram_write(region, (offset * PAGE) as usize, buf);
@@ -694,6 +754,13 @@ impl IoDevice {
                 source: io::Error::from_raw_os_error(libc::EIO),
             });
         }
+        if let Some(errno) = self.in_window(&self.window_read) {
+            self.read_errors.inc();
+            return Err(IoError::Read {
+                offset,
+                source: io::Error::from_raw_os_error(errno),
+            });
+        }
         let res = match &self.backend {
             Backend::Ram(region) => {
                 ram_read(region, (offset * PAGE) as usize, buf);
@@ -731,6 +798,43 @@ impl IoDevice {
         };
         armed.store(offset, Ordering::Relaxed);
     }
+
+    /// Test hook: make every write (or read, per `op`) fail with `errno`
+    /// for the next `duration`, as a full or failing disk would.
+    #[doc(hidden)]
+    pub fn inject_errors_for(&self, op: IoOp, errno: i32, duration: std::time::Duration) {
+        self.window_errno.store(errno, Ordering::Relaxed);
+        let until = monotonic_ns() + duration.as_nanos() as u64;
+        match op {
+            IoOp::Read => self.window_read.store(until, Ordering::Release),
+            IoOp::Write => self.window_write.store(until, Ordering::Release),
+        }
+    }
+
+    /// The injected errno, while an error window of `window` is open.
+    #[inline]
+    fn in_window(&self, window: &AtomicU64) -> Option<i32> {
+        let until = window.load(Ordering::Acquire);
+        if until == 0 {
+            return None;
+        }
+        if monotonic_ns() < until {
+            return Some(self.window_errno.load(Ordering::Relaxed));
+        }
+        window.store(0, Ordering::Relaxed);
+        None
+    }
+}
+
+/// `CLOCK_MONOTONIC` in nanoseconds (a vDSO call; allocation-free).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// How one contiguous piece of IO failed: after how many bytes, and why.

@@ -27,6 +27,7 @@ pub mod percpu;
 pub mod stats;
 pub mod swap_cache;
 pub mod swap_space;
+pub mod table;
 pub mod uffd;
 
 /// The size of a page, the unit of swapping: one slot holds one page.

@@ -61,6 +61,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::percpu::{possible_cpus, PerCpu};
 use crate::stats::{Counter, Registry, StatMutex};
+use crate::table::{self, TableError};
 
 /// A page: an index into the pager's frame table, `0..capacity`.
 pub type PageId = u32;
@@ -131,6 +132,9 @@ pub enum LruError {
     BadBatch(usize),
     #[error("LRU needs at least one per-CPU batch slot")]
     ZeroCpus,
+    /// Its tables could not be allocated.
+    #[error(transparent)]
+    Table(#[from] TableError),
 }
 
 // Page word: flags in the low 32 bits, generation in the high 32 bits.
@@ -175,34 +179,34 @@ fn list_of(word: u64) -> usize {
 /// its word has `LRU` set and `list_of(word) == l`; `head`/`tail`/`len`
 /// describe the lists exactly; an unlinked page has `prev == next == NIL`.
 struct Lists {
-    prev: Box<[u32]>,
-    next: Box<[u32]>,
+    prev: Links,
+    next: Links,
     head: [u32; 2],
     tail: [u32; 2],
     len: [usize; 2],
 }
 
 impl Lists {
-    fn new(capacity: usize) -> Self {
-        Lists {
-            prev: vec![NIL; capacity].into_boxed_slice(),
-            next: vec![NIL; capacity].into_boxed_slice(),
+    fn new(capacity: usize) -> Result<Self, TableError> {
+        Ok(Lists {
+            prev: Links(table::zeroed(capacity, "LRU links")?),
+            next: Links(table::zeroed(capacity, "LRU links")?),
             head: [NIL; 2],
             tail: [NIL; 2],
             len: [0; 2],
-        }
+        })
     }
 
     #[inline]
     fn push_head(&mut self, list: usize, page: u32) {
         let p = page as usize;
         let old = self.head[list];
-        self.prev[p] = NIL;
-        self.next[p] = old;
+        self.prev.set(p, NIL);
+        self.next.set(p, old);
         if old == NIL {
             self.tail[list] = page;
         } else {
-            self.prev[old as usize] = page;
+            self.prev.set(old as usize, page);
         }
         self.head[list] = page;
         self.len[list] += 1;
@@ -211,20 +215,38 @@ impl Lists {
     #[inline]
     fn unlink(&mut self, list: usize, page: u32) {
         let p = page as usize;
-        let (prev, next) = (self.prev[p], self.next[p]);
+        let (prev, next) = (self.prev.at(p), self.next.at(p));
         if prev == NIL {
             self.head[list] = next;
         } else {
-            self.next[prev as usize] = next;
+            self.next.set(prev as usize, next);
         }
         if next == NIL {
             self.tail[list] = prev;
         } else {
-            self.prev[next as usize] = prev;
+            self.prev.set(next as usize, prev);
         }
-        self.prev[p] = NIL;
-        self.next[p] = NIL;
+        self.prev.set(p, NIL);
+        self.next.set(p, NIL);
         self.len[list] -= 1;
+    }
+}
+
+/// One link per page, stored complemented so that the zeroed memory a
+/// fresh table starts as (`table::zeroed`, committed only where written)
+/// reads as `NIL`: an LRU for millions of pages costs memory only for the
+/// pages that have been on it.
+struct Links(Box<[u32]>);
+
+impl Links {
+    #[inline]
+    fn at(&self, p: usize) -> u32 {
+        !self.0[p]
+    }
+
+    #[inline]
+    fn set(&mut self, p: usize, v: u32) {
+        self.0[p] = !v;
     }
 }
 
@@ -357,8 +379,8 @@ impl Lru {
         Ok(Lru {
             capacity: config.capacity,
             batch,
-            pages: (0..cap).map(|_| AtomicU64::new(0)).collect(),
-            lists: CachePadded::new(StatMutex::new(Lists::new(cap), registry.lock_site("lru"))),
+            pages: table::zeroed(cap, "LRU page words")?,
+            lists: CachePadded::new(StatMutex::new(Lists::new(cap)?, registry.lock_site("lru"))),
             nr: CachePadded::new([AtomicUsize::new(0), AtomicUsize::new(0)]),
             cpu: PerCpu::new(slots, |_| {
                 StatMutex::new(
@@ -901,10 +923,10 @@ impl Lru {
                     return Err(format!("page {page} linked twice (second time on {name})"));
                 }
                 seen[p] = list as u8;
-                if l.prev[p] != prev {
+                if l.prev.at(p) != prev {
                     return Err(format!(
                         "{name} list: page {page} prev {} but reached from {prev}",
-                        l.prev[p]
+                        l.prev.at(p)
                     ));
                 }
                 let w = self.pages[p].load(Ordering::Acquire);
@@ -917,7 +939,7 @@ impl Lru {
                     ));
                 }
                 prev = page;
-                page = l.next[p];
+                page = l.next.at(p);
                 n += 1;
             }
             if l.tail[list] != prev {
@@ -947,7 +969,7 @@ impl Lru {
                     }
                 ));
             }
-            if l.prev[p] != NIL || l.next[p] != NIL {
+            if l.prev.at(p) != NIL || l.next.at(p) != NIL {
                 return Err(format!("page {p} on no list has links"));
             }
         }
@@ -964,7 +986,7 @@ impl Lru {
             let mut p = l.head[list];
             while p != NIL {
                 v.push(p);
-                p = l.next[p as usize];
+                p = l.next.at(p as usize);
             }
             v
         };

@@ -18,8 +18,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_utils::CachePadded;
-use parking_lot::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 /// Counter shards per site.  Threads are spread over the shards round-robin,
 /// so with up to this many threads no two share a cache line; beyond it two
@@ -149,9 +149,15 @@ impl LockSite {
 
 /// A mutex that reports to a [`LockSite`].
 ///
-/// `parking_lot`'s mutex spins briefly before parking, like a kernel
-/// spinlock that gives up the CPU: on a machine with fewer CPUs than
-/// threads, a pure spinlock would burn the holder's time slice.
+/// It is the standard library's mutex, which on Linux is a futex word:
+/// it spins briefly, then sleeps in the kernel, and never allocates, not
+/// even the first time a thread waits.  That matters because the pager
+/// takes these locks inside its SIGBUS handler, which may interrupt a
+/// thread in the middle of `malloc` (`parking_lot`, which it replaced,
+/// allocates per-thread parking state on a thread's first wait).  A
+/// panic while holding one does not poison it for everyone else: the
+/// data it protects is kept consistent at every step by its users, as
+/// with a kernel spinlock.
 pub struct StatMutex<T> {
     lock: Mutex<T>,
     site: Arc<LockSite>,
@@ -170,12 +176,12 @@ impl<T> StatMutex<T> {
     #[inline]
     pub fn lock(&self) -> MutexGuard<'_, T> {
         let shard = &self.site.shards[shard_index()];
-        if let Some(g) = self.lock.try_lock() {
+        if let Some(g) = self.try_lock_uncounted() {
             shard.acquisitions.fetch_add(1, Ordering::Relaxed);
             return g;
         }
         let start = Instant::now();
-        let g = self.lock.lock();
+        let g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
         let waited = start.elapsed().as_nanos() as u64;
         shard.acquisitions.fetch_add(1, Ordering::Relaxed);
         shard.contended.fetch_add(1, Ordering::Relaxed);
@@ -183,10 +189,19 @@ impl<T> StatMutex<T> {
         g
     }
 
+    #[inline]
+    fn try_lock_uncounted(&self) -> Option<MutexGuard<'_, T>> {
+        match self.lock.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
     /// Take the lock only if it is free; counts an acquisition on success.
     #[inline]
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
-        let g = self.lock.try_lock()?;
+        let g = self.try_lock_uncounted()?;
         self.site.shards[shard_index()]
             .acquisitions
             .fetch_add(1, Ordering::Relaxed);
@@ -195,7 +210,7 @@ impl<T> StatMutex<T> {
 
     /// Access without locking through exclusive ownership.
     pub fn get_mut(&mut self) -> &mut T {
-        self.lock.get_mut()
+        self.lock.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -264,7 +279,7 @@ impl Registry {
 
     /// The counter called `name`, created on first use.
     pub fn counter(&self, name: &'static str) -> Arc<Counter> {
-        let mut g = self.inner.lock();
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         g.counters
             .entry(name)
             .or_insert_with(|| Arc::new(Counter::new(name)))
@@ -273,7 +288,7 @@ impl Registry {
 
     /// The lock site called `name`, created on first use.
     pub fn lock_site(&self, name: &'static str) -> Arc<LockSite> {
-        let mut g = self.inner.lock();
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         g.locks
             .entry(name)
             .or_insert_with(|| Arc::new(LockSite::new(name)))
@@ -282,7 +297,7 @@ impl Registry {
 
     /// Copy every counter and lock site.
     pub fn snapshot(&self) -> Snapshot {
-        let g = self.inner.lock();
+        let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         Snapshot {
             counters: g.counters.iter().map(|(k, c)| (*k, c.get())).collect(),
             locks: g.locks.iter().map(|(k, l)| (*k, l.get())).collect(),

@@ -23,6 +23,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::stats::{Counter, Registry, StatMutex};
 use crate::swap_space::SwapEntry;
+use crate::table::{self, TableError};
 
 /// What the swap cache stores for a slot: an opaque, non-zero handle to the
 /// staged page (the pager's frame number plus one, say).
@@ -43,6 +44,9 @@ pub enum SwapCacheError {
     /// Bad configuration.
     #[error("invalid swap cache configuration: {0}")]
     Config(String),
+    /// Its tables could not be allocated.
+    #[error(transparent)]
+    Table(#[from] TableError),
 }
 
 /// Per-trunk state under the trunk lock.
@@ -82,15 +86,22 @@ impl SwapCache {
             ));
         }
         let site = registry.lock_site("swap_cache_trunk");
+        // Entries are 8 bytes a slot, committed as slots are used.
         let devices = device_slots
             .iter()
-            .map(|&n| DeviceCache {
-                trunks: (0..n.div_ceil(trunk_slots))
-                    .map(|_| CachePadded::new(StatMutex::new(Trunk { nr: 0 }, site.clone())))
-                    .collect(),
-                entries: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            .map(|&n| {
+                let trunks = n.div_ceil(trunk_slots) as usize;
+                let mut t = Vec::new();
+                table::reserve(&mut t, trunks, "swap cache trunks")?;
+                t.extend(
+                    (0..trunks).map(|_| CachePadded::new(StatMutex::new(Trunk { nr: 0 }, site.clone()))),
+                );
+                Ok(DeviceCache {
+                    trunks: t.into_boxed_slice(),
+                    entries: table::zeroed(n as usize, "swap cache entries")?,
+                })
             })
-            .collect();
+            .collect::<Result<_, TableError>>()?;
         Ok(SwapCache {
             devices,
             trunk_slots,

@@ -184,8 +184,16 @@ fn fault_path_does_not_allocate() {
     assert!(region.as_slice().chunks(4096).all(|p| p[17] == 3 || p[17] == 4));
     drop(region);
 
-    // 2 MB units: whole-unit installs, evictions and swap-ins.
-    let mut units = swap.map_huge(8 << 20).unwrap();
+    // 2 MB units: whole-unit installs, evictions and swap-ins, under the
+    // smallest budget `map_huge` takes (two units).
+    drop(swap);
+    let swap = Swap::builder()
+        .budget(4 << 20)
+        .device(DeviceSpec::ram(64 << 20))
+        .background_reclaim(false)
+        .build()
+        .unwrap();
+    let mut units = swap.map_huge(16 << 20).unwrap();
     units.as_mut_slice()[0] = 1;
     let n = allocations_in(|| {
         for pass in 0..2u8 {

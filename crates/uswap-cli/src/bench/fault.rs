@@ -130,15 +130,18 @@ fn uswap_run(
         DeviceSpec::ram(swap_bytes)
     };
     let hit = variant == "swapcache-hit";
+    let huge = variant.ends_with("-2m");
+    // A quarter of the region; for 2 MB units at least the two units
+    // `map_huge` asks for (it refuses less), which small `--mib` runs hit.
+    let floor = if huge { 4 << 20 } else { 1 << 20 };
     let swap = Swap::builder()
-        .budget((len as u64 / 4).max(1 << 20))
+        .budget((len as u64 / 4).max(floor))
         .device(device)
         .fault_mode(mode)
         .background_reclaim(background && !hit)
         .staging_frames(if hit { 8192 } else { 256 })
         .build()
         .context("starting uswap (needs root and Linux 6.8+)")?;
-    let huge = variant.ends_with("-2m");
     let mut region = if huge { swap.map_huge(len) } else { swap.map(len) }.context("mapping the region")?;
     if !variant.starts_with("zero-fill") {
         // Untimed: write every page once, so nearly all are swapped out.

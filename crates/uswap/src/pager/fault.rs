@@ -1,19 +1,21 @@
-//! Fault service: one routine, [`serve`], called from a SIGBUS handler in
-//! the faulting thread or from handler threads reading the userfaultfd.
+//! Fault service: one routine, [`serve`], called from the SIGBUS handler
+//! in the faulting thread (`signals.rs`) or from handler threads reading
+//! the userfaultfd.
 //!
-//! Everything here runs in a signal handler in SIGBUS mode, so it follows
-//! the rules of one: no allocation (all memory is preallocated: page
-//! tables, frame pools, the region table), no lock that the interrupted
-//! code could hold (the interrupted code is the application touching its
-//! own memory, which holds no uswap lock), and idempotence (a fault may be
-//! delivered twice, or by two threads at once: the page's BUSY bit picks
-//! one to serve it, and the others wait and retry the access).
+//! Everything here may run in a signal handler, so it follows the rules of
+//! one: no allocation (page tables, frame pools and the region table are
+//! all preallocated), no lock that the interrupted code could hold (see
+//! `signals.rs` for why none can be), and idempotence: a fault may be
+//! delivered twice, or by two threads at once; the page's claim picks one
+//! to serve it, and the others wait and retry the access.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Once, Weak};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Weak;
 use std::thread::JoinHandle;
 
-use super::{page, reclaim, Inner, MAX_REGIONS};
+use super::page::{self, PageClaim};
+use super::signals::{self, Access};
+use super::{reclaim, report, Inner, MAX_REGIONS};
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -24,11 +26,13 @@ pub enum FaultMode {
     /// The faulting thread serves its own fault in a SIGBUS handler
     /// (`UFFD_FEATURE_SIGBUS`): no hand-off to another thread, which costs
     /// 30-120 us on a VM.  Faults raised inside the kernel (`read(2)` into a
-    /// region) fail with `EFAULT` in this mode.
+    /// region) fail with `EFAULT` in this mode, and a thread that blocks
+    /// SIGBUS cannot be served (the kernel kills the process).
     #[default]
     Sigbus,
     /// Handler threads read fault events and serve them; the faulting
-    /// thread sleeps until woken.  Serves kernel-raised faults too.
+    /// thread sleeps until woken.  Serves kernel-raised faults too, and
+    /// threads that block SIGBUS.
     HandlerThread,
 }
 
@@ -54,6 +58,17 @@ static REGIONS: [RegionEntry; MAX_REGIONS] = [const {
     }
 }; MAX_REGIONS];
 
+/// How many leading entries of `REGIONS` have ever been used: the scans
+/// stop there instead of reading the whole table on every fault.  Only
+/// grows; raised before an entry is filled in, so whoever can see the
+/// entry's `base` sees the mark too.
+static USED: AtomicUsize = AtomicUsize::new(0);
+
+/// The entries that may be in use.
+fn used_entries() -> &'static [RegionEntry] {
+    &REGIONS[..USED.load(Ordering::Acquire).min(MAX_REGIONS)]
+}
+
 /// Publish a region; returns its table slot, or None when the table is full.
 pub(super) fn publish_region(
     base: u64,
@@ -74,6 +89,7 @@ pub(super) fn publish_region(
             )
             .is_ok()
         {
+            USED.fetch_max(i + 1, Ordering::AcqRel);
             r.id_base.store(id_base, Ordering::Relaxed);
             r.huge.store(huge, Ordering::Relaxed);
             r.end.store(base + len, Ordering::Relaxed);
@@ -92,6 +108,14 @@ pub(super) fn unpublish_region(slot: usize) {
     r.inner.store(std::ptr::null_mut(), Ordering::Release);
 }
 
+/// Whether a published region overlaps `[base, base + len)`.
+pub(super) fn overlaps_a_region(base: u64, len: u64) -> bool {
+    used_entries().iter().any(|r| {
+        let b = r.base.load(Ordering::Acquire);
+        b != 0 && b < base + len && base < r.end.load(Ordering::Relaxed)
+    })
+}
+
 /// What a fault address is in.
 struct Hit {
     inner: *const Inner,
@@ -103,7 +127,7 @@ struct Hit {
 
 /// The region holding `addr`: its instance and the page id of `addr`.
 fn lookup(addr: u64) -> Option<Hit> {
-    for r in REGIONS.iter() {
+    for r in used_entries() {
         let base = r.base.load(Ordering::Acquire);
         if base == 0 || addr < base || addr >= r.end.load(Ordering::Relaxed) {
             continue;
@@ -124,156 +148,209 @@ fn lookup(addr: u64) -> Option<Hit> {
     None
 }
 
-/// Wait for a page's transition to finish.
-#[inline]
-fn wait_busy(inner: &Inner, spins: &mut u32) {
-    *spins += 1;
-    if *spins < 64 {
-        std::hint::spin_loop();
-    } else {
-        if *spins == 64 {
-            inner.counters.busy_waits.inc();
-        }
-        std::thread::yield_now();
+/// Serve a SIGBUS fault at `addr`; false when it is not in a region (the
+/// signal is then the program's).
+pub(super) fn serve_signal(addr: u64, access: Access) -> bool {
+    let Some(Hit { inner, id, unit }) = lookup(addr) else {
+        return false;
+    };
+    // SAFETY: an entry is published only while its region, which holds
+    // the instance alive, exists; a fault in a region means it exists.
+    let inner = unsafe { &*inner };
+    // A poisoned page (or unit) faults as a missing one where the kernel
+    // has no memory-failure support (CONFIG_MEMORY_FAILURE off, as on this
+    // machine kind: BUS_ADRERR instead of BUS_MCEERR_AR).  Its SIGBUS is
+    // the program's: serving it would repeat the access forever.
+    if page::kind(inner.states[id as usize].load(Ordering::Acquire)) == page::POISONED {
+        return false;
     }
+    match unit {
+        Some(base) => {
+            super::unit::serve(inner, base, id, addr, access);
+        }
+        None => {
+            serve(inner, addr, id, access);
+        }
+    }
+    true
 }
 
-/// Serve a fault at `addr` (page id `id`).  `wp` is Some(true) when the
-/// kernel said this is a write-protect fault, Some(false) a missing-page
-/// fault, None when unknown (SIGBUS mode: the page state tells).  `write`:
-/// the access was a write, so a missing page is installed writable and
-/// dirty at once, sparing the write-protect fault that would follow.
-/// Returns whether the caller must wake the faulting thread (handler mode;
-/// the ioctls that resolve a fault wake it themselves).
-pub(super) fn serve(inner: &Inner, addr: u64, id: u32, wp: Option<bool>, write: bool) -> bool {
-    let page_addr = addr & !(PAGE - 1);
+/// Whether the page at `page` is mapped, from the page tables: for the
+/// architectures whose fault context does not say.
+pub(super) fn mapped(page: u64) -> bool {
+    let mut v = 0u8;
+    // SAFETY: mincore writes one byte for one page and reads no memory.
+    unsafe { libc::mincore(page as *mut libc::c_void, PAGE_SIZE, &mut v) == 0 && v & 1 != 0 }
+}
+
+/// Serve a fault at `addr` (page id `id`).  Returns whether the caller
+/// must wake the faulting thread (handler mode): the ioctls that resolve
+/// a fault wake it themselves, the paths that leave it to retry do not.
+pub(super) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
+    let page = addr & !(PAGE - 1);
     let st = &inner.states[id as usize];
-    let mut spins = 0;
     inner.counters.faults.inc();
     loop {
-        let w = st.load(Ordering::Acquire);
-        if w & page::BUSY != 0 {
-            wait_busy(inner, &mut spins);
-            continue;
-        }
+        let w = page::wait_unbusy(st, &mut || inner.counters.busy_waits.inc());
         match page::kind(w) {
             page::RESIDENT => {
-                if wp == Some(false) {
-                    // A missing fault on a page that is back: a duplicate.
-                    return true;
-                }
-                // A write to a clean (write-protected) page: it is dirty
-                // from now on, and the copy on its slot is stale.
-                let dirty = page::without_slot(w) | page::DIRTY;
-                if st
-                    .compare_exchange(w, dirty | page::BUSY, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
+                let present = access.present.unwrap_or_else(|| mapped(page));
+                let Some(claim) = PageClaim::try_claim(st, w) else {
                     continue;
-                }
-                inner.counters.wp_faults.inc();
-                if let Some(e) = page::slot(w) {
-                    let _ = inner.space.free(e);
-                }
-                let _ = inner.uffd.writeprotect(page_addr, PAGE, false, true);
-                inner.lru.mark_referenced(id);
-                st.store(dirty, Ordering::Release);
-                return false;
+                };
+                return if present {
+                    unprotect(inner, claim, page, id)
+                } else {
+                    refill(inner, claim, page, access.write)
+                };
             }
-            page::STAGED | page::NEVER | page::SWAPPED => {
-                if wp == Some(true) {
+            kind @ (page::STAGED | page::NEVER | page::SWAPPED) => {
+                if access.present == Some(true) {
                     // A write-protect fault on a page the reclaimer has
                     // taken since: retrying the access faults it in.
                     return true;
                 }
-                if st
-                    .compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
+                let Some(claim) = PageClaim::try_claim(st, w) else {
                     continue;
-                }
-                if page::kind(w) == page::STAGED {
+                };
+                if kind == page::STAGED {
                     // A swap-cache hit: the page is still in memory, and
                     // moving it back does not grow the resident set.
-                    reclaim::unstage(inner, id, page_addr, w);
-                    return false;
+                    return reclaim::unstage(inner, claim, id, page);
                 }
                 reclaim::make_room(inner);
-                return install(inner, page_addr, id, w, write);
+                return install(inner, claim, page, id, access.write);
             }
-            // A poisoned page's access must fail: in SIGBUS mode the
-            // caller passes the signal on.  A dead page's region is being
-            // unmapped.  Nothing to serve either way.
-            page::POISONED => return true,
+            // A poisoned page's access gets its SIGBUS from the kernel
+            // (`serve_signal` passes it on; a handler thread never sees
+            // it: the poison marker is not a missing page); a dead page's
+            // region is being unmapped.  Nothing to serve.
             _ => return true,
         }
     }
 }
 
-/// Installing page `id` failed: put its state back as it was (`w`, BUSY
-/// released), so that nothing claims it is mapped when it is not, and let
-/// the access fault again.  `EEXIST` cannot happen while we hold BUSY; any
-/// error here is the kernel refusing for now (a persistent `EAGAIN`,
-/// `ENOMEM`), so the page is kept and the caller retries.
-#[cold]
-fn install_failed(inner: &Inner, id: u32, w: u64, e: crate::uffd::UffdError) -> bool {
-    inner.counters.install_retries.inc();
-    let _ = e;
-    inner.states[id as usize].store(w, Ordering::Release);
-    std::thread::yield_now();
-    true
+/// A write to a clean (write-protected) page: it is dirty from now on,
+/// and the copy on its slot is stale.
+fn unprotect(inner: &Inner, claim: PageClaim<'_>, page: u64, id: u32) -> bool {
+    let w = claim.found();
+    if let Err(e) = inner.uffd.writeprotect(page, PAGE, false, true) {
+        // The page keeps its slot and stays clean; the access retries.
+        return retry_later(inner, claim, e.errno());
+    }
+    if let Some(e) = page::slot(w) {
+        inner.free_slot(e);
+    }
+    inner.counters.wp_faults.inc();
+    inner.lru.mark_referenced(id);
+    claim.commit(page::without_slot(w) | page::DIRTY);
+    false
 }
 
-/// Install page `id` (state `w`, BUSY held): zeros for a never-touched
-/// page, its slot's contents for a swapped one.  A read installs it
-/// write-protected (clean); a write installs it writable and dirty.
-fn install(inner: &Inner, addr: u64, id: u32, w: u64, write: bool) -> bool {
-    let st = &inner.states[id as usize];
-    let Some(e) = page::slot(w) else {
-        // Never written: zeros, no IO, no slot.
-        if let Err(e) = inner
-            .uffd
-            .copy(addr, inner.zero.addr() as *const u8, PAGE, !write, true)
-        {
-            return install_failed(inner, id, w, e);
-        }
-        inner.counters.zero_fills.inc();
-        inner.resident.fetch_add(1, Ordering::Relaxed);
-        st.store(
-            if write {
+/// A missing-page fault on a page that is resident: a duplicate of a fault
+/// served meanwhile (the page is there: `EEXIST`), or the program
+/// discarded the page itself (`MADV_DONTNEED`, `MADV_FREE`), after which
+/// it reads as zeros, as a fresh anonymous page does.
+fn refill(inner: &Inner, claim: PageClaim<'_>, page: u64, write: bool) -> bool {
+    let w = claim.found();
+    match inner.copy_zero(page, !write) {
+        Ok(()) => {
+            // Still resident (now a page of zeros) and on the LRU; the
+            // slot's copy is of contents the program threw away.
+            if let Some(e) = page::slot(w) {
+                inner.free_slot(e);
+            }
+            inner.counters.discarded.inc();
+            claim.commit(if write {
                 page::RESIDENT | page::DIRTY
             } else {
                 page::RESIDENT
-            },
-            Ordering::Release,
-        );
+            });
+            false
+        }
+        Err(e) if e.errno() == Some(libc::EEXIST) => true,
+        Err(e) => retry_later(inner, claim, e.errno()),
+    }
+}
+
+/// A transition could not be done now (the kernel refused an install for
+/// the moment: a persistent `EAGAIN`, `ENOMEM`): the claim goes, the page
+/// stays as it was, and the access retries after a pause.
+#[cold]
+pub(super) fn retry_later(inner: &Inner, claim: PageClaim<'_>, errno: Option<i32>) -> bool {
+    drop(claim);
+    retry_pause(inner, errno);
+    true
+}
+
+/// Count, say once, and pause before an install is tried again.
+#[cold]
+pub(super) fn retry_pause(inner: &Inner, errno: Option<i32>) {
+    inner.counters.install_retries.inc();
+    report::once(
+        &inner.reports.install_retry,
+        format_args!(
+            "uswap: installing a page failed for now (errno {}); the access is retried",
+            errno.unwrap_or(0)
+        ),
+    );
+    pause();
+}
+
+/// A short sleep for a thread that must retry: sleeping, unlike
+/// `sched_yield`, lets a thread of lower priority on this CPU run.
+pub(super) fn pause() {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 50_000,
+    };
+    // SAFETY: nanosleep reads the timespec; async-signal-safe.
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
+/// Install page `id` (claimed, never written or swapped): zeros for a
+/// never-touched page, its slot's contents for a swapped one.  A read
+/// installs it write-protected (clean); a write installs it writable and
+/// dirty.
+fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool) -> bool {
+    let w = claim.found();
+    #[cfg(test)]
+    inner.inject.gate();
+    let Some(e) = page::slot(w) else {
+        // Never written: zeros, no IO, no slot.
+        if let Err(err) = inner.copy_zero(addr, !write) {
+            return retry_later(inner, claim, err.errno());
+        }
+        inner.counters.zero_fills.inc();
+        inner.resident.fetch_add(1, Ordering::Relaxed);
+        claim.commit(if write {
+            page::RESIDENT | page::DIRTY
+        } else {
+            page::RESIDENT
+        });
         inner.lru.add(id);
         return false;
     };
-    let b = loop {
-        match inner.bounce.get() {
-            Some(b) => break b,
-            None => std::thread::yield_now(),
-        }
-    };
+    let b = inner.bounce.get_waiting();
     // SAFETY: we hold bounce frame `b`.
     let buf = unsafe { inner.bounce.bytes(b) };
-    match inner.devices[e.device() as usize].read(e.offset(), buf) {
+    let read = inner.devices[e.device() as usize].read(e.offset(), buf);
+    match read {
         Ok(()) => {
-            let copied = inner.uffd.copy(addr, buf.as_ptr(), PAGE, !write, true);
+            let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
             inner.bounce.put(b);
-            if let Err(e) = copied {
-                return install_failed(inner, id, w, e);
+            if let Err((_, err)) = copied {
+                return retry_later(inner, claim, err.errno());
             }
             inner.counters.swapins.inc();
             inner.resident.fetch_add(1, Ordering::Relaxed);
             if write {
                 // About to change: the slot's copy is stale already.
-                let _ = inner.space.free(e);
-                st.store(page::RESIDENT | page::DIRTY, Ordering::Release);
+                inner.free_slot(e);
+                claim.commit(page::RESIDENT | page::DIRTY);
             } else {
                 // Clean, and its slot still holds a valid copy.
-                st.store(page::with_slot(page::RESIDENT, e), Ordering::Release);
+                claim.commit(page::with_slot(page::RESIDENT, e));
             }
             // A refault: the page was needed again after it was evicted.
             // The kernel activates refaults that come back soon enough
@@ -284,14 +361,27 @@ fn install(inner: &Inner, addr: u64, id: u32, w: u64, write: bool) -> bool {
             inner.lru.activate(id);
             false
         }
-        Err(err) => {
-            // Never zeros: poison the page so an access gets SIGBUS.
+        Err(err) if err.is_transient() => {
+            // The device is busy or short of memory: try again, the data
+            // is still on its slot.
             inner.bounce.put(b);
+            inner.counters.swapin_retries.inc();
+            drop(claim);
+            pause();
+            true
+        }
+        Err(err) => {
+            inner.bounce.put(b);
+            // Never zeros: poison the page so an access gets SIGBUS.
+            if let Err(perr) = inner.uffd.poison(addr, PAGE, true) {
+                // Not even that: leave it swapped, and the access retries
+                // the read.
+                return retry_later(inner, claim, perr.errno());
+            }
             inner.counters.read_errors.inc();
             log_poison(addr, PAGE, e, &err);
-            let _ = inner.space.free(e);
-            let _ = inner.uffd.poison(addr, PAGE, true);
-            st.store(page::POISONED, Ordering::Release);
+            inner.free_slot(e);
+            claim.commit(page::POISONED);
             false
         }
     }
@@ -300,169 +390,65 @@ fn install(inner: &Inner, addr: u64, id: u32, w: u64, write: bool) -> bool {
 /// A handler thread: reads fault events and serves them until the instance
 /// is gone.
 pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name("uswap-fault".into())
-        .spawn(move || loop {
-            let Some(inner) = Inner::upgrade(&weak) else {
-                return;
-            };
-            let ready = inner.uffd.poll(50).unwrap_or(false);
-            if !ready {
-                continue;
-            }
-            while let Ok(Some(ev)) = inner.uffd.read_event() {
-                let crate::uffd::Event::PageFault {
-                    address, wp, write, ..
-                } = ev
-                else {
-                    continue;
-                };
-                let page_addr = address & !(PAGE - 1);
-                match lookup(address) {
-                    Some(Hit {
-                        inner: owner,
-                        id,
-                        unit: Some(base),
-                    }) if std::ptr::eq(owner, &*inner) => {
-                        super::unit::serve(&inner, base, id);
-                        // Every thread waiting in the unit may go on.
-                        let _ = inner.uffd.wake(base, super::unit::UNIT_BYTES as u64);
-                    }
-                    Some(Hit {
-                        inner: owner,
-                        id,
-                        unit: None,
-                    }) if std::ptr::eq(owner, &*inner) => {
-                        if serve(&inner, address, id, Some(wp), write && !wp) {
-                            let _ = inner.uffd.wake(page_addr, PAGE);
-                        }
-                    }
-                    // Not a region (a region being unmapped, the staging
-                    // area): let the thread retry.
-                    _ => {
-                        let _ = inner.uffd.wake(page_addr, PAGE);
-                    }
-                }
-            }
-        })
-        .expect("spawn a fault handler thread")
-}
-
-static OLD_SIGBUS: AtomicPtr<libc::sigaction> = AtomicPtr::new(std::ptr::null_mut());
-static INSTALL: Once = Once::new();
-
-/// Install the process-wide SIGBUS handler once; the handler that was
-/// there before keeps every SIGBUS that is not a uswap fault.
-pub(super) fn install_sigbus_handler() {
-    INSTALL.call_once(|| {
-        // SAFETY: sigaction with a zeroed struct filled in below; the old
-        // action is leaked into a static so the handler can chain to it
-        // for as long as the process lives.
-        unsafe {
-            let mut sa: libc::sigaction = std::mem::zeroed();
-            sa.sa_sigaction = on_sigbus as *const () as usize;
-            sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESTART | libc::SA_NODEFER;
-            libc::sigemptyset(&mut sa.sa_mask);
-            let old: *mut libc::sigaction = Box::into_raw(Box::new(std::mem::zeroed()));
-            libc::sigaction(libc::SIGBUS, &sa, old);
-            OLD_SIGBUS.store(old, Ordering::Release);
-        }
-    });
-}
-
-extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
-    // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
-    let addr = unsafe { (*info).si_addr() } as u64;
-    if let Some(Hit { inner, id, unit }) = lookup(addr) {
-        // SAFETY: an entry is published only while its region, which holds
-        // the instance alive, exists; a fault in a region means it exists.
-        let inner = unsafe { &*inner };
-        // A poisoned page (its swap-in failed) is the application's SIGBUS
-        // to have: serving it would only repeat the fault forever.
-        if page::kind(inner.states[id as usize].load(Ordering::Acquire)) != page::POISONED {
-            match unit {
-                Some(base) => super::unit::serve(inner, base, id),
-                None => {
-                    serve(inner, addr, id, None, fault_was_write(ctx));
-                }
-            }
+    signals::spawn("uswap-fault", move || loop {
+        let Some(inner) = Inner::upgrade(&weak) else {
             return;
+        };
+        // A poll error (EINTR cannot happen: every signal is blocked here)
+        // is taken as "nothing yet"; the loop polls again.
+        let ready = inner.uffd.poll(50).unwrap_or(false);
+        if !ready {
+            continue;
         }
-    }
-    // Not ours: hand it to whoever had SIGBUS before.
-    let old = OLD_SIGBUS.load(Ordering::Acquire);
-    // SAFETY: `old` was written by sigaction before our handler could run.
-    unsafe {
-        let old = &*old;
-        if old.sa_flags & libc::SA_SIGINFO != 0 && old.sa_sigaction > 1 {
-            let f: extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) =
-                std::mem::transmute(old.sa_sigaction);
-            f(sig, info, ctx);
-        } else if old.sa_sigaction > 1 {
-            let f: extern "C" fn(libc::c_int) = std::mem::transmute(old.sa_sigaction);
-            f(sig);
-        } else {
-            // Default (or ignored): restore the default action and return;
-            // the faulting access repeats and the default action kills the
-            // process, as it would have without uswap.
-            let mut dfl: libc::sigaction = std::mem::zeroed();
-            dfl.sa_sigaction = libc::SIG_DFL;
-            libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+        while let Ok(Some(ev)) = inner.uffd.read_event() {
+            let crate::uffd::Event::PageFault {
+                address, wp, write, ..
+            } = ev
+            else {
+                continue;
+            };
+            let page_addr = address & !(PAGE - 1);
+            let access = Access {
+                present: Some(wp),
+                write: write && !wp,
+            };
+            let wake = match lookup(address) {
+                Some(Hit {
+                    inner: owner,
+                    id,
+                    unit: Some(base),
+                }) if std::ptr::eq(owner, &*inner) => {
+                    super::unit::serve(&inner, base, id, address, access);
+                    // Every thread waiting in the unit may go on.
+                    Some((base, super::unit::UNIT_BYTES as u64))
+                }
+                Some(Hit {
+                    inner: owner,
+                    id,
+                    unit: None,
+                }) if std::ptr::eq(owner, &*inner) => {
+                    serve(&inner, address, id, access).then_some((page_addr, PAGE))
+                }
+                // Not a region (a region being unmapped, the staging
+                // area): let the thread retry.
+                _ => Some((page_addr, PAGE)),
+            };
+            if let Some((at, len)) = wake {
+                // A failed wake means the range is gone (unmapped): the
+                // thread waiting there was woken by the unmap.
+                let _ = inner.uffd.wake(at, len);
+            }
         }
-    }
-}
-
-/// Whether the access that raised this SIGBUS was a write: bit 1 of the
-/// page-fault error code the kernel saves in the signal context (x86-64).
-/// Elsewhere unknown: false, and a write takes one more (write-protect)
-/// fault.
-#[cfg(target_arch = "x86_64")]
-fn fault_was_write(ctx: *mut libc::c_void) -> bool {
-    if ctx.is_null() {
-        return false;
-    }
-    // SAFETY: an SA_SIGINFO handler's third argument is its ucontext_t.
-    let err = unsafe { (*(ctx as *const libc::ucontext_t)).uc_mcontext.gregs[libc::REG_ERR as usize] };
-    err & 2 != 0
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn fault_was_write(_ctx: *mut libc::c_void) -> bool {
-    false
+    })
 }
 
 /// Say why a page is poisoned, on stderr, from wherever the swap-in failed
-/// (a signal handler included): formatted into a stack buffer with
-/// `core::fmt` (no allocation) and written with one write(2).
+/// (a signal handler included).
 pub(super) fn log_poison(addr: u64, len: u64, e: crate::swap_space::SwapEntry, err: &crate::io::IoError) {
-    use std::fmt::Write as _;
-    struct Line {
-        buf: [u8; 320],
-        len: usize,
-    }
-    impl std::fmt::Write for Line {
-        fn write_str(&mut self, s: &str) -> std::fmt::Result {
-            let n = s.len().min(self.buf.len() - self.len);
-            self.buf[self.len..self.len + n].copy_from_slice(&s.as_bytes()[..n]);
-            self.len += n;
-            Ok(())
-        }
-    }
-    let errno = match err {
-        crate::io::IoError::Read { source, .. } => source.raw_os_error().unwrap_or(0),
-        _ => 0,
-    };
-    let mut line = Line {
-        buf: [0; 320],
-        len: 0,
-    };
-    let _ = writeln!(
-        line,
-        "uswap: swap-in of {len} bytes at {addr:#x} failed: device {} slot {} gave errno {errno}; the memory is poisoned and touching it raises SIGBUS",
+    report::line(format_args!(
+        "uswap: swap-in of {len} bytes at {addr:#x} failed: device {} slot {} gave errno {}; the memory is poisoned and touching it raises SIGBUS",
         e.device(),
-        e.offset()
-    );
-    // SAFETY: writes our own stack buffer to stderr; write(2) is
-    // async-signal-safe.
-    unsafe { libc::write(2, line.buf.as_ptr().cast(), line.len) };
+        e.offset(),
+        err.errno().unwrap_or(0)
+    ));
 }

@@ -7,10 +7,15 @@ use std::io;
 use crate::stats::{Registry, StatMutex};
 use crate::PAGE_SIZE;
 
-/// An anonymous private mapping, unmapped on drop.
+/// An anonymous private mapping, unmapped on drop by the process that
+/// made it.
 pub(crate) struct Mapping {
     addr: u64,
     len: usize,
+    /// The process that mapped it.  A forked child inherits this value
+    /// but not the mapping (`MADV_DONTFORK`): whatever sits at the address
+    /// in the child is the child's, and it must not be unmapped.
+    pid: libc::pid_t,
 }
 
 impl Mapping {
@@ -54,6 +59,8 @@ impl Mapping {
         let m = Mapping {
             addr: aligned as u64,
             len,
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
         };
         // SAFETY: advice on our own mapping.
         if unsafe { libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_DONTFORK) } != 0 {
@@ -84,10 +91,25 @@ impl Mapping {
         // to by anything once the caller discards them.
         unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
     }
+
+    /// Leave the range mapped when this value goes: it is not ours any
+    /// more (the program unmapped it and something else sits there).
+    pub fn forget(&mut self) {
+        self.len = 0;
+    }
+
+    /// Whether this process made the mapping (false in a forked child).
+    pub fn ours(&self) -> bool {
+        // SAFETY: getpid has no preconditions.
+        self.pid == unsafe { libc::getpid() }
+    }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
+        if self.len == 0 || !self.ours() {
+            return;
+        }
         // SAFETY: unmaps exactly the range this Mapping owns.
         unsafe { libc::munmap(self.addr as *mut libc::c_void, self.len) };
     }
@@ -122,6 +144,18 @@ impl FramePool {
     /// A free frame, if any.
     pub fn get(&self) -> Option<u32> {
         self.free.lock().pop()
+    }
+
+    /// A free frame, waiting for one if all are in use: their holders hold
+    /// a page claim and wait for nothing but IO, so one comes back.  The
+    /// wait sleeps (a `SCHED_FIFO` waiter must let a holder on its CPU run).
+    pub fn get_waiting(&self) -> u32 {
+        loop {
+            if let Some(f) = self.get() {
+                return f;
+            }
+            super::fault::pause();
+        }
     }
 
     /// Return a frame.
@@ -197,11 +231,4 @@ impl Drop for FramePool {
             unsafe { libc::close(self.pidfd) };
         }
     }
-}
-
-/// Drop a range of a region's pages (the copy fallback of eviction).
-pub(crate) fn zap(addr: u64, len: usize) {
-    // SAFETY: the caller passes pages of one of our own regions whose
-    // contents it has saved and that nobody can write meanwhile.
-    unsafe { libc::madvise(addr as *mut libc::c_void, len, libc::MADV_DONTNEED) };
 }

@@ -31,17 +31,42 @@
 //! faults raised inside the kernel, such as `read(2)` into a region; in
 //! SIGBUS mode those fail with `EFAULT`).
 //!
-//! Regions are `MADV_DONTFORK`: a child process does not inherit them.
+//! Regions are `MADV_DONTFORK`: a child process does not inherit them,
+//! and in a forked child a `Swap` and its regions are inert: dropping them
+//! touches nothing of the parent's, and `map` refuses.
+//!
+//! # Locks
+//!
+//! Besides the core's locks (docs/DESIGN.md: slot cache, device, cluster,
+//! avail list, swap-cache trunk, LRU batch, LRU), the pager has these,
+//! each a leaf: nothing else is taken while one is held.
+//!
+//! - `page_ids`: the free page-id ranges; `map` and `Region::drop` only.
+//! - `staged_ring`: the ring of staged pages, oldest first (reclaim.rs).
+//! - `staging_frames`, `bounce_frames`, `unit_in`, `unit_out`: the free
+//!   lists of the frame and unit pools.
+//!
+//! Page claims (`page.rs`) come before all of them: a thread may take any
+//! lock while it holds a claim, and never waits for a claim while it holds
+//! a lock.  A thread waits for a claim only with nothing held (a fault, a
+//! region being unmapped); the reclaimer only ever tries to claim.  So no
+//! wait closes a cycle.  What the SIGBUS handler may take, and why that is
+//! safe, is in `signals.rs`.
 
 mod fault;
 mod frames;
 mod page;
 mod reclaim;
+mod report;
+mod signals;
 mod unit;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
+
+use crate::swap_space::SwapEntry;
+use crate::table::{self, TableError};
 
 use crate::io::{FileOptions, IoDevice, IoError};
 use crate::lru::{Lru, LruBatch, LruConfig, LruError};
@@ -84,6 +109,15 @@ pub enum PagerError {
     /// The instance's page table is full.
     #[error("cannot map {pages} more pages: this instance manages at most {max} pages ({free} free); raise `max_mapped`")]
     TooManyPages { pages: usize, max: usize, free: usize },
+    /// The page tables of the instance could not be allocated.
+    #[error(transparent)]
+    Metadata(#[from] TableError),
+    /// `map` was called in a forked child.
+    #[error("this Swap belongs to process {owner}, and this is its forked child {pid}: a child inherits neither the regions nor the userfaultfd; build a new Swap in the child")]
+    Forked { owner: i32, pid: i32 },
+    /// `map` was called, in SIGBUS mode, on a thread that blocks SIGBUS.
+    #[error("this thread blocks SIGBUS: in SIGBUS fault mode its first touch of swapped memory would kill the process; unblock SIGBUS here (pthread_sigmask), or build the Swap with FaultMode::HandlerThread")]
+    SigbusBlocked,
 }
 
 /// A swap device of an instance.
@@ -280,8 +314,11 @@ impl SwapBuilder {
         )?;
 
         let device_slots: Vec<u64> = devices.iter().map(|d| d.slots()).collect();
-        let swap_cache = SwapCache::new(&device_slots, DEFAULT_TRUNK_SLOTS, &registry)
-            .map_err(|e| PagerError::Config(e.to_string()))?;
+        let swap_cache =
+            SwapCache::new(&device_slots, DEFAULT_TRUNK_SLOTS, &registry).map_err(|e| match e {
+                crate::swap_cache::SwapCacheError::Table(t) => PagerError::Metadata(t),
+                e => PagerError::Config(e.to_string()),
+            })?;
         let unit_pool = |site| {
             unit::UnitPool::new(4, &registry, site).map_err(|source| PagerError::Mmap {
                 bytes: 4 * unit::UNIT_BYTES,
@@ -305,8 +342,11 @@ impl SwapBuilder {
             space,
             devices,
             lru,
-            states: (0..max_pages).map(|_| AtomicU64::new(page::NEVER)).collect(),
-            addrs: (0..max_pages).map(|_| AtomicU64::new(0)).collect(),
+            // Zeroed (NEVER, no address) and committed as ids are used.
+            states: table::zeroed(max_pages as usize, "page states")?,
+            addrs: table::zeroed(max_pages as usize, "page addresses")?,
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
             ids: StatMutex::new(vec![(0, max_pages)], registry.lock_site("page_ids")),
             staged: StatMutex::new(
                 reclaim::StagedRing::new(2 * self.staging_frames as usize),
@@ -325,7 +365,10 @@ impl SwapBuilder {
             resident: AtomicUsize::new(0),
             shutdown: AtomicBool::new(false),
             users: AtomicUsize::new(1),
-            inject_move_busy: AtomicUsize::new(0),
+            writeback: Backoff::default(),
+            reports: Reports::default(),
+            #[cfg(test)]
+            inject: Inject::default(),
             registry,
         });
         let mut threads = Vec::new();
@@ -334,10 +377,13 @@ impl SwapBuilder {
                 threads.push(fault::spawn_handler(Arc::downgrade(&inner)));
             }
         } else {
-            fault::install_sigbus_handler();
+            signals::install();
         }
         if self.background {
-            threads.push(reclaim::spawn_reclaimer(Arc::downgrade(&inner)));
+            threads.push(reclaim::spawn_reclaimer(
+                Arc::downgrade(&inner),
+                self.mode == FaultMode::Sigbus,
+            ));
         }
         Ok(Swap { inner, threads })
     }
@@ -365,6 +411,10 @@ struct Counters {
     read_errors: Arc<Counter>,
     direct_reclaim: Arc<Counter>,
     busy_waits: Arc<Counter>,
+    unevictable: Arc<Counter>,
+    discarded: Arc<Counter>,
+    swapout_retries: Arc<Counter>,
+    swapin_retries: Arc<Counter>,
 }
 
 impl Counters {
@@ -391,6 +441,10 @@ impl Counters {
             read_errors: r.counter("swapin_errors"),
             direct_reclaim: r.counter("direct_reclaim"),
             busy_waits: r.counter("busy_waits"),
+            unevictable: r.counter("unevictable"),
+            discarded: r.counter("discarded"),
+            swapout_retries: r.counter("swapout_retries"),
+            swapin_retries: r.counter("swapin_retries"),
         }
     }
 }
@@ -435,11 +489,90 @@ pub(crate) struct Inner {
     shutdown: AtomicBool,
     /// Handles alive: the `Swap` and every region.
     users: AtomicUsize,
-    /// Test hook: this many coming evictions find `UFFDIO_MOVE` refusing
-    /// with `EBUSY`, as for a pinned page.
-    inject_move_busy: AtomicUsize,
+    /// The process that built the instance.  In a forked child (another
+    /// pid) the inherited descriptor still speaks for the parent's memory,
+    /// so nothing may be done with it.
+    pid: libc::pid_t,
+    /// Writeback's pause after transient write errors (reclaim.rs).
+    writeback: Backoff,
+    /// Which once-only lines have been said.
+    reports: Reports,
+    /// Test hooks: failures to inject into the userfaultfd calls.
+    #[cfg(test)]
+    inject: Inject,
     counters: Counters,
     registry: Arc<Registry>,
+}
+
+/// Writeback's pause after transient write errors.
+#[derive(Default)]
+struct Backoff {
+    /// No writes before this `CLOCK_MONOTONIC` nanosecond (0: none).
+    hold_until: AtomicU64,
+    /// The current pause; 0 while writes work.
+    backoff_ns: AtomicU64,
+}
+
+/// One-line reports said once per instance.
+#[derive(Default)]
+struct Reports {
+    pinned: AtomicBool,
+    locked: AtomicBool,
+    refused: AtomicBool,
+    install_retry: AtomicBool,
+    bad_slot: AtomicBool,
+    not_ours: AtomicBool,
+}
+
+/// Which way `UFFDIO_MOVE` moves a page: out of a region into our staging
+/// memory, or back in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Out,
+    In,
+}
+
+/// Test hooks: the next `n` userfaultfd calls of a kind fail, after doing
+/// part of their work for real, as the kernel fails them.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Inject {
+    /// Moves out of regions: count, pages moved before failing, errno.
+    move_out: (AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32),
+    /// Moves into regions.
+    move_in: (AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32),
+    /// The copies that finish a move in that failed.
+    copy_in: (AtomicUsize, std::sync::atomic::AtomicI32),
+    /// 1: the next install stops, claim held, at 2 until this is 0.
+    gate: std::sync::atomic::AtomicU32,
+}
+
+#[cfg(test)]
+impl Inject {
+    /// Take one injected failure of `(count, partial pages, errno)`.
+    fn take_move(f: &(AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32)) -> Option<(u64, i32)> {
+        f.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| {
+                (
+                    f.1.load(Ordering::Relaxed) as u64 * PAGE_SIZE as u64,
+                    f.2.load(Ordering::Relaxed),
+                )
+            })
+    }
+
+    /// The install gate: spin here, claim held, while a test looks on.
+    fn gate(&self) {
+        if self
+            .gate
+            .compare_exchange(1, 2, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            while self.gate.load(Ordering::Acquire) != 0 {
+                std::hint::spin_loop();
+            }
+        }
+    }
 }
 
 /// A swap instance: a memory budget, swap devices, and the regions mapped
@@ -481,11 +614,38 @@ impl Swap {
     }
 
     fn map_with(&self, len: usize, huge: bool) -> Result<Region, PagerError> {
+        let inner = &self.inner;
+        if !inner.same_process() {
+            return Err(PagerError::Forked {
+                owner: inner.pid,
+                // SAFETY: getpid has no preconditions.
+                pid: unsafe { libc::getpid() },
+            });
+        }
         if len == 0 {
             return Err(PagerError::Config("cannot map an empty region".into()));
         }
+        if huge && inner.budget < 2 * unit::UNIT_PAGES {
+            // One unit being filled and one to evict: with less, a unit
+            // would be evicted while it is being written, again and again.
+            return Err(PagerError::Config(format!(
+                "a budget of {} bytes is too small for 2 MB units: map_huge needs at least two units ({} bytes) of budget, and one more for each thread filling a unit at once; raise the budget or use map",
+                inner.budget * PAGE_SIZE,
+                2 * unit::UNIT_BYTES
+            )));
+        }
+        if inner.mode == FaultMode::Sigbus {
+            if signals::sigbus_blocked_here() {
+                return Err(PagerError::SigbusBlocked);
+            }
+            // A SIGBUS handler installed since the last look goes behind
+            // ours before the region can fault.
+            signals::watch(false);
+        }
         let pages = len.div_ceil(PAGE_SIZE);
-        let inner = &self.inner;
+        // The page-id lock is one a program's signal handler could want
+        // (through a fault's reclaim, no; but through a nested map, yes).
+        let _blocked = signals::AsyncSignalsBlocked::new();
         let id_base = {
             let mut ids = inner.ids.lock();
             let free: usize = ids.iter().map(|r| r.1 as usize).sum();
@@ -544,7 +704,7 @@ impl Swap {
         let Some(slot) =
             fault::publish_region(map.addr(), map.len() as u64, id_base, Arc::as_ptr(inner), huge)
         else {
-            let _ = inner.uffd.unregister(map.addr(), map.len() as u64);
+            // The mapping is unmapped as `map` drops, registration and all.
             inner.free_ids(id_base, pages as u32);
             return Err(PagerError::TooManyRegions);
         };
@@ -593,27 +753,41 @@ impl Swap {
         &self.inner.space
     }
 
-    /// Make the next `n` evictions find `UFFDIO_MOVE` refusing with `EBUSY`
-    /// (as for a pinned page), to test the copy fallback.
-    #[doc(hidden)]
-    pub fn inject_move_busy(&self, n: usize) {
-        self.inner.inject_move_busy.store(n, Ordering::Relaxed);
-    }
-
     /// Inject a one-shot IO error at slot `offset` of device `device` (for
     /// testing the error paths).
     #[doc(hidden)]
     pub fn inject_io_error(&self, device: usize, offset: u64, op: crate::io::IoOp) {
         self.inner.devices[device].inject_error(offset, op);
     }
+
+    /// Make every IO of `op` on device `device` fail with `errno` for
+    /// `duration` (for testing the error paths).
+    #[doc(hidden)]
+    pub fn inject_io_errors(
+        &self,
+        device: usize,
+        op: crate::io::IoOp,
+        errno: i32,
+        duration: std::time::Duration,
+    ) {
+        self.inner.devices[device].inject_errors_for(op, errno, duration);
+    }
 }
 
 impl Drop for Swap {
     fn drop(&mut self) {
+        if !self.inner.same_process() {
+            // A forked child: the threads are the parent's (a child has
+            // only the thread that forked), and so is everything else.
+            std::mem::forget(std::mem::take(&mut self.threads));
+            return;
+        }
         // While regions live the threads keep serving them (they hold only
         // weak references, upgraded per pass); the last region stops them.
         if self.inner.release_user() {
             for t in self.threads.drain(..) {
+                // A thread that panicked has said why on stderr already;
+                // the instance is going away either way.
                 let _ = t.join();
             }
         }
@@ -655,21 +829,201 @@ impl Inner {
         }
     }
 
-    /// Move a page out of a region (`dst` a staging frame), or the
-    /// injected `EBUSY` of the test hook.
-    fn move_out(&self, dst: u64, src: u64) -> Result<u64, UffdError> {
-        if self.inject_move_busy.load(Ordering::Relaxed) > 0
-            && self
-                .inject_move_busy
-                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
-                .is_ok()
+    /// Move `len` bytes of pages from region memory at `src` into our
+    /// staging memory at `dst`: all of them, or `Err((moved, why))` with
+    /// the prefix that did move.
+    fn move_out(&self, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
+        self.move_all(Dir::Out, dst, src, len)
+    }
+
+    /// Put `len` bytes of pages from our memory at `src` back into a region
+    /// at `dst` (missing there): moved, and what will not move copied.
+    /// `Ok(true)` when some were copied (their source still holds them and
+    /// must be discarded before it is reused); `Err((done, why))` when
+    /// neither worked past `done` bytes.
+    fn move_in(&self, dst: u64, src: u64, len: u64) -> Result<bool, (u64, UffdError)> {
+        let Err((moved, _)) = self.move_all(Dir::In, dst, src, len) else {
+            return Ok(false);
+        };
+        let mut at = moved;
+        #[cfg(test)]
+        if self
+            .inject
+            .copy_in
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
         {
-            return Err(UffdError::Ioctl {
-                op: "UFFDIO_MOVE",
-                errno: libc::EBUSY,
-            });
+            let errno = self.inject.copy_in.1.load(Ordering::Relaxed);
+            return Err((
+                at,
+                UffdError::Ioctl {
+                    op: "UFFDIO_COPY",
+                    errno,
+                },
+            ));
         }
-        self.uffd.move_pages(dst, src, PAGE_SIZE as u64, false, false)
+        while at < len {
+            match self.copy(dst + at, (src + at) as *const u8, len - at, false) {
+                Ok(()) => break,
+                // A page is there already: it cannot be, under the claim,
+                // but if it were, what is there stays.
+                Err((n, e)) if e.errno() == Some(libc::EEXIST) => at += n + PAGE_SIZE as u64,
+                Err((n, e)) => return Err((at + n, e)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// `UFFDIO_MOVE` of `len` bytes, to the end: a partial move (the
+    /// kernel's `EAGAIN` with a count) is continued, and the error of the
+    /// page that stopped it comes back with how far it got.
+    // `dir` picks the injected failure, in tests only.
+    #[cfg_attr(not(test), allow(unused_variables))]
+    fn move_all(&self, dir: Dir, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
+        let mut done = 0;
+        #[cfg(test)]
+        {
+            let f = match dir {
+                Dir::Out => &self.inject.move_out,
+                Dir::In => &self.inject.move_in,
+            };
+            if let Some((partial, errno)) = Inject::take_move(f) {
+                let partial = partial.min(len);
+                if partial > 0 {
+                    self.move_all_real(dst, src, partial)?;
+                }
+                return Err((
+                    partial,
+                    UffdError::Ioctl {
+                        op: "UFFDIO_MOVE",
+                        errno,
+                    },
+                ));
+            }
+        }
+        while done < len {
+            match self
+                .uffd
+                .move_pages(dst + done, src + done, len - done, true, false)
+            {
+                Ok(n) if n > 0 => done += n,
+                Ok(_) => {
+                    return Err((
+                        done,
+                        UffdError::Ioctl {
+                            op: "UFFDIO_MOVE",
+                            errno: libc::EAGAIN,
+                        },
+                    ))
+                }
+                Err(e) => return Err((done, e)),
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(test)]
+    fn move_all_real(&self, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
+        let mut done = 0;
+        while done < len {
+            match self
+                .uffd
+                .move_pages(dst + done, src + done, len - done, true, false)
+            {
+                Ok(n) if n > 0 => done += n,
+                Ok(_) => unreachable!("a move that moved nothing succeeded"),
+                Err(e) => return Err((done, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_COPY` of `len` bytes into a region (missing there), to the
+    /// end, write-protected when `wp`; wakes the threads waiting there.
+    /// On failure, how far it got and why.
+    fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool) -> Result<(), (u64, UffdError)> {
+        let mut done = 0;
+        while done < len {
+            match self
+                .uffd
+                .copy(dst + done, src.wrapping_add(done as usize), len - done, wp, true)
+            {
+                Ok(n) if n > 0 => done += n,
+                Ok(_) => {
+                    let e = UffdError::Ioctl {
+                        op: "UFFDIO_COPY",
+                        errno: libc::EAGAIN,
+                    };
+                    return Err((done, e));
+                }
+                Err(e) => return Err((done, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Install a page of zeros at `page` (missing there).
+    fn copy_zero(&self, page: u64, wp: bool) -> Result<(), UffdError> {
+        self.copy(page, self.zero.addr() as *const u8, PAGE_SIZE as u64, wp)
+            .map_err(|(_, e)| e)
+    }
+
+    /// Whether an install into a region failed because the program
+    /// unmapped the destination (`ENOENT` from a copy: no registered
+    /// mapping there any more).
+    fn region_gone(e: &UffdError) -> bool {
+        e.errno() == Some(libc::ENOENT)
+    }
+
+    /// Free slot `e`.  Every slot the pager frees is one it allocated and
+    /// holds one reference to, so a refusal is a bookkeeping bug.
+    fn free_slot(&self, e: SwapEntry) {
+        let freed = self.space.free(e);
+        debug_assert!(freed.is_ok(), "freeing {e:?}: {freed:?}");
+    }
+
+    /// Free the whole cluster of a 2 MB unit, as `free_slot` does a slot.
+    fn free_huge(&self, e: SwapEntry) {
+        let freed = self.space.free_huge(e);
+        debug_assert!(freed.is_ok(), "freeing unit {e:?}: {freed:?}");
+    }
+
+    /// The staging frame a staged page's slot `e` holds (claimed by the
+    /// caller, so the entry is there).
+    fn staged_frame(&self, e: SwapEntry) -> u32 {
+        let h = self
+            .swap_cache
+            .lookup(e)
+            .expect("a staged page is in the swap cache");
+        (h.get() - 1) as u32
+    }
+
+    /// `UFFDIO_MOVE` refused to move the page at `addr` out: count it, and
+    /// say once per reason why such pages stay resident.
+    fn unevictable(&self, addr: u64, errno: Option<i32>) {
+        self.counters.unevictable.inc();
+        match errno {
+            Some(libc::EBUSY) => report::once(
+                &self.reports.pinned,
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: it is pinned (O_DIRECT IO, io_uring fixed buffers, RDMA) or shared (KSM); pages like it stay resident while they are, counted as unevictable"),
+            ),
+            Some(libc::EINVAL) => report::once(
+                &self.reports.locked,
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: the program locked it (mlock) or changed its protection (mprotect); pages like it stay resident, counted as unevictable"),
+            ),
+            e => report::once(
+                &self.reports.refused,
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: UFFDIO_MOVE failed with errno {}; pages like it stay resident, counted as unevictable", e.unwrap_or(0)),
+            ),
+        }
+    }
+
+    /// Whether this is the process that built the instance (false in a
+    /// forked child).
+    fn same_process(&self) -> bool {
+        // SAFETY: getpid has no preconditions.
+        self.pid == unsafe { libc::getpid() }
     }
 
     /// A handle went away; true when it was the last, and the threads are
@@ -750,11 +1104,19 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         let inner = &self.inner;
+        if !inner.same_process() {
+            // A forked child: the page states, slots and registration are
+            // the parent's (the inherited descriptor acts on the parent's
+            // memory), and the mapping was not inherited.  Leave it all.
+            return;
+        }
+        // The LRU, slot and frame locks taken below are ones a program's
+        // signal handler could want too, through a fault.
+        let _blocked = signals::AsyncSignalsBlocked::new();
         fault::unpublish_region(self.slot);
         // Take every page out of circulation, waiting out transitions in
         // flight (a reclaimer may be writing one of them out).
         let mut resident = 0;
-        let mut slots = 0;
         // Pages leave the LRU a batch at a time, one lock acquisition per
         // batch (`release_pages`).  A dead page still on the LRU meanwhile
         // is harmless: reclaim skips what is not resident.
@@ -762,20 +1124,9 @@ impl Drop for Region {
         let mut ngone = 0;
         for i in 0..self.pages {
             let id = self.id_base as usize + i;
-            let st = &inner.states[id];
-            let w = loop {
-                let w = st.load(Ordering::Acquire);
-                if w & page::BUSY != 0 {
-                    std::thread::yield_now();
-                    continue;
-                }
-                if st
-                    .compare_exchange(w, page::DEAD, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-                {
-                    break w;
-                }
-            };
+            let claim = page::PageClaim::wait_claim(&inner.states[id], || inner.counters.busy_waits.inc());
+            let w = claim.found();
+            claim.commit(page::DEAD);
             gone[ngone] = id as u32;
             ngone += 1;
             if ngone == gone.len() {
@@ -801,18 +1152,43 @@ impl Drop for Region {
                 _ => {}
             }
             if let Some(e) = page::slot(w) {
-                let _ = inner.space.free(e);
-                slots += 1;
+                inner.free_slot(e);
             }
             inner.addrs[id].store(0, Ordering::Relaxed);
         }
         inner.lru.remove_batch(&gone[..ngone]);
-        let _ = slots;
         inner.resident.fetch_sub(resident, Ordering::Relaxed);
-        let _ = inner.uffd.unregister(self.map.addr(), self.map.len() as u64);
+        if !self.still_mapped_here() {
+            // The program unmapped (part of) the region and something else
+            // sits in its range now: that is not ours to unmap.
+            report::once(
+                &inner.reports.not_ours,
+                format_args!(
+                    "uswap: the region at {:#x} was unmapped or replaced by the program before it was dropped; uswap leaves that address range alone",
+                    self.map.addr()
+                ),
+            );
+            self.map.forget();
+        }
         inner.free_ids(self.id_base, self.pages as u32);
         inner.release_user();
-        // The mapping itself is unmapped when `self.map` drops.
+        // The mapping itself is unmapped, registration and all, when
+        // `self.map` drops.
+    }
+}
+
+impl Region {
+    /// Whether everything mapped in this region's range is still this
+    /// region: no other region overlaps it, and every mapping in it is
+    /// registered for write-protect faults (a mapping the program put
+    /// there is not).  Write-protecting the range asks exactly that of
+    /// the kernel, and is harmless to pages about to be unmapped.
+    fn still_mapped_here(&self) -> bool {
+        let (addr, len) = (self.map.addr(), self.map.len() as u64);
+        if fault::overlaps_a_region(addr, len) {
+            return false;
+        }
+        self.inner.uffd.writeprotect(addr, len, true, false).is_ok()
     }
 }
 

@@ -18,20 +18,34 @@
 //! protection), so units are always dirty: no clean drops, no soft
 //! eviction; they go straight to their slots.
 //!
+//! A unit mapped with small pages (no THP) can move part way: the move
+//! stops at a page the program discarded (a hole), a pinned page or a
+//! locked one.  Eviction then puts back what moved before it reads any of
+//! the "out" unit (whose missing pages would fault on our own registered
+//! memory), fills holes with zeros (the program discarded them: that is
+//! what they read as) and tries again later; a pinned or locked page keeps
+//! its unit resident.  A move in that stops part way is finished by
+//! copying: a resident unit is always all there.
+//!
 //! [`Swap::map_huge`]: super::Swap::map_huge
 
 use std::sync::atomic::Ordering;
 
 use super::frames::Mapping;
-use super::{page, Inner};
+use super::page::{self, PageClaim};
+use super::reclaim::{self, Stage};
+use super::signals::Access;
+use super::{fault, Inner};
 use crate::stats::{Registry, StatMutex};
-use crate::swap_space::{SwapEntry, SwapError, CLUSTER_SLOTS};
+use crate::swap_space::{SwapEntry, SwapError};
 use crate::PAGE_SIZE;
 
 /// Bytes in a unit.
 pub const UNIT_BYTES: usize = 2 << 20;
 /// Pages in a unit.
 pub const UNIT_PAGES: usize = UNIT_BYTES / PAGE_SIZE;
+const UNIT: u64 = UNIT_BYTES as u64;
+const PAGE: u64 = PAGE_SIZE as u64;
 const MADV_POPULATE_WRITE: i32 = 23;
 
 /// A few 2 MB staging units in one 2 MB-aligned mapping.
@@ -54,6 +68,17 @@ impl UnitPool {
         &self.map
     }
 
+    /// A free unit, waiting for one if all are in use (their holders hold
+    /// a unit's claim and wait for nothing but IO, so one comes back).
+    fn take(&self) -> u32 {
+        loop {
+            if let Some(u) = self.free.lock().pop() {
+                return u;
+            }
+            fault::pause();
+        }
+    }
+
     fn get(&self) -> Option<u32> {
         self.free.lock().pop()
     }
@@ -63,7 +88,7 @@ impl UnitPool {
     }
 
     fn addr(&self, u: u32) -> u64 {
-        self.map.addr() + u as u64 * UNIT_BYTES as u64
+        self.map.addr() + u as u64 * UNIT
     }
 
     /// Unit `u` as bytes.
@@ -81,57 +106,69 @@ impl UnitPool {
         // SAFETY: advice on our own, unregistered mapping.
         unsafe { libc::madvise(self.addr(u) as *mut libc::c_void, UNIT_BYTES, MADV_POPULATE_WRITE) == 0 }
     }
-}
 
-fn take(pool: &UnitPool) -> u32 {
-    loop {
-        if let Some(u) = pool.get() {
-            return u;
-        }
-        std::thread::yield_now();
+    /// Drop what unit `u` holds: it reads as missing (zeros) again.
+    fn discard(&self, u: u32) {
+        self.map.discard(self.addr(u), UNIT_BYTES);
     }
 }
 
-/// Serve a fault in the unit whose first page is `head` at `addr`.
-pub(super) fn serve(inner: &Inner, addr: u64, head: u32) {
+/// Serve a fault at `addr` in the unit whose first page is `head` at
+/// `base`.
+pub(super) fn serve(inner: &Inner, base: u64, head: u32, addr: u64, access: Access) {
     let st = &inner.states[head as usize];
     inner.counters.faults.inc();
-    let mut spins = 0u32;
     loop {
-        let w = st.load(Ordering::Acquire);
-        if w & page::BUSY != 0 {
-            spins += 1;
-            if spins > 64 {
-                std::thread::yield_now();
-            }
-            continue;
-        }
+        let w = page::wait_unbusy(st, &mut || inner.counters.busy_waits.inc());
         match page::kind(w) {
             page::NEVER | page::SWAPPED => {
-                if st
-                    .compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire)
-                    .is_err()
-                {
-                    continue;
+                if access.present == Some(true) {
+                    // Faulted on a page of the unit before it went out.
+                    return;
                 }
-                install(inner, addr, head, w);
+                let Some(claim) = PageClaim::try_claim(st, w) else {
+                    continue;
+                };
+                install(inner, claim, base, head);
                 return;
             }
-            // Present (a duplicate fault), poisoned or dying: nothing to do.
+            page::RESIDENT => {
+                // The unit is in: a duplicate fault, or a page of it the
+                // program discarded (MADV_DONTNEED), which reads as zeros.
+                let page = addr & !(PAGE - 1);
+                if access.present.unwrap_or_else(|| fault::mapped(page)) {
+                    return;
+                }
+                let Some(claim) = PageClaim::try_claim(st, w) else {
+                    continue;
+                };
+                match inner.copy_zero(page, false) {
+                    Ok(()) => inner.counters.discarded.inc(),
+                    Err(e) if e.errno() == Some(libc::EEXIST) => {}
+                    Err(e) => {
+                        fault::retry_later(inner, claim, e.errno());
+                        return;
+                    }
+                }
+                // Unchanged: resident, all there.
+                drop(claim);
+                return;
+            }
+            // Poisoned (its SIGBUS comes from the kernel) or dying.
             _ => return,
         }
     }
 }
 
-fn install(inner: &Inner, addr: u64, head: u32, w: u64) {
-    let st = &inner.states[head as usize];
-    super::reclaim::make_room_for(inner, UNIT_PAGES);
+fn install(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
+    let w = claim.found();
+    reclaim::make_room_for(inner, UNIT_PAGES);
     let pool = &inner.unit_in;
-    let u = take(pool);
+    let u = pool.take();
     if !pool.populate(u) {
         // No memory at all: leave the unit as it was; the access retries.
         pool.put(u);
-        st.store(w, Ordering::Release);
+        fault::retry_later(inner, claim, Some(libc::ENOMEM));
         return;
     }
     if page::kind(w) == page::SWAPPED {
@@ -144,95 +181,194 @@ fn install(inner: &Inner, addr: u64, head: u32, w: u64) {
                 .map_err(|err| (e, err))
         } else {
             (0..UNIT_PAGES).try_for_each(|i| {
-                let e =
-                    page::slot(inner.states[head as usize + i].load(Ordering::Acquire)).expect("split slot");
+                let e = split_slot(inner, head, i, w);
                 inner.devices[e.device() as usize]
                     .read(e.offset(), &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])
                     .map_err(|err| (e, err))
             })
         };
         if let Err((e, err)) = result {
-            super::fault::log_poison(addr, UNIT_BYTES as u64, e, &err);
-            // Never zeros: poison the whole unit.
-            inner.counters.read_errors.inc();
+            // Whatever was read is not zeros: the next install of a
+            // never-written unit must find this one empty.
+            pool.discard(u);
             pool.put(u);
-            let _ = inner.uffd.poison(addr, UNIT_BYTES as u64, true);
+            if err.is_transient() {
+                inner.counters.swapin_retries.inc();
+                drop(claim);
+                fault::pause();
+                return;
+            }
+            // Never zeros: poison the whole unit.
+            if let Err(perr) = inner.uffd.poison(base, UNIT, true) {
+                fault::retry_later(inner, claim, perr.errno());
+                return;
+            }
+            fault::log_poison(base, UNIT, e, &err);
+            inner.counters.read_errors.inc();
             free_slots(inner, head, w);
-            st.store(page::POISONED | page::UNIT, Ordering::Release);
+            claim.commit(page::POISONED | page::UNIT);
             return;
         }
-        free_slots(inner, head, w);
-        inner.counters.huge_swapins.inc();
     } else {
         inner.counters.zero_fills.inc();
     }
-    let _ = inner
-        .uffd
-        .move_pages(addr, pool.addr(u), UNIT_BYTES as u64, true, false);
-    // The "in" unit is empty again (its pages moved): reusable as it is.
+    #[cfg(test)]
+    inner.inject.gate();
+    let installed = put_in(inner, base, pool.addr(u), UNIT);
+    if installed != Installed::Moved {
+        // Copied pages leave their source behind: empty it.
+        pool.discard(u);
+    }
     pool.put(u);
+    if installed == Installed::Gone {
+        // The program unmapped the unit meanwhile: its memory went with
+        // the mapping, and its slots are of no use to anyone.
+        free_slots(inner, head, w);
+        claim.commit(page::NEVER | page::UNIT);
+        return;
+    }
+    if page::kind(w) == page::SWAPPED {
+        free_slots(inner, head, w);
+        inner.counters.huge_swapins.inc();
+    }
     inner.resident.fetch_add(UNIT_PAGES, Ordering::Relaxed);
-    st.store(page::RESIDENT | page::DIRTY | page::UNIT, Ordering::Release);
+    claim.commit(page::RESIDENT | page::DIRTY | page::UNIT);
     inner.lru.add(head);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Installed {
+    /// All moved.
+    Moved,
+    /// Some moved and the rest copied.
+    Copied,
+    /// The destination is no longer mapped.
+    Gone,
+}
+
+/// Put `len` bytes of pages from `src` (ours) into the region at `dst`
+/// (missing there), all of them: a move, finished by copying what does
+/// not move, and retried while the kernel refuses for now (ENOMEM).  Half
+/// a unit in place is no state to leave: the faulting thread waits for
+/// memory, as a faulting thread in the kernel would.
+fn put_in(inner: &Inner, dst: u64, src: u64, len: u64) -> Installed {
+    let mut done = 0;
+    let mut copied = false;
+    loop {
+        match inner.move_in(dst + done, src + done, len - done) {
+            Ok(c) => {
+                return if copied || c {
+                    Installed::Copied
+                } else {
+                    Installed::Moved
+                }
+            }
+            Err((n, err)) => {
+                copied = true;
+                if Inner::region_gone(&err) {
+                    return Installed::Gone;
+                }
+                done += n;
+                fault::retry_pause(inner, err.errno());
+            }
+        }
+    }
+}
+
+/// The slot of page `i` of a split unit whose head word is `w`.
+fn split_slot(inner: &Inner, head: u32, i: usize, w: u64) -> SwapEntry {
+    // The head's own word is claimed by the caller (its slot is in `w`);
+    // the others hold only their slots.
+    let word = if i == 0 {
+        w
+    } else {
+        inner.states[head as usize + i].load(Ordering::Acquire)
+    };
+    page::slot(word).expect("a split unit has a slot per page")
 }
 
 /// Free the slots of swapped unit `head` (state `w`).
 pub(super) fn free_slots(inner: &Inner, head: u32, w: u64) {
+    if page::kind(w) != page::SWAPPED {
+        return;
+    }
     if w & page::WHOLE != 0 {
         if let Some(e) = page::slot(w) {
-            let _ = inner.space.free_huge(e);
+            inner.free_huge(e);
         }
         return;
     }
     for i in 0..UNIT_PAGES {
-        let m = &inner.states[head as usize + i];
-        // The head's own word may have moved on already (the caller holds
-        // it busy, or a dying region has marked it dead): use `w`.
-        let mw = if i == 0 { w } else { m.load(Ordering::Acquire) };
-        if let Some(e) = page::slot(mw) {
-            let _ = inner.space.free(e);
+        if let Some(e) = page::slot(if i == 0 {
+            w
+        } else {
+            inner.states[head as usize + i].load(Ordering::Acquire)
+        }) {
+            inner.free_slot(e);
         }
         if i > 0 {
-            m.store(page::NEVER, Ordering::Release);
+            inner.states[head as usize + i].store(page::NEVER, Ordering::Release);
         }
     }
 }
 
-/// Evict the unit whose first page is `head`; true when it left memory.
-pub(super) fn evict(inner: &Inner, head: u32) -> bool {
+/// Evict the unit whose first page is `head`: `Stage::Gone` when it left
+/// memory; otherwise it is still resident (`Refused`: unevictable).
+pub(super) fn evict(inner: &Inner, head: u32) -> Stage {
     let st = &inner.states[head as usize];
     let w = st.load(Ordering::Acquire);
-    if page::kind(w) != page::RESIDENT || w & page::BUSY != 0 {
-        return false;
+    if page::kind(w) != page::RESIDENT || w & page::BUSY != 0 || reclaim::writes_held(inner) {
+        return Stage::Not;
     }
-    if st
-        .compare_exchange(w, w | page::BUSY, Ordering::AcqRel, Ordering::Acquire)
-        .is_err()
-    {
-        return false;
-    }
+    let Some(claim) = PageClaim::try_claim(st, w) else {
+        return Stage::Not;
+    };
     let addr = inner.addrs[head as usize].load(Ordering::Relaxed);
     let pool = &inner.unit_out;
     let Some(u) = pool.get() else {
-        st.store(w, Ordering::Release);
-        return false;
+        return Stage::Not;
     };
-    if inner
-        .uffd
-        .move_pages(pool.addr(u), addr, UNIT_BYTES as u64, false, false)
-        .is_err()
-    {
+    if let Err((moved, err)) = inner.move_out(pool.addr(u), addr, UNIT) {
+        // Part of it (or none) moved: put that back before anything reads
+        // the "out" unit, whose missing pages would fault.
+        if moved > 0 && put_in(inner, addr, pool.addr(u), moved) == Installed::Gone {
+            pool.discard(u);
+            pool.put(u);
+            return unit_gone(inner, claim);
+        }
+        pool.discard(u);
         pool.put(u);
-        st.store(w, Ordering::Release);
-        return false;
+        return match err.errno() {
+            // Holes the program made (MADV_DONTNEED), which read as zeros:
+            // fill them, and the unit moves whole next time.  None left
+            // at all (the program discarded or unmapped the whole unit):
+            // there is nothing to evict.
+            Some(libc::ENOENT) => match fill_holes(inner, addr) {
+                Holes::Filled => Stage::Not,
+                Holes::All => unit_gone(inner, claim),
+            },
+            errno => {
+                drop(claim);
+                inner.unevictable(addr + moved, errno);
+                Stage::Refused
+            }
+        };
     }
-    // SAFETY: we hold unit `u`, which holds the pages just moved out.
+    // SAFETY: we hold unit `u`, which holds the 512 pages just moved out.
     let buf = unsafe { pool.bytes(u) };
     let next = match inner.space.alloc_huge() {
         Ok(base) => match inner.devices[base.device() as usize].write(base.offset(), buf) {
-            Ok(()) => Some(page::with_slot(page::SWAPPED | page::UNIT | page::WHOLE, base)),
+            Ok(()) => {
+                reclaim::writeback_worked(inner);
+                Some(page::with_slot(page::SWAPPED | page::UNIT | page::WHOLE, base))
+            }
+            Err(err) if err.is_transient() => {
+                inner.free_huge(base);
+                reclaim::writeback_failed(inner, &err);
+                None
+            }
             Err(_) => {
-                // Retire the cluster (never freed) and keep the unit.
+                // The cluster is suspect: retired (never freed).
                 inner.counters.write_errors.inc();
                 None
             }
@@ -242,49 +378,117 @@ pub(super) fn evict(inner: &Inner, head: u32) -> bool {
             inner.counters.huge_fallbacks.inc();
             split_out(inner, head, buf)
         }
-        Err(_) => None,
+        Err(_) => {
+            inner.counters.swap_full.inc();
+            None
+        }
     };
     let Some(next) = next else {
-        let _ = inner
-            .uffd
-            .move_pages(addr, pool.addr(u), UNIT_BYTES as u64, true, false);
+        let gone = put_in(inner, addr, pool.addr(u), UNIT) == Installed::Gone;
+        pool.discard(u);
         pool.put(u);
-        st.store(w, Ordering::Release);
-        return false;
+        if gone {
+            return unit_gone(inner, claim);
+        }
+        return Stage::Not;
     };
-    pool.mapping().discard(pool.addr(u), UNIT_BYTES);
+    pool.discard(u);
     pool.put(u);
     inner.counters.huge_swapouts.inc();
     inner.counters.evictions.inc();
     inner.resident.fetch_sub(UNIT_PAGES, Ordering::Relaxed);
-    st.store(next, Ordering::Release);
-    true
+    claim.commit(next);
+    Stage::Gone
 }
 
-/// Write a unit's pages to 512 single slots, recorded in the pages' own
-/// words; the unit's word says "split".  None (nothing kept) when the swap
-/// space runs out midway or a write fails.
-fn split_out(inner: &Inner, head: u32, buf: &[u8]) -> Option<u64> {
-    let mut slots = [SwapEntry::NONE; CLUSTER_SLOTS as usize];
-    for i in 0..UNIT_PAGES {
-        let ok = match inner.space.alloc() {
-            Ok(e) => {
-                slots[i] = e;
-                inner.devices[e.device() as usize]
-                    .write(e.offset(), &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])
-                    .is_ok()
-            }
-            Err(_) => false,
-        };
-        if !ok {
-            let n = if slots[i] == SwapEntry::NONE { i } else { i + 1 };
-            let _ = inner.space.free_batch(&mut slots[..n]);
-            inner.counters.swap_full.inc();
-            return None;
+/// The unit's memory went with the program's unmap or discard: nothing
+/// to keep, and it reads as zeros.
+fn unit_gone(inner: &Inner, claim: PageClaim<'_>) -> Stage {
+    inner.counters.discarded.inc();
+    inner.resident.fetch_sub(UNIT_PAGES, Ordering::Relaxed);
+    claim.commit(page::NEVER | page::UNIT);
+    Stage::Gone
+}
+
+enum Holes {
+    /// Some pages were missing and are zeros now.
+    Filled,
+    /// Every page was missing, or the range is not mapped any more.
+    All,
+}
+
+/// Fill the holes of the resident unit at `addr` with zeros (the program
+/// discarded those pages).
+fn fill_holes(inner: &Inner, addr: u64) -> Holes {
+    let mut present = [0u8; UNIT_PAGES];
+    // SAFETY: mincore writes one byte per page of the range into
+    // `present`; it fails (ENOMEM) where the range is not mapped.
+    if unsafe { libc::mincore(addr as *mut libc::c_void, UNIT_BYTES, present.as_mut_ptr()) } != 0
+        || present.iter().all(|p| p & 1 == 0)
+    {
+        return Holes::All;
+    }
+    for (i, p) in present.iter().enumerate() {
+        // An error leaves the hole, to be found on the next eviction;
+        // EEXIST (a page appeared meanwhile) cannot happen under the
+        // claim, and would be fine.
+        if p & 1 == 0 && inner.copy_zero(addr + i as u64 * PAGE, false).is_ok() {
+            inner.counters.discarded.inc();
         }
     }
-    for (i, e) in slots.iter().enumerate().skip(1) {
-        inner.states[head as usize + i].store(page::with_slot(page::NEVER, *e), Ordering::Release);
+    Holes::Filled
+}
+
+/// Write a unit's pages to 512 single slots, each recorded in its page's
+/// own word (the head's slot goes in the returned word); the unit's word
+/// says "split".  None (nothing kept: every slot taken is freed, or
+/// retired if its write failed for good) when the swap space runs out
+/// midway or a write fails.
+fn split_out(inner: &Inner, head: u32, buf: &[u8]) -> Option<u64> {
+    let mut first = SwapEntry::NONE;
+    for i in 0..UNIT_PAGES {
+        let failed = match inner.space.alloc() {
+            Ok(e) => match inner.devices[e.device() as usize]
+                .write(e.offset(), &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])
+            {
+                Ok(()) => {
+                    if i == 0 {
+                        first = e;
+                    } else {
+                        inner.states[head as usize + i]
+                            .store(page::with_slot(page::NEVER, e), Ordering::Release);
+                    }
+                    continue;
+                }
+                Err(err) if err.is_transient() => {
+                    inner.free_slot(e);
+                    reclaim::writeback_failed(inner, &err);
+                    true
+                }
+                Err(_) => {
+                    // Retired: never freed.
+                    inner.counters.write_errors.inc();
+                    true
+                }
+            },
+            Err(_) => {
+                inner.counters.swap_full.inc();
+                true
+            }
+        };
+        debug_assert!(failed);
+        // Undo the pages done so far.
+        if i > 0 {
+            inner.free_slot(first);
+        }
+        for j in 1..i {
+            let word = &inner.states[head as usize + j];
+            if let Some(e) = page::slot(word.load(Ordering::Acquire)) {
+                inner.free_slot(e);
+            }
+            word.store(page::NEVER, Ordering::Release);
+        }
+        return None;
     }
-    Some(page::with_slot(page::SWAPPED | page::UNIT, slots[0]))
+    Some(page::with_slot(page::SWAPPED | page::UNIT, first))
 }

@@ -19,14 +19,14 @@
 //! re-checked under its cluster lock before it is taken.
 
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, MutexGuard};
 
 use crossbeam_utils::CachePadded;
-use parking_lot::MutexGuard;
 
 use super::cluster::{ClusterLists, ListId, CLUSTER_SLOTS};
 use super::{DeviceConfig, ScanBase, SpaceShared, SwapEntry, SwapError, SwapSpaceBuilder, Switches};
 use crate::stats::{Counter, Registry, StatMutex};
+use crate::table::{self, TableError};
 
 /// Highest use count kept in the map byte itself (`SWAP_MAP_MAX`); beyond
 /// it the count continues in the cluster's continuation array.
@@ -138,12 +138,13 @@ impl SwapDevice {
         space: &SwapSpaceBuilder,
         shared: Arc<SpaceShared>,
         registry: &Registry,
-    ) -> Self {
+    ) -> Result<Self, TableError> {
         let (switches, cpus, trunk_slots, seed) = (space.switches, space.cpus, space.trunk_slots, space.seed);
         let max = cfg.slots;
         let nr_clusters = max.div_ceil(CLUSTER_SLOTS);
         let map_len = nr_clusters * CLUSTER_SLOTS;
-        let map: Box<[AtomicU8]> = (0..map_len).map(|_| AtomicU8::new(0)).collect();
+        // One byte a slot, zero (free) until used: committed as used.
+        let map: Box<[AtomicU8]> = table::zeroed(map_len as usize, "swap_map")?;
         let cluster_site = registry.lock_site("cluster");
         let mut counts = vec![0u32; nr_clusters as usize];
         // The header slot and the tail past `max` are never usable: mark
@@ -161,18 +162,18 @@ impl SwapDevice {
                 lists.move_to(c as u32, ListId::Nonfull);
             }
         }
-        let clusters = counts
-            .iter()
-            .map(|&count| {
-                StatMutex::new(
-                    Cluster {
-                        count,
-                        continued: None,
-                    },
-                    cluster_site.clone(),
-                )
-            })
-            .collect();
+        let mut clusters = Vec::new();
+        table::reserve(&mut clusters, counts.len(), "cluster locks")?;
+        clusters.extend(counts.iter().map(|&count| {
+            StatMutex::new(
+                Cluster {
+                    count,
+                    continued: None,
+                },
+                cluster_site.clone(),
+            )
+        }));
+        let clusters = clusters.into_boxed_slice();
         let pages = max - 1;
         let mut rng = seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(index as u64 + 1)) | 1;
         let highest_bit = max - 1;
@@ -195,7 +196,7 @@ impl SwapDevice {
             cluster_next_cpu,
             rng,
         };
-        SwapDevice {
+        Ok(SwapDevice {
             index,
             priority: cfg.priority,
             rotational: cfg.rotational,
@@ -212,7 +213,7 @@ impl SwapDevice {
                 frag_scan_slots: registry.counter("fragmented_scan_slots"),
                 cluster_switch: registry.counter("cluster_switch"),
             },
-        }
+        })
     }
 
     /// This device's index in its swap space (`si->type`).

@@ -113,6 +113,9 @@ pub enum SwapError {
     /// A configuration value out of range.
     #[error("invalid swap space configuration: {0}")]
     Config(String),
+    /// The swap map or cluster table could not be allocated.
+    #[error(transparent)]
+    Table(#[from] crate::table::TableError),
 }
 
 /// Where a solid-state device's linear scan starts (seed 001).
@@ -308,7 +311,7 @@ impl SwapSpaceBuilder {
             .iter()
             .enumerate()
             .map(|(i, d)| SwapDevice::new(i as u16, d, &self, shared.clone(), registry))
-            .collect();
+            .collect::<Result<_, _>>()?;
         for d in &devices {
             shared.nr_free.fetch_add(d.pages() as i64, Ordering::Relaxed);
             shared.avail_insert(d.index(), d.priority());

@@ -6,6 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
 use super::*;
 use crate::io::FileOptions;
 
+mod child;
+mod defects;
+mod injected;
+
 const MIB: u64 = 1 << 20;
 
 fn fill_byte(page: usize, at: usize, seed: u64) -> u8 {
@@ -320,7 +324,7 @@ fn bad_configuration_is_refused() {
 /// binary re-run on just this test, with the scenario switched on.
 #[test]
 fn read_error_poisons_the_page() {
-    if std::env::var_os("USWAP_POISON_CHILD").is_some() {
+    if child::scenario().is_some() {
         let swap = Swap::builder()
             .budget(MIB)
             .device(DeviceSpec::ram(16 * MIB))
@@ -338,33 +342,22 @@ fn read_error_poisons_the_page() {
         eprintln!("read {v:#x} from a page whose swap-in failed");
         std::process::exit(3);
     }
-    let out = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "pager::tests::read_error_poisons_the_page",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env("USWAP_POISON_CHILD", "1")
-        .output()
-        .unwrap();
-    use std::os::unix::process::ExitStatusExt;
-    let err = String::from_utf8_lossy(&out.stderr);
+    let out = child::run(
+        "pager::tests::read_error_poisons_the_page",
+        "poison",
+        std::time::Duration::from_secs(60),
+    );
+    let err = &out.stderr;
     assert!(
         err.contains("touching the poisoned page"),
-        "the child did not get there: {err}"
+        "the child did not get there: {out:?}"
     );
     // The reason is logged: which slot failed, and with what.
     assert!(
         err.contains("uswap: swap-in of 4096 bytes at 0x") && err.contains("gave errno 5"),
-        "{err}"
+        "{out:?}"
     );
-    assert_eq!(
-        out.status.signal(),
-        Some(libc::SIGBUS),
-        "child: {:?}\n{err}",
-        out.status
-    );
+    assert_eq!(out.signal, Some(libc::SIGBUS), "{out:?}");
 }
 
 /// A failed swap-out keeps the page resident (its data intact) and the
@@ -645,12 +638,12 @@ fn huge_units_on_a_file() {
     huge_integrity(swap, false);
 }
 
-/// When `UFFDIO_MOVE` refuses a page (`EBUSY`: shared or pinned), eviction
-/// falls back to write-protect + copy + zap + wake.  The refusals are
-/// injected; writers keep hammering the pages meanwhile, and no write may
-/// be lost, in either fault mode.
+/// When `UFFDIO_MOVE` refuses pages (`EBUSY`, as for pinned ones, injected
+/// for the first 3000 tries), they stay resident and counted, writers keep
+/// hammering them meanwhile and no write is lost, in either fault mode;
+/// once the refusals stop, eviction goes on.
 #[test]
-fn move_refused_falls_back_to_copy() {
+fn refused_moves_keep_pages_resident() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
         let swap = Swap::builder()
             .budget(256 * 1024)
@@ -658,12 +651,17 @@ fn move_refused_falls_back_to_copy() {
             .fault_mode(mode)
             .build()
             .unwrap();
-        swap.inject_move_busy(usize::MAX);
+        swap.inner.inject.move_out.2.store(libc::EBUSY, AtOrd::Relaxed);
+        swap.inner.inject.move_out.0.store(3000, AtOrd::Relaxed);
         let mut region = swap.map((2 * MIB) as usize).unwrap();
         hammer_counters(&mut region, 10, &format!("{mode:?}"));
         let st = swap.stats();
-        assert!(st.counter("move_fallbacks") > 100, "{mode:?}: {:?}", st.counters);
-        assert_eq!(st.counter("staged"), 0, "{mode:?}: nothing went through staging");
+        assert!(st.counter("unevictable") >= 3000, "{mode:?}: {:?}", st.counters);
+        assert!(
+            st.counter("staged") > 100,
+            "{mode:?}: eviction went on: {:?}",
+            st.counters
+        );
         drop(region);
         assert_all_returned(&swap, &format!("{mode:?}"));
     }

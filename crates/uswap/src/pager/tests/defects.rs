@@ -1,0 +1,1371 @@
+//! The defects a review of the pager found (issue 8), each made to happen.
+//! Scenarios that died, hung or deadlocked before their fix run in a
+//! child process under a watchdog (`child.rs`), so that a regression fails
+//! its test with the child's output instead of taking the suite down.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::child;
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+/// The byte every page `p` of these tests holds at offset `at`.
+fn pattern(p: usize, at: usize) -> u8 {
+    (p as u8).wrapping_mul(31) ^ (at as u8) ^ 0x5a
+}
+
+/// Write `pattern` over pages `pages` of the region at `base`, a word at a
+/// time through raw pointers (threads share regions in these tests).
+fn write_pages(base: *mut u8, pages: std::ops::Range<usize>) {
+    for p in pages {
+        for at in (0..PAGE_SIZE).step_by(512) {
+            // SAFETY: inside a live region the caller owns.
+            unsafe { std::ptr::write_volatile(base.add(p * PAGE_SIZE + at), pattern(p, at)) };
+        }
+    }
+}
+
+/// The first page in `pages` whose bytes differ from `pattern`.
+fn check_pages(base: *const u8, pages: std::ops::Range<usize>) -> Option<(usize, usize, u8)> {
+    for p in pages {
+        for at in (0..PAGE_SIZE).step_by(512) {
+            // SAFETY: inside a live region the caller owns.
+            let v = unsafe { std::ptr::read_volatile(base.add(p * PAGE_SIZE + at)) };
+            if v != pattern(p, at) {
+                return Some((p, at, v));
+            }
+        }
+    }
+    None
+}
+
+fn both_modes() -> [FaultMode; 2] {
+    [FaultMode::Sigbus, FaultMode::HandlerThread]
+}
+
+fn mode_name(m: FaultMode) -> &'static str {
+    match m {
+        FaultMode::Sigbus => "sigbus",
+        FaultMode::HandlerThread => "handler",
+    }
+}
+
+fn mode_from(s: &str) -> FaultMode {
+    if s.contains("handler") {
+        FaultMode::HandlerThread
+    } else {
+        FaultMode::Sigbus
+    }
+}
+
+fn madvise(addr: *mut u8, len: usize, advice: i32) {
+    // SAFETY: advice on memory of a region the test owns.
+    let rc = unsafe { libc::madvise(addr.cast(), len, advice) };
+    assert_eq!(rc, 0, "madvise {advice}: {}", std::io::Error::last_os_error());
+}
+
+/// A file of one page of `byte`, for reads into pinned buffers.
+fn page_file(dir: &tempfile::TempDir, byte: u8) -> std::fs::File {
+    let path = dir.path().join("page");
+    std::fs::write(&path, vec![byte; PAGE_SIZE]).unwrap();
+    std::fs::File::open(path).unwrap()
+}
+
+/// Pin the page at `addr` the way a program doing DMA does: register it
+/// as an io_uring fixed buffer (a long-term `FOLL_PIN`).  The page is
+/// written just before, so it is present and writable; if the reclaimer
+/// takes it in between, try again.
+fn pin_page(ring: &io_uring::IoUring, addr: *mut u8) {
+    for _ in 0..1000 {
+        // SAFETY: a byte of a live region page the caller owns.
+        unsafe { std::ptr::write_volatile(addr, std::ptr::read_volatile(addr)) };
+        let iov = libc::iovec {
+            iov_base: addr.cast(),
+            iov_len: PAGE_SIZE,
+        };
+        // SAFETY: the buffer stays mapped until it is unregistered.
+        match unsafe { ring.submitter().register_buffers(&[iov]) } {
+            Ok(()) => return,
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => continue,
+            Err(e) => panic!("register_buffers: {e}"),
+        }
+    }
+    panic!("could not pin the page");
+}
+
+/// Read one page of `file` into fixed buffer 0 (at `addr`), as a device
+/// would by DMA: the kernel writes the pinned page, whatever maps it now.
+fn read_fixed(ring: &mut io_uring::IoUring, file: &std::fs::File, addr: *mut u8) {
+    let e =
+        io_uring::opcode::ReadFixed::new(io_uring::types::Fd(file.as_raw_fd()), addr, PAGE_SIZE as u32, 0)
+            .offset(0)
+            .build();
+    // SAFETY: the buffer is registered and outlives the operation.
+    unsafe { ring.submission().push(&e).unwrap() };
+    ring.submit_and_wait(1).unwrap();
+    let cqe = ring.completion().next().unwrap();
+    assert_eq!(cqe.result(), PAGE_SIZE as i32, "READ_FIXED");
+}
+
+// ---------------------------------------------------------------------
+// 1. A pinned page must stay resident: the pin holder writes the page
+//    itself, and a copy taken for swap would go stale.
+
+#[test]
+fn pinned_pages_stay_resident() {
+    for mode in both_modes() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(32 * MIB))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
+        let mut region = swap.map((8 * MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr();
+        let pages = region.len() / PAGE_SIZE;
+        write_pages(base, 0..pages);
+        let mut ring = io_uring::IoUring::new(4).unwrap();
+        pin_page(&ring, base);
+        // Stream over the rest three times: page 0, never touched again,
+        // comes up for eviction.
+        for _ in 0..3 {
+            write_pages(base, 1..pages);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = page_file(&dir, 0x5b);
+        read_fixed(&mut ring, &file, base);
+        ring.submitter().unregister_buffers().unwrap();
+        let st = swap.stats();
+        // SAFETY: page 0 of the region.
+        let page0 = unsafe { std::slice::from_raw_parts(base, PAGE_SIZE) };
+        assert!(
+            page0.iter().all(|&b| b == 0x5b),
+            "{mode:?}: the data the pin holder wrote is lost: page 0 reads {:#x} ({:?})",
+            page0[0],
+            st.counters
+        );
+        assert!(st.counter("unevictable") > 0, "{mode:?}: {:?}", st.counters);
+        assert_eq!(check_pages(base, 1..pages), None, "{mode:?}");
+        drop(region);
+        assert_all_returned(&swap, mode_name(mode));
+    }
+}
+
+// ---------------------------------------------------------------------
+// 2. A unit that `UFFDIO_MOVE` moves only part of (a hole, a pinned page).
+
+fn unit_scenario(arg: &str) {
+    let mode = mode_from(arg);
+    let dir = tempfile::tempdir().unwrap();
+    let device = if arg.contains("file") {
+        DeviceSpec::file(FileOptions::new(
+            dir.path().join("swap"),
+            64 * MIB / PAGE_SIZE as u64,
+        ))
+    } else {
+        DeviceSpec::ram(64 * MIB)
+    };
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(device)
+        .fault_mode(mode)
+        .build()
+        .unwrap();
+    let mut region = swap.map_huge(16 * MIB as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    madvise(base, region.len(), libc::MADV_NOHUGEPAGE);
+    write_pages(base, 0..512);
+    let mut ring = io_uring::IoUring::new(4).unwrap();
+    let odd = if arg.contains("pin") {
+        // SAFETY: page 7 of unit 0.
+        pin_page(&ring, unsafe { base.add(7 * PAGE_SIZE) });
+        7
+    } else {
+        // SAFETY: page 5 of unit 0.
+        madvise(unsafe { base.add(5 * PAGE_SIZE) }, PAGE_SIZE, libc::MADV_DONTNEED);
+        5
+    };
+    // Fill the other units twice: unit 0 comes up for eviction.
+    for _ in 0..2 {
+        write_pages(base, 512..pages);
+    }
+    eprintln!("filled");
+    // SAFETY: page `odd` of unit 0.
+    let odd_page = unsafe { base.add(odd * PAGE_SIZE) };
+    if arg.contains("pin") {
+        let file = page_file(&dir, 0x5b);
+        read_fixed(&mut ring, &file, odd_page);
+        ring.submitter().unregister_buffers().unwrap();
+    }
+    // SAFETY: one page of unit 0.
+    let odd_bytes = unsafe { std::slice::from_raw_parts(odd_page, PAGE_SIZE) };
+    let want = if arg.contains("pin") { 0x5b } else { 0 };
+    assert!(
+        odd_bytes.iter().all(|&b| b == want),
+        "page {odd} reads {:#x}",
+        odd_bytes[0]
+    );
+    assert_eq!(check_pages(base, 0..odd), None);
+    assert_eq!(check_pages(base, odd + 1..pages), None);
+    let st = swap.stats();
+    eprintln!("{:?}", st.counters);
+    assert!(st.counter("huge_swapouts") > 4, "{:?}", st.counters);
+    drop(region);
+    assert_all_returned(&swap, arg);
+}
+
+#[test]
+fn units_with_a_hole_or_a_pin_are_handled() {
+    if let Some(arg) = child::scenario() {
+        unit_scenario(&arg);
+        child::exit(0);
+    }
+    for mode in both_modes() {
+        for case in ["hole-ram", "hole-file", "pin-ram"] {
+            let arg = format!("{case}-{}", mode_name(mode));
+            let out = child::run(
+                "pager::tests::defects::units_with_a_hole_or_a_pin_are_handled",
+                &arg,
+                Duration::from_secs(60),
+            );
+            assert!(out.code == Some(0), "{arg}: {out:?}");
+        }
+    }
+}
+
+// ---------------------------------------------------------------------
+// 3. The program's own MADV_DONTNEED on a resident page: the page reads
+//    as zeros, as a fresh anonymous page would, instead of faulting
+//    forever.
+
+fn dontneed_scenario(mode: FaultMode) {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(16 * MIB))
+        .fault_mode(mode)
+        .build()
+        .unwrap();
+    let mut region = swap.map((4 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    // Page 0: written (dirty), then discarded by the program.
+    write_pages(base, 0..1);
+    madvise(base, PAGE_SIZE, libc::MADV_DONTNEED);
+    eprintln!("reading a discarded dirty page");
+    // SAFETY: page 0 of the region.
+    assert_eq!(unsafe { std::ptr::read_volatile(base) }, 0);
+    // Page 1: swapped out, read back clean (it keeps its slot), then
+    // discarded.
+    write_pages(base, 1..pages);
+    assert_eq!(check_pages(base, 1..2), None);
+    // SAFETY: page 1 of the region.
+    let p1 = unsafe { base.add(PAGE_SIZE) };
+    madvise(p1, PAGE_SIZE, libc::MADV_DONTNEED);
+    eprintln!("reading a discarded clean page");
+    // SAFETY: page 1 of the region.
+    assert_eq!(unsafe { std::ptr::read_volatile(p1.add(100)) }, 0);
+    // Discarded again and written: a write fault on a hole.
+    madvise(p1, PAGE_SIZE, libc::MADV_DONTNEED);
+    // SAFETY: page 1 of the region.
+    unsafe { std::ptr::write_volatile(p1.add(8), 0x11) };
+    // SAFETY: as above.
+    assert_eq!(unsafe { std::ptr::read_volatile(p1.add(8)) }, 0x11);
+    // Discarded pages the reclaimer meets later are dropped, not written.
+    // Only a resident page's discard can be seen (uswap does not see the
+    // madvise itself): a page resident before and after its madvise was
+    // resident throughout (the reclaimer takes a page through BUSY to
+    // STAGED, never back), so the madvise dropped it.
+    let discarded_before = swap.stats().counter("discarded");
+    let mut gone = Vec::new();
+    for p in 2..pages {
+        if region.is_resident(p) {
+            // SAFETY: page p of the region.
+            madvise(unsafe { base.add(p * PAGE_SIZE) }, PAGE_SIZE, libc::MADV_DONTNEED);
+            if region.is_resident(p) {
+                gone.push(p);
+            }
+        }
+    }
+    assert!(gone.len() >= 32, "only {} resident pages to discard", gone.len());
+    // Push them all out, then read them back.
+    for p in 2..pages {
+        if gone.binary_search(&p).is_err() {
+            write_pages(base, p..p + 1);
+        }
+    }
+    for &p in &gone {
+        // SAFETY: page p of the region.
+        let page = unsafe { std::slice::from_raw_parts(base.add(p * PAGE_SIZE), PAGE_SIZE) };
+        assert!(page.iter().all(|&b| b == 0), "discarded page {p} is not zeros");
+    }
+    let discarded = swap.stats().counter("discarded") - discarded_before;
+    assert!(
+        discarded >= gone.len() as u64,
+        "{discarded} of {} discards counted",
+        gone.len()
+    );
+    drop(region);
+    assert_all_returned(&swap, mode_name(mode));
+}
+
+#[test]
+fn discarded_resident_pages_read_as_zeros() {
+    if let Some(arg) = child::scenario() {
+        dontneed_scenario(mode_from(&arg));
+        child::exit(0);
+    }
+    for mode in both_modes() {
+        let out = child::run(
+            "pager::tests::defects::discarded_resident_pages_read_as_zeros",
+            mode_name(mode),
+            Duration::from_secs(30),
+        );
+        assert!(out.code == Some(0), "{mode:?}: {out:?}");
+    }
+}
+
+// ---------------------------------------------------------------------
+// 4. After fork, the child's handles must do no harm to the parent.
+
+fn fork_scenario(mode: FaultMode) {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(32 * MIB))
+        .fault_mode(mode)
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    write_pages(base, 0..pages);
+    // SAFETY: fork; the child below only drops handles and exits.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        match swap.map(PAGE_SIZE) {
+            Ok(_) => eprintln!("child: map succeeded"),
+            Err(e) => eprintln!("child: map refused: {e}"),
+        }
+        drop(region);
+        drop(swap);
+        eprintln!("child: dropped its handles");
+        child::exit(0);
+    }
+    let mut status = 0;
+    let mut waited = 0;
+    loop {
+        // SAFETY: waits for our own child.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if r == pid {
+            break;
+        }
+        waited += 1;
+        if waited > 1000 {
+            eprintln!("parent: the child hung dropping its handles");
+            // SAFETY: our own child.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            // SAFETY: as above.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    if let Some(bad) = check_pages(base, 0..pages) {
+        eprintln!("parent: lost data after the child's drop: {bad:?}");
+        child::exit(2);
+    }
+    drop(region);
+    assert_all_returned(&swap, "parent");
+    assert!(waited <= 1000, "the child hung");
+}
+
+#[test]
+fn a_forked_child_does_no_harm() {
+    if let Some(arg) = child::scenario() {
+        fork_scenario(mode_from(&arg));
+        child::exit(0);
+    }
+    for mode in both_modes() {
+        let out = child::run(
+            "pager::tests::defects::a_forked_child_does_no_harm",
+            mode_name(mode),
+            Duration::from_secs(60),
+        );
+        assert!(out.code == Some(0), "{mode:?}: {out:?}");
+        assert!(out.stderr.contains("child: map refused"), "{mode:?}: {out:?}");
+        assert!(
+            out.stderr.contains("child: dropped its handles"),
+            "{mode:?}: {out:?}"
+        );
+    }
+}
+
+// ---------------------------------------------------------------------
+// 5. SIGBUS blocked in a thread, or a SIGBUS handler installed later.
+
+fn block_sigbus() {
+    // SAFETY: plain signal-mask calls on this thread.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGBUS);
+        assert_eq!(
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()),
+            0
+        );
+    }
+}
+
+/// `map` refuses, in one line, on a thread that blocks SIGBUS in SIGBUS
+/// mode: the first touch of swapped memory there would kill the process.
+#[test]
+fn map_refuses_when_sigbus_is_blocked() {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(16 * MIB))
+        .build()
+        .unwrap();
+    let e = std::thread::scope(|s| {
+        s.spawn(|| {
+            block_sigbus();
+            swap.map(PAGE_SIZE).err()
+        })
+        .join()
+        .unwrap()
+    });
+    let e = e.expect("map on a thread that blocks SIGBUS must be refused");
+    assert!(e.to_string().contains("blocks SIGBUS"), "{e}");
+    // Handler-thread mode serves such threads.
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(16 * MIB))
+        .fault_mode(FaultMode::HandlerThread)
+        .build()
+        .unwrap();
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            block_sigbus();
+            let mut r = swap.map((4 * MIB) as usize).unwrap();
+            let base = r.as_mut_slice().as_mut_ptr();
+            write_pages(base, 0..1024);
+            assert_eq!(check_pages(base, 0..1024), None);
+        });
+    });
+}
+
+/// A thread that blocks SIGBUS after its regions were mapped is reported
+/// in one line by the instance's watchdog.
+#[test]
+fn a_thread_blocking_sigbus_is_reported() {
+    if child::scenario().is_some() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(16 * MIB))
+            .build()
+            .unwrap();
+        let mut region = swap.map((2 * MIB) as usize).unwrap();
+        write_pages(region.as_mut_slice().as_mut_ptr(), 0..512);
+        std::thread::Builder::new()
+            .name("sigwaiter".into())
+            .spawn(|| {
+                block_sigbus();
+                std::thread::sleep(Duration::from_secs(60));
+            })
+            .unwrap();
+        // Meanwhile three threads thrash (the region is twice the budget),
+        // spending much of their time inside the handler, where SIGBUS is
+        // blocked too: none of them may be named.
+        let base = region.as_mut_slice().as_mut_ptr() as usize;
+        let end = std::time::Instant::now() + Duration::from_secs(3);
+        std::thread::scope(|s| {
+            for t in 0..3 {
+                s.spawn(move || {
+                    while std::time::Instant::now() < end {
+                        let pages = if t == 0 { 0..512 } else { 256 * (t - 1)..256 * t };
+                        assert_eq!(check_pages(base as *const u8, pages), None);
+                    }
+                });
+            }
+        });
+        child::exit(0);
+    }
+    let out = child::run(
+        "pager::tests::defects::a_thread_blocking_sigbus_is_reported",
+        "go",
+        Duration::from_secs(30),
+    );
+    out.assert_success();
+    let lines: Vec<_> = out
+        .stderr
+        .lines()
+        .filter(|l| l.contains("blocks SIGBUS"))
+        .collect();
+    assert_eq!(lines.len(), 1, "one line, once: {out:?}");
+    assert!(lines[0].contains("sigwaiter"), "{out:?}");
+}
+
+static APP_HANDLER_CALLS: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn app_sigbus(_sig: i32, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    APP_HANDLER_CALLS.fetch_add(1, Ordering::Relaxed);
+    // SAFETY: the kernel passes a valid siginfo.
+    let code = unsafe { (*info).si_code };
+    let sent = code <= 0;
+    let msg: &[u8] = if sent {
+        b"app handler: kill\n"
+    } else {
+        b"app handler: a fault reached the program's handler\n"
+    };
+    // SAFETY: write(2) and _exit(2) are async-signal-safe.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(if sent { 7 } else { 9 });
+    }
+}
+
+fn current_sigbus_handler() -> usize {
+    // SAFETY: queries the current action only.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut old);
+        old.sa_sigaction
+    }
+}
+
+/// A crash reporter installing its SIGBUS handler after uswap's: uswap
+/// puts its own back in front, faults keep being served, and every other
+/// SIGBUS reaches the program's handler.
+#[test]
+fn a_later_sigbus_handler_is_chained() {
+    if child::scenario().is_some() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(16 * MIB))
+            .build()
+            .unwrap();
+        let mut region = swap.map((4 * MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr();
+        write_pages(base, 0..1024);
+        // SAFETY: installs a handler that is async-signal-safe.
+        unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = app_sigbus as *const () as usize;
+            sa.sa_flags = libc::SA_SIGINFO;
+            libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut());
+        }
+        let app = app_sigbus as *const () as usize;
+        let mut waited = 0;
+        while current_sigbus_handler() == app {
+            waited += 1;
+            if waited > 1000 {
+                eprintln!("uswap never put its handler back");
+                child::exit(3);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        assert_eq!(check_pages(base, 0..1024), None);
+        assert_eq!(APP_HANDLER_CALLS.load(Ordering::Relaxed), 0);
+        eprintln!("verified");
+        // SAFETY: a signal to this thread.
+        unsafe { libc::raise(libc::SIGBUS) };
+        eprintln!("the kill did not reach the program's handler");
+        child::exit(4);
+    }
+    let out = child::run(
+        "pager::tests::defects::a_later_sigbus_handler_is_chained",
+        "go",
+        Duration::from_secs(30),
+    );
+    assert_eq!(out.code, Some(7), "{out:?}");
+    assert!(out.stderr.contains("verified"), "{out:?}");
+    assert!(out.stderr.contains("installed after uswap"), "{out:?}");
+}
+
+// ---------------------------------------------------------------------
+// 6. A program's signal handler touching region memory, at any moment.
+
+static ALARM_BASE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+static ALARM_PAGES: AtomicUsize = AtomicUsize::new(0);
+static ALARM_RNG: AtomicU64 = AtomicU64::new(0x9e37_79b9_7f4a_7c15);
+static ALARM_READS: AtomicU64 = AtomicU64::new(0);
+static ALARM_BAD: AtomicU64 = AtomicU64::new(0);
+
+/// Handlers running now: the timer's signal is process-directed, so it
+/// also lands on libtest's main thread, concurrently with the scenario.
+static ALARM_ACTIVE: AtomicUsize = AtomicUsize::new(0);
+
+extern "C" fn on_alarm(_sig: i32) {
+    ALARM_ACTIVE.fetch_add(1, Ordering::SeqCst);
+    alarm_read();
+    ALARM_ACTIVE.fetch_sub(1, Ordering::SeqCst);
+}
+
+fn alarm_read() {
+    let base = ALARM_BASE.load(Ordering::SeqCst);
+    let pages = ALARM_PAGES.load(Ordering::SeqCst);
+    if base.is_null() || pages == 0 {
+        return;
+    }
+    let mut x = ALARM_RNG.load(Ordering::Relaxed);
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    ALARM_RNG.store(x, Ordering::Relaxed);
+    let p = (x % pages as u64) as usize;
+    let at = ((x >> 32) as usize % (PAGE_SIZE / 512)) * 512;
+    // SAFETY: a byte of the live region the scenario published.
+    let v = unsafe { std::ptr::read_volatile(base.add(p * PAGE_SIZE + at)) };
+    ALARM_READS.fetch_add(1, Ordering::Relaxed);
+    if v != pattern(p, at) {
+        ALARM_BAD.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn alarm_scenario(mode: FaultMode) {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(32 * MIB))
+        .fault_mode(mode)
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    write_pages(base, 0..pages);
+    ALARM_BASE.store(base, Ordering::Release);
+    ALARM_PAGES.store(pages, Ordering::Release);
+    // SAFETY: installs an async-signal-safe handler and a 20 us timer.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_alarm as *const () as usize;
+        // On the alternate stack, as Rust's own handlers run: a fault in
+        // it is delivered on top of it, and served on a spare stack.
+        sa.sa_flags = libc::SA_RESTART | libc::SA_ONSTACK;
+        libc::sigaction(libc::SIGALRM, &sa, std::ptr::null_mut());
+        let t = libc::itimerval {
+            it_interval: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 20,
+            },
+            it_value: libc::timeval {
+                tv_sec: 0,
+                tv_usec: 20,
+            },
+        };
+        libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut());
+    }
+    // Map and unmap other regions meanwhile: those calls take the pager's
+    // locks on this thread.
+    for round in 0..6 {
+        write_pages(base, 0..pages);
+        if let Some(bad) = check_pages(base, 0..pages) {
+            panic!("round {round}: {bad:?}");
+        }
+        let mut other = swap.map((2 * MIB) as usize).unwrap();
+        write_pages(other.as_mut_slice().as_mut_ptr(), 0..512);
+        drop(other);
+    }
+    // SAFETY: stops the timer.
+    unsafe {
+        let t: libc::itimerval = std::mem::zeroed();
+        libc::setitimer(libc::ITIMER_REAL, &t, std::ptr::null_mut());
+    }
+    let reads = ALARM_READS.load(Ordering::Relaxed);
+    let bad = ALARM_BAD.load(Ordering::Relaxed);
+    eprintln!("{reads} reads from the SIGALRM handler, {bad} wrong");
+    assert!(reads > 100 && bad == 0);
+    // No handler may read the region once it goes: none starts reading
+    // after this store, and those reading already finish first.
+    ALARM_PAGES.store(0, Ordering::SeqCst);
+    while ALARM_ACTIVE.load(Ordering::SeqCst) != 0 {
+        std::hint::spin_loop();
+    }
+    drop(region);
+    assert_all_returned(&swap, mode_name(mode));
+}
+
+#[test]
+fn signal_handlers_touching_regions_do_not_deadlock() {
+    if let Some(arg) = child::scenario() {
+        alarm_scenario(mode_from(&arg));
+        child::exit(0);
+    }
+    for mode in both_modes() {
+        let out = child::run(
+            "pager::tests::defects::signal_handlers_touching_regions_do_not_deadlock",
+            mode_name(mode),
+            Duration::from_secs(120),
+        );
+        assert!(out.code == Some(0), "{mode:?}: {out:?}");
+    }
+}
+
+/// uswap's own threads take none of the program's signals: a
+/// process-directed signal must land on a program thread.
+#[test]
+fn uswap_threads_block_every_signal() {
+    for mode in both_modes() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(16 * MIB))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
+        // A new thread names itself when it first runs, which on a busy
+        // machine may be a while after `build` returns: look until then.
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        let mut seen = 0;
+        while seen == 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            seen = check_uswap_thread_masks(mode);
+        }
+        assert!(seen >= 1, "{mode:?}: no uswap thread found");
+        drop(swap);
+    }
+}
+
+/// Check the mask of every uswap thread of the process; returns how many.
+fn check_uswap_thread_masks(mode: FaultMode) -> usize {
+    let mut seen = 0;
+    {
+        for t in std::fs::read_dir("/proc/self/task").unwrap() {
+            let t = t.unwrap().path();
+            let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+            if !matches!(comm.trim(), "uswap-reclaim" | "uswap-fault") {
+                continue;
+            }
+            let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+            let blk = status
+                .lines()
+                .find_map(|l| l.strip_prefix("SigBlk:"))
+                .map(|v| u64::from_str_radix(v.trim(), 16).unwrap())
+                .unwrap_or(0);
+            // Everything but SIGKILL and SIGSTOP, which cannot be blocked
+            // (bits 8 and 18), and the two glibc reserves.
+            assert_eq!(
+                blk & 0xffff_fffe_7ffb_feff,
+                0xffff_fffe_7ffb_feff,
+                "{mode:?}: {} blocks {blk:#x}",
+                comm.trim()
+            );
+            seen += 1;
+        }
+    }
+    seen
+}
+
+/// errno is the interrupted code's: a fault served in between must not
+/// change it.
+#[test]
+fn faults_preserve_errno() {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(32 * MIB))
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr() as usize;
+    let pages = region.len() / PAGE_SIZE;
+    write_pages(base as *mut u8, 0..pages);
+    std::thread::scope(|s| {
+        for t in 0..4 {
+            s.spawn(move || {
+                for p in 0..pages {
+                    // SAFETY: errno is this thread's.
+                    unsafe { *libc::__errno_location() = 4321 + t };
+                    // SAFETY: a byte of a live region.
+                    let v = unsafe { std::ptr::read_volatile((base as *const u8).add(p * PAGE_SIZE)) };
+                    // SAFETY: as above.
+                    let e = unsafe { *libc::__errno_location() };
+                    assert_eq!(e, 4321 + t, "page {p}: errno changed by the fault");
+                    assert_eq!(v, pattern(p, 0));
+                }
+            });
+        }
+    });
+}
+
+// ---------------------------------------------------------------------
+// 7. Transient write errors must not eat the swap space.
+
+#[test]
+fn transient_write_errors_retire_nothing() {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(16 * MIB))
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    let start = std::time::Instant::now();
+    swap.inject_io_errors(0, crate::io::IoOp::Write, libc::ENOSPC, Duration::from_secs(1));
+    while start.elapsed() < Duration::from_millis(1500) {
+        write_pages(base, 0..pages);
+    }
+    write_pages(base, 0..pages);
+    assert_eq!(check_pages(base, 0..pages), None);
+    let st = swap.stats();
+    assert!(st.counter("io_write_errors") > 0, "{:?}", st.counters);
+    assert_eq!(
+        st.counter("swapout_errors"),
+        0,
+        "no slot retired: {:?}",
+        st.counters
+    );
+    assert!(st.counter("swapout_retries") > 0, "{:?}", st.counters);
+    drop(region);
+    assert_all_returned(&swap, "after ENOSPC");
+}
+
+// ---------------------------------------------------------------------
+// 8. Metadata is paid for as it is used; budgets too small are refused.
+
+fn vm_rss_kib() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+#[test]
+fn metadata_costs_memory_only_as_used() {
+    if let Some(arg) = child::scenario() {
+        if arg == "rlimit" {
+            // An address-space limit the tables cannot fit: a clear error,
+            // not an abort.
+            // SAFETY: lowers this process's own limit.
+            unsafe {
+                let lim = libc::rlimit {
+                    rlim_cur: 8 << 30,
+                    rlim_max: 8 << 30,
+                };
+                libc::setrlimit(libc::RLIMIT_AS, &lim);
+            }
+            let r = Swap::builder()
+                .budget(MIB)
+                .device(DeviceSpec::ram(16 * MIB))
+                .max_mapped(4 << 40)
+                .build();
+            match r {
+                Ok(_) => eprintln!("built"),
+                Err(e) => eprintln!("refused: {e}"),
+            }
+            child::exit(0);
+        }
+        let before = vm_rss_kib();
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(64 << 30))
+            .build()
+            .unwrap();
+        let after = vm_rss_kib();
+        eprintln!("a 64 GiB device: RSS grew by {} KiB", after - before);
+        let mut region = swap.map((8 * MIB) as usize).unwrap();
+        write_pages(region.as_mut_slice().as_mut_ptr(), 0..2048);
+        assert!(after - before < 32 << 10, "RSS grew by {} KiB", after - before);
+        child::exit(0);
+    }
+    let out = child::run(
+        "pager::tests::defects::metadata_costs_memory_only_as_used",
+        "rss",
+        Duration::from_secs(60),
+    );
+    out.assert_success();
+    let out = child::run(
+        "pager::tests::defects::metadata_costs_memory_only_as_used",
+        "rlimit",
+        Duration::from_secs(60),
+    );
+    out.assert_success();
+    assert!(
+        out.stderr.contains("refused: ") && out.stderr.contains("metadata"),
+        "{out:?}"
+    );
+}
+
+#[test]
+fn map_huge_refuses_a_budget_under_two_units() {
+    let swap = Swap::builder()
+        .budget(3 * MIB)
+        .device(DeviceSpec::ram(64 * MIB))
+        .build()
+        .unwrap();
+    let e = swap.map_huge(16 * MIB as usize).err().expect("refused");
+    assert!(e.to_string().contains("2 MB units"), "{e}");
+    assert!(swap.map((16 * MIB) as usize).is_ok(), "4 KiB pages are fine");
+}
+
+// ---------------------------------------------------------------------
+// 9. Smaller ones.
+
+/// Many threads read the same swapped pages at once in SIGBUS mode: the
+/// losers of each race find the page installed; none takes it for a write
+/// (which would mark it dirty and free its valid slot).
+#[test]
+fn concurrent_read_faults_leave_pages_clean() {
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(DeviceSpec::ram(64 * MIB))
+        .build()
+        .unwrap();
+    let mut region = swap.map((16 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr() as usize;
+    write_pages(base as *mut u8, 0..4096);
+    let wp_before = swap.stats().counter("wp_faults");
+    let barrier = std::sync::Barrier::new(8);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                assert_eq!(check_pages(base as *const u8, 0..512), None);
+            });
+        }
+    });
+    let st = swap.stats();
+    assert_eq!(
+        st.counter("wp_faults") - wp_before,
+        0,
+        "reads were taken for writes: {:?}",
+        st.counters
+    );
+    assert!(st.counter("swapins") > 100);
+}
+
+/// A page whose region the program unmapped and replaced: dropping the
+/// region leaves the new mapping alone.
+#[test]
+fn region_drop_spares_what_the_program_mapped_there() {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(DeviceSpec::ram(16 * MIB))
+        .build()
+        .unwrap();
+    let mut region = swap.map((4 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let len = region.len();
+    write_pages(base, 0..1024);
+    // SAFETY: the program unmaps region memory and maps its own there,
+    // which is what this test is about.
+    let p = unsafe {
+        assert_eq!(libc::munmap(base.cast(), len), 0);
+        libc::mmap(
+            base.cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    assert_eq!(p, base.cast(), "{}", std::io::Error::last_os_error());
+    // SAFETY: our own new mapping.
+    unsafe { std::ptr::write_bytes(base, 0x33, len) };
+    drop(region);
+    // SAFETY: mincore only reports, or fails with ENOMEM if unmapped.
+    let mut v = vec![0u8; len / PAGE_SIZE];
+    let rc = unsafe { libc::mincore(base.cast(), len, v.as_mut_ptr()) };
+    assert_eq!(rc, 0, "the program's mapping was unmapped by Region::drop");
+    // SAFETY: still our own mapping.
+    let bytes = unsafe { std::slice::from_raw_parts(base, len) };
+    assert!(bytes.iter().all(|&b| b == 0x33));
+    // SAFETY: ours to unmap.
+    unsafe { libc::munmap(base.cast(), len) };
+    swap.swap_space().drain_slot_caches();
+    assert_eq!(swap.free_slots(), swap.total_slots());
+}
+
+/// `kill -BUS` is not a fault: it goes to the program's disposition (here
+/// Rust's own handler, which resets the action to the default), and
+/// uswap keeps serving faults after it.
+#[test]
+fn kill_bus_is_not_a_fault() {
+    if child::scenario().is_some() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(16 * MIB))
+            .build()
+            .unwrap();
+        let mut region = swap.map((4 * MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr();
+        write_pages(base, 0..1024);
+        // Sent to this thread (tgkill, as `kill -BUS` reaches one thread of
+        // the process), so that it is handled before the next access.
+        // SAFETY: a signal to ourselves.
+        unsafe { libc::raise(libc::SIGBUS) };
+        eprintln!("alive after the first kill");
+        assert_eq!(check_pages(base, 0..1024), None);
+        eprintln!("verified");
+        // The program's disposition is the default now: this one kills.
+        // SAFETY: as above.
+        unsafe { libc::raise(libc::SIGBUS) };
+        eprintln!("alive after the second kill");
+        child::exit(0);
+    }
+    let out = child::run(
+        "pager::tests::defects::kill_bus_is_not_a_fault",
+        "go",
+        Duration::from_secs(30),
+    );
+    assert!(out.stderr.contains("verified"), "{out:?}");
+    assert_eq!(out.signal, Some(libc::SIGBUS), "{out:?}");
+    assert!(!out.stderr.contains("second kill"), "{out:?}");
+}
+
+/// The program's own mprotect or mlock on region memory: those pages stay
+/// resident, counted and reported once, and eviction goes on around them.
+#[test]
+fn locked_and_read_only_pages_are_unevictable() {
+    if let Some(arg) = child::scenario() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(32 * MIB))
+            .fault_mode(mode_from(&arg))
+            .build()
+            .unwrap();
+        let mut region = swap.map((8 * MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr();
+        let pages = region.len() / PAGE_SIZE;
+        write_pages(base, 0..64);
+        // SAFETY: the program's own calls on its region, as under test.
+        unsafe {
+            assert_eq!(libc::mlock(base.cast(), 32 * PAGE_SIZE), 0);
+            assert_eq!(
+                libc::mprotect(base.add(32 * PAGE_SIZE).cast(), 32 * PAGE_SIZE, libc::PROT_READ),
+                0
+            );
+        }
+        let before = swap.stats().counter("evictions");
+        for _ in 0..3 {
+            write_pages(base, 64..pages);
+        }
+        let st = swap.stats();
+        assert!(
+            st.counter("evictions") - before > 2000,
+            "eviction goes on: {:?}",
+            st.counters
+        );
+        assert!(st.counter("unevictable") >= 64, "{:?}", st.counters);
+        assert_eq!(check_pages(base, 0..pages), None);
+        // SAFETY: undo them before the region goes.
+        unsafe {
+            libc::munlock(base.cast(), 32 * PAGE_SIZE);
+            libc::mprotect(
+                base.add(32 * PAGE_SIZE).cast(),
+                32 * PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+            );
+        }
+        drop(region);
+        assert_all_returned(&swap, &arg);
+        child::exit(0);
+    }
+    for mode in both_modes() {
+        let out = child::run(
+            "pager::tests::defects::locked_and_read_only_pages_are_unevictable",
+            mode_name(mode),
+            Duration::from_secs(60),
+        );
+        assert!(out.code == Some(0), "{mode:?}: {out:?}");
+        let lines = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains("cannot be evicted"))
+            .count();
+        assert_eq!(lines, 1, "{mode:?}: reported once: {out:?}");
+    }
+}
+
+// Stacks: the handler runs on the thread's alternate signal stack
+// (SA_ONSTACK), which is how a region can be a coroutine's stack, and
+// moves back onto an ordinary interrupted stack to serve, which is how it
+// fits in Rust's 8 KiB alternate stacks.
+
+/// Run `f` on this thread with an alternate signal stack of `size` bytes
+/// painted with a known byte; returns how many bytes of it were used.
+fn altstack_use(size: usize, f: impl FnOnce()) -> usize {
+    const PAINT: u8 = 0xa5;
+    let mut alt = vec![PAINT; size];
+    let ss = libc::stack_t {
+        ss_sp: alt.as_mut_ptr().cast(),
+        ss_flags: 0,
+        ss_size: size,
+    };
+    // SAFETY: zeroed is a valid stack_t to receive the old one.
+    let mut old: libc::stack_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `alt` outlives its use: the old stack is put back below.
+    assert_eq!(unsafe { libc::sigaltstack(&ss, &mut old) }, 0);
+    f();
+    // SAFETY: restores what this thread had.
+    assert_eq!(unsafe { libc::sigaltstack(&old, std::ptr::null_mut()) }, 0);
+    size - alt.iter().position(|&b| b != PAINT).unwrap_or(size)
+}
+
+/// Faults on an ordinary stack use little of the alternate stack (the
+/// kernel's frame and the handler's first steps): the rest runs on the
+/// interrupted stack.  Rust gives its threads 8 KiB.
+#[test]
+fn faults_fit_in_a_small_alternate_stack() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut worst = 0;
+    for (name, huge, file) in [
+        ("ram", false, false),
+        ("file", false, true),
+        ("ram-units", true, false),
+        ("file-units", true, true),
+    ] {
+        let path = dir.path().join(name);
+        let used = std::thread::spawn(move || {
+            altstack_use(256 << 10, || {
+                let dev = if file {
+                    DeviceSpec::file(FileOptions::new(path, 64 * MIB / PAGE_SIZE as u64))
+                } else {
+                    DeviceSpec::ram(64 * MIB)
+                };
+                // Direct reclaim and IO on the faulting thread.
+                let swap = Swap::builder()
+                    .budget(4 * MIB)
+                    .device(dev)
+                    .background_reclaim(false)
+                    .build()
+                    .unwrap();
+                let mut region = if huge {
+                    swap.map_huge((16 * MIB) as usize).unwrap()
+                } else {
+                    swap.map((16 * MIB) as usize).unwrap()
+                };
+                let pages = region.len() / PAGE_SIZE;
+                let base = region.as_mut_slice().as_mut_ptr();
+                write_pages(base, 0..pages);
+                assert_eq!(check_pages(base, 0..pages), None);
+            })
+        })
+        .join()
+        .unwrap();
+        eprintln!("{name}: {used} bytes of the alternate signal stack");
+        worst = worst.max(used);
+    }
+    assert!(
+        worst <= 7 << 10,
+        "{worst} bytes: too close to Rust's 8 KiB alternate stacks"
+    );
+}
+
+static CO_DEPTH: AtomicUsize = AtomicUsize::new(0);
+static CO_BAD: AtomicU64 = AtomicU64::new(u64::MAX);
+static CO_MAIN: AtomicPtr<libc::ucontext_t> = AtomicPtr::new(std::ptr::null_mut());
+static CO_SELF: AtomicPtr<libc::ucontext_t> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Recurse `depth` frames of 1 KiB, switch back to the main context at
+/// the bottom (which evicts this stack meanwhile), and check every frame
+/// on the way up.
+#[inline(never)]
+fn descend(depth: usize) -> u64 {
+    let mut frame = [0u8; 1024];
+    for (i, b) in frame.iter_mut().enumerate() {
+        *b = (depth as u8) ^ (i as u8);
+    }
+    std::hint::black_box(&mut frame);
+    let below = if depth == 0 {
+        // SAFETY: both contexts are live: CO_SELF is this one, CO_MAIN the
+        // thread's, which switches back here.
+        unsafe { libc::swapcontext(CO_SELF.load(Ordering::Acquire), CO_MAIN.load(Ordering::Acquire)) };
+        0
+    } else {
+        descend(depth - 1)
+    };
+    std::hint::black_box(&mut frame);
+    let ok = frame
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == (depth as u8) ^ (i as u8));
+    below + u64::from(!ok)
+}
+
+extern "C" fn coroutine() {
+    CO_BAD.store(descend(CO_DEPTH.load(Ordering::Acquire)), Ordering::Release);
+}
+
+/// A coroutine whose stack is region memory, evicted while it is
+/// suspended deep down, comes back up it intact; its faults are delivered
+/// on the thread's alternate stack and served on a spare stack, so they
+/// use as little of the alternate stack as any other fault.
+#[test]
+fn a_region_can_be_a_coroutine_stack() {
+    if child::scenario().is_some() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(DeviceSpec::ram(32 * MIB))
+            .build()
+            .unwrap();
+        let mut stack = swap.map((2 * MIB) as usize).unwrap();
+        let mut flood = swap.map((8 * MIB) as usize).unwrap();
+        let stack_base = stack.as_mut_slice().as_mut_ptr();
+        let stack_len = stack.len();
+        let flood_base = flood.as_mut_slice().as_mut_ptr() as usize;
+        let used = altstack_use(256 << 10, || {
+            // SAFETY: zeroed ucontext_t values, filled by getcontext; the
+            // coroutine's stack is the region, alive until after it ends;
+            // uc_link brings it back here when it returns.
+            unsafe {
+                let main: *mut libc::ucontext_t = Box::into_raw(Box::new(std::mem::zeroed()));
+                let co: *mut libc::ucontext_t = Box::into_raw(Box::new(std::mem::zeroed()));
+                assert_eq!(libc::getcontext(co), 0);
+                (*co).uc_stack.ss_sp = stack_base.cast();
+                (*co).uc_stack.ss_size = stack_len;
+                (*co).uc_link = main;
+                libc::makecontext(co, coroutine, 0);
+                CO_MAIN.store(main, Ordering::Release);
+                CO_SELF.store(co, Ordering::Release);
+                CO_DEPTH.store(600, Ordering::Release);
+                // Down 600 frames (600 KiB of region stack), and back here.
+                assert_eq!(libc::swapcontext(main, co), 0);
+                // Evict the coroutine's stack.
+                for _ in 0..3 {
+                    write_pages(flood_base as *mut u8, 0..2048);
+                }
+                eprintln!(
+                    "stack evicted: {} swap-ins so far",
+                    swap.stats().counter("swapins")
+                );
+                // Up again, to the end, and back here through uc_link.
+                assert_eq!(libc::swapcontext(main, co), 0);
+                drop(Box::from_raw(main));
+                drop(Box::from_raw(co));
+            }
+        });
+        let bad = CO_BAD.load(Ordering::Acquire);
+        assert_eq!(bad, 0, "{bad} frames came back wrong");
+        let st = swap.stats();
+        assert!(
+            st.counter("swapins") + st.counter("swapcache_hits") > 0,
+            "{:?}",
+            st.counters
+        );
+        eprintln!("up the swapped stack: {used} bytes of the alternate stack");
+        assert!(
+            used <= 7 << 10,
+            "{used} bytes: too close to Rust's 8 KiB alternate stacks"
+        );
+        drop(flood);
+        drop(stack);
+        child::exit(0);
+    }
+    let out = child::run(
+        "pager::tests::defects::a_region_can_be_a_coroutine_stack",
+        "go",
+        Duration::from_secs(60),
+    );
+    out.assert_success();
+    let line = out.stderr.lines().find(|l| l.contains("up the swapped stack"));
+    eprintln!("{}", line.unwrap_or_else(|| panic!("{out:?}")));
+}
+
+// ---------------------------------------------------------------------
+// 9. A SCHED_FIFO thread waiting on a claim that a normal thread on the
+//    same CPU holds.
+
+fn pin_to_cpu0() {
+    // SAFETY: a local CPU set; affinity of this thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+    }
+}
+
+/// The scheduler state letter of thread `tid` ('R' running, 'S' asleep).
+fn thread_state(tid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    // The state follows the parenthesised name, which may hold spaces.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.chars().next().unwrap()
+}
+
+/// The waiter sleeps on the claim's futex after a short spin, so the
+/// holder it preempted gets the CPU back; a waiter that spun with
+/// `sched_yield` would keep a SCHED_FIFO thread running and the holder
+/// off its CPU.
+#[test]
+fn a_realtime_waiter_sleeps_on_a_claim() {
+    if child::scenario().is_some() {
+        let swap = Swap::builder()
+            .budget(4 * MIB)
+            .device(DeviceSpec::ram(16 * MIB))
+            .build()
+            .unwrap();
+        let mut region = swap.map((MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr() as usize;
+        let gate = &swap.inner.inject.gate;
+        gate.store(1, Ordering::Release);
+        let waiter_tid = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                pin_to_cpu0();
+                // Faults page 0; stops in the install, claim held.
+                write_pages(base as *mut u8, 0..1);
+            });
+            while gate.load(Ordering::Acquire) != 2 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            s.spawn(|| {
+                pin_to_cpu0();
+                let param = libc::sched_param { sched_priority: 1 };
+                // SAFETY: this thread's policy.
+                if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+                    eprintln!("cannot run SCHED_FIFO: {}", std::io::Error::last_os_error());
+                    child::exit(5);
+                }
+                // SAFETY: gettid has no preconditions.
+                waiter_tid.store(unsafe { libc::gettid() } as usize, Ordering::Release);
+                // Zeros or the holder's bytes, whichever is there first:
+                // the waiter runs before the holder's write, on this CPU.
+                // SAFETY: page 0 of the live region.
+                std::hint::black_box(unsafe { std::ptr::read_volatile(base as *const u8) });
+            });
+            let tid = loop {
+                match waiter_tid.load(Ordering::Acquire) {
+                    0 => std::thread::sleep(Duration::from_millis(1)),
+                    t => break t as i32,
+                }
+            };
+            // Asleep, several times in a row.
+            let mut asleep = 0;
+            for _ in 0..5000 {
+                if thread_state(tid) == 'S' {
+                    asleep += 1;
+                    if asleep == 20 {
+                        break;
+                    }
+                } else {
+                    asleep = 0;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            eprintln!("waiter seen asleep {asleep} times in a row");
+            gate.store(0, Ordering::Release);
+        });
+        assert_eq!(check_pages(base as *const u8, 0..1), None);
+        drop(region);
+        child::exit(0);
+    }
+    let out = child::run(
+        "pager::tests::defects::a_realtime_waiter_sleeps_on_a_claim",
+        "go",
+        Duration::from_secs(60),
+    );
+    if out.code == Some(5) {
+        // Without CAP_SYS_NICE (or an RLIMIT_RTPRIO) there is no SCHED_FIFO
+        // thread to test with: say so, loudly, rather than pass silently.
+        eprintln!("NOT RUN: {}", out.stderr.trim());
+        return;
+    }
+    out.assert_success();
+    assert!(out.stderr.contains("seen asleep 20 times"), "{out:?}");
+}

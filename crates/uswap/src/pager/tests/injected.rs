@@ -1,0 +1,298 @@
+//! Transitions that fail half way, by injection: a move into a region
+//! (a swap-cache hit, a 2 MB unit coming in), the move back of a page
+//! whose writeback failed, a unit's eviction.  After each, in both fault
+//! modes, every page's data is intact and its state is true: a page the
+//! state word calls resident is mapped, and no other is.
+
+use std::sync::atomic::Ordering;
+
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+fn pattern(p: usize) -> u8 {
+    (p as u8).wrapping_mul(13) ^ 0xa5
+}
+
+fn write_page(region: &mut Region, p: usize) {
+    region.as_mut_slice()[p * PAGE_SIZE..(p + 1) * PAGE_SIZE].fill(pattern(p));
+}
+
+fn check_page(region: &Region, p: usize) {
+    let page = &region.as_slice()[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
+    assert!(
+        page.iter().all(|&b| b == pattern(p)),
+        "page {p} reads {:#x}",
+        page[0]
+    );
+}
+
+fn present(region: &Region, p: usize) -> bool {
+    super::super::fault::mapped(region.as_ptr() as u64 + (p * PAGE_SIZE) as u64)
+}
+
+/// The state word of page `p`.
+fn word(region: &Region, p: usize) -> u64 {
+    region.inner.states[region.id_base as usize + p].load(Ordering::Acquire)
+}
+
+/// Wait for the last fault's transition to end.  In handler-thread mode
+/// the ioctl that resolves a fault wakes the faulting thread before the
+/// handler thread publishes the page's state and counts it; these tests
+/// have no background reclaimer, so nothing else is under way.
+fn settle(region: &Region) {
+    let pages = region.len() / PAGE_SIZE;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while (0..pages).any(|p| word(region, p) & page::BUSY != 0) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a page stayed claimed for 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// Every page's state is true of the page tables.
+fn assert_states_true(region: &Region, huge: bool) {
+    settle(region);
+    let pages = region.len() / PAGE_SIZE;
+    let step = if huge { unit::UNIT_PAGES } else { 1 };
+    for head in (0..pages).step_by(step) {
+        let w = word(region, head);
+        assert_eq!(w & page::BUSY, 0, "page {head} left claimed");
+        let resident = page::kind(w) == page::RESIDENT;
+        for p in head..head + step {
+            assert_eq!(
+                present(region, p),
+                resident,
+                "page {p}: state {w:#x} but {}mapped",
+                if resident { "not " } else { "" }
+            );
+        }
+    }
+}
+
+fn swap(mode: FaultMode, budget: u64) -> Swap {
+    Swap::builder()
+        .budget(budget)
+        .device(DeviceSpec::ram(64 * MIB))
+        .fault_mode(mode)
+        .background_reclaim(false)
+        .build()
+        .unwrap()
+}
+
+fn staged_page(region: &Region, skip: usize) -> usize {
+    (0..region.len() / PAGE_SIZE)
+        .filter(|&p| region.is_staged(p))
+        .nth(skip)
+        .expect("a staged page")
+}
+
+fn inject_move(
+    f: &(
+        std::sync::atomic::AtomicUsize,
+        std::sync::atomic::AtomicUsize,
+        std::sync::atomic::AtomicI32,
+    ),
+    n: usize,
+    partial: usize,
+    errno: i32,
+) {
+    f.1.store(partial, Ordering::Relaxed);
+    f.2.store(errno, Ordering::Relaxed);
+    f.0.store(n, Ordering::Release);
+}
+
+/// The next `n` copies that finish a failed move in fail too.
+fn inject_copy(swap: &Swap, n: usize, errno: i32) {
+    swap.inner.inject.copy_in.1.store(errno, Ordering::Relaxed);
+    swap.inner.inject.copy_in.0.store(n, Ordering::Release);
+}
+
+/// A swap-cache hit whose move back into the region fails: the page is
+/// copied in instead; when the copy fails too, it stays staged and the
+/// access retries until it goes in.
+#[test]
+fn a_failed_move_in_keeps_the_page() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = swap(mode, MIB);
+        let mut region = swap.map(512 * PAGE_SIZE).unwrap();
+        for p in 0..512 {
+            write_page(&mut region, p);
+        }
+        let p = staged_page(&region, 0);
+        inject_move(&swap.inner.inject.move_in, 1, 0, libc::ENOMEM);
+        check_page(&region, p);
+        settle(&region);
+        let st = swap.stats();
+        assert_eq!(
+            st.counter("move_fallbacks"),
+            1,
+            "{mode:?}: copied in: {:?}",
+            st.counters
+        );
+        assert!(region.is_resident(p));
+        assert_states_true(&region, false);
+
+        let q = staged_page(&region, 0);
+        inject_move(&swap.inner.inject.move_in, 1, 0, libc::ENOMEM);
+        inject_copy(&swap, 1, libc::ENOMEM);
+        let retries = swap.stats().counter("install_retries");
+        check_page(&region, q);
+        settle(&region);
+        assert!(
+            swap.stats().counter("install_retries") > retries,
+            "{mode:?}: retried"
+        );
+        assert!(region.is_resident(q));
+        assert_states_true(&region, false);
+        for p in 0..512 {
+            check_page(&region, p);
+        }
+        drop(region);
+        assert_all_returned(&swap, &format!("{mode:?}"));
+    }
+}
+
+/// Writeback fails for good (EIO): the page goes back into its region,
+/// copied when the move fails, and its slot is retired; when neither
+/// works, the page stays staged on its slot (not retired) and is written
+/// later.
+#[test]
+fn a_failed_move_back_after_a_write_error_keeps_the_page() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        for copy_fails in [false, true] {
+            let swap = swap(mode, MIB);
+            let mut region = swap.map(2048 * PAGE_SIZE).unwrap();
+            for p in 0..512 {
+                write_page(&mut region, p);
+            }
+            swap.inject_io_error(0, crate::io::ANY_SLOT, crate::io::IoOp::Write);
+            inject_move(&swap.inner.inject.move_in, 1, 0, libc::ENOMEM);
+            if copy_fails {
+                inject_copy(&swap, 1, libc::ENOMEM);
+            }
+            for p in 512..2048 {
+                write_page(&mut region, p);
+            }
+            settle(&region);
+            let st = swap.stats();
+            assert_eq!(st.counter("io_write_errors"), 1, "{mode:?}: {:?}", st.counters);
+            assert_eq!(
+                st.counter("swapout_errors"),
+                u64::from(!copy_fails),
+                "{mode:?}: {:?}",
+                st.counters
+            );
+            assert_states_true(&region, false);
+            for p in 0..2048 {
+                check_page(&region, p);
+            }
+            drop(region);
+            swap.swap_space().drain_slot_caches();
+            assert_eq!(
+                swap.free_slots(),
+                swap.total_slots() - u64::from(!copy_fails),
+                "{mode:?} copy_fails={copy_fails}: only a slot given up on stays retired"
+            );
+        }
+    }
+}
+
+/// A 2 MB unit whose move in stops part way (after 100 pages) is finished
+/// by copying; when the copy fails for now too, the faulting thread waits
+/// and retries: a resident unit is always all there.
+#[test]
+fn a_unit_move_in_that_stops_part_way_is_finished() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        for copy_failures in [0, 2] {
+            let swap = swap(mode, 4 * MIB);
+            let mut region = swap.map_huge(16 * MIB as usize).unwrap();
+            let pages = region.len() / PAGE_SIZE;
+            for p in 0..pages {
+                write_page(&mut region, p);
+            }
+            assert!(!region.is_resident(0), "unit 0 went out");
+            // Each failed copy ends one try; the next try moves on from
+            // where the last one stopped, and stops again.
+            inject_move(
+                &swap.inner.inject.move_in,
+                copy_failures.max(1),
+                100,
+                libc::ENOMEM,
+            );
+            inject_copy(&swap, copy_failures, libc::ENOMEM);
+            check_page(&region, 7);
+            settle(&region);
+            assert!(region.is_resident(0));
+            assert_states_true(&region, true);
+            let st = swap.stats();
+            assert!(
+                st.counter("install_retries") >= copy_failures as u64,
+                "{:?}",
+                st.counters
+            );
+            for p in 0..pages {
+                check_page(&region, p);
+            }
+            drop(region);
+            assert_all_returned(&swap, &format!("{mode:?}"));
+        }
+    }
+}
+
+/// A unit whose move out stops part way (after 100 pages; `EBUSY`, as at
+/// a pinned page) is put back whole, the move back itself failing once and
+/// copied; it stays resident, counted, and goes out later.  A unit whose
+/// write fails (EIO) is put back whole too.
+#[test]
+fn a_failed_unit_eviction_keeps_the_unit() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = swap(mode, 4 * MIB);
+        let mut region = swap.map_huge(16 * MIB as usize).unwrap();
+        let pages = region.len() / PAGE_SIZE;
+        // Units 0 and 1 fill the budget; the fault on unit 2 must evict
+        // one, and the first try (unit 0, the oldest) fails.
+        for p in 0..1024 {
+            write_page(&mut region, p);
+        }
+        inject_move(&swap.inner.inject.move_out, 1, 100, libc::EBUSY);
+        inject_move(&swap.inner.inject.move_in, 1, 10, libc::ENOMEM);
+        for p in 1024..1536 {
+            write_page(&mut region, p);
+        }
+        settle(&region);
+        let st = swap.stats();
+        assert_eq!(st.counter("unevictable"), 1, "{mode:?}: {:?}", st.counters);
+        assert!(region.is_resident(0), "{mode:?}: unit 0 stayed");
+        assert_states_true(&region, true);
+        // The unit that could not go is still all there.
+        let kept = (0..pages)
+            .step_by(512)
+            .find(|&h| region.is_resident(h))
+            .expect("a unit is resident");
+        for p in kept..kept + 512 {
+            check_page(&region, p);
+        }
+        swap.inject_io_error(0, crate::io::ANY_SLOT, crate::io::IoOp::Write);
+        for p in 1536..pages {
+            write_page(&mut region, p);
+        }
+        settle(&region);
+        let st = swap.stats();
+        assert_eq!(st.counter("swapout_errors"), 1, "{mode:?}: {:?}", st.counters);
+        assert_states_true(&region, true);
+        for p in 0..pages {
+            check_page(&region, p);
+        }
+        drop(region);
+        swap.swap_space().drain_slot_caches();
+        assert_eq!(
+            swap.free_slots(),
+            swap.total_slots() - 512,
+            "{mode:?}: one cluster retired"
+        );
+        swap.swap_space().check_invariants().unwrap();
+    }
+}
