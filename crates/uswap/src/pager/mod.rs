@@ -629,7 +629,7 @@ impl Swap {
             // One unit being filled and one to evict: with less, a unit
             // would be evicted while it is being written, again and again.
             return Err(PagerError::Config(format!(
-                "a budget of {} bytes is too small for 2 MB units: map_huge needs at least two units ({} bytes) of budget, and one more for each thread filling a unit at once; raise the budget or use map",
+                "a budget of {} bytes is too small for 2 MB units: map_huge needs at least two units ({} bytes) of budget (one more for each further thread filling units at once keeps faults from overrunning it); raise the budget or use map",
                 inner.budget * PAGE_SIZE,
                 2 * unit::UNIT_BYTES
             )));
