@@ -645,7 +645,7 @@ impl Swap {
         let pages = len.div_ceil(PAGE_SIZE);
         // The page-id lock is one a program's signal handler could want
         // (through a fault's reclaim, no; but through a nested map, yes).
-        let _blocked = signals::AsyncSignalsBlocked::new();
+        let _blocked = signals::SignalsBlocked::asynchronous();
         let id_base = {
             let mut ids = inner.ids.lock();
             let free: usize = ids.iter().map(|r| r.1 as usize).sum();
@@ -1112,7 +1112,7 @@ impl Drop for Region {
         }
         // The LRU, slot and frame locks taken below are ones a program's
         // signal handler could want too, through a fault.
-        let _blocked = signals::AsyncSignalsBlocked::new();
+        let _blocked = signals::SignalsBlocked::asynchronous();
         fault::unpublish_region(self.slot);
         // Take every page out of circulation, waiting out transitions in
         // flight (a reclaimer may be writing one of them out).

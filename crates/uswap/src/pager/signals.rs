@@ -20,7 +20,7 @@
 //!   to a program thread instead;
 //! - the two calls that take them on a program's thread, `Swap::map` and
 //!   `Region::drop`, block asynchronous signals for their duration
-//!   ([`AsyncSignalsBlocked`]);
+//!   ([`SignalsBlocked`]);
 //! - no code that holds a lock or a claim touches region memory, so no
 //!   synchronous fault (the only signal left) interrupts a holder either.
 //!
@@ -67,7 +67,7 @@ use crossbeam_utils::CachePadded;
 
 use super::report;
 
-/// The synchronous signals, left unblocked by [`AsyncSignalsBlocked`]: a
+/// The synchronous signals, left unblocked by [`SignalsBlocked`]: a
 /// fault's signal arrives whatever the mask, and blocking it would only
 /// turn a SIGBUS the handler could serve into a kill.
 const SYNCHRONOUS: [i32; 6] = [
@@ -92,29 +92,45 @@ fn async_signals() -> libc::sigset_t {
     }
 }
 
-/// Asynchronous signals blocked on this thread while it lives: for the
-/// calls that take the pager's locks on a program's thread.
-pub(super) struct AsyncSignalsBlocked {
+/// Signals blocked on this thread while it lives.  `asynchronous()`: for
+/// the calls that take the pager's locks on a program's thread (a fault of
+/// theirs stays a fault).  `all()`: for updating the program's SIGBUS
+/// disposition, which the handler reads and must not find half written on
+/// its own thread, even for a SIGBUS sent with `kill`.
+pub(super) struct SignalsBlocked {
     old: libc::sigset_t,
     /// A thread's mask: restored on the thread that saved it.
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
-impl AsyncSignalsBlocked {
-    pub fn new() -> Self {
-        let set = async_signals();
+impl SignalsBlocked {
+    pub fn asynchronous() -> Self {
+        Self::block(&async_signals())
+    }
+
+    pub fn all() -> Self {
+        // SAFETY: fills a local set.
+        let set = unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut set);
+            set
+        };
+        Self::block(&set)
+    }
+
+    fn block(set: &libc::sigset_t) -> Self {
         // SAFETY: zeroed is a valid sigset_t; pthread_sigmask fills `old`.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
         // SAFETY: valid sets; only this thread's mask changes.
-        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old) };
-        AsyncSignalsBlocked {
+        unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, set, &mut old) };
+        SignalsBlocked {
             old,
             _not_send: std::marker::PhantomData,
         }
     }
 }
 
-impl Drop for AsyncSignalsBlocked {
+impl Drop for SignalsBlocked {
     fn drop(&mut self) {
         // SAFETY: restores the mask saved in `new`, on the same thread
         // (the guard is not Send).
@@ -232,9 +248,11 @@ impl Disposition {
         }
     }
 
-    /// Writers run with asynchronous signals blocked (the handler, uswap's
-    /// threads, `install` under `AsyncSignalsBlocked`), so the spin below
-    /// only ever waits for another thread.
+    /// Writers run with every signal blocked (`take_front` blocks them;
+    /// the handler's own store after an `SA_RESETHAND` handler runs under
+    /// its full mask), so no handler on the writer's own thread can spin
+    /// in `load` waiting for it: the spins only ever wait for another
+    /// thread.
     fn store(&self, sa: &libc::sigaction) {
         let s = loop {
             let s = self.seq.load(Ordering::Relaxed);
@@ -287,6 +305,7 @@ fn current() -> libc::sigaction {
 /// Put uswap's handler in front, recording the action it replaces as the
 /// program's disposition.  Allocation-free and async-signal-safe.
 fn take_front() {
+    let _blocked = SignalsBlocked::all();
     let mut old: libc::sigaction = current();
     if is_ours(&old) {
         return;
@@ -307,7 +326,6 @@ static INSTALL: Once = Once::new();
 /// before is the program's disposition.
 pub(super) fn install() {
     INSTALL.call_once(|| {
-        let _blocked = AsyncSignalsBlocked::new();
         spare::map();
         take_front();
     });
@@ -322,7 +340,6 @@ pub(super) fn watch(scan_threads: bool) {
     }
     let cur = current();
     if !is_ours(&cur) {
-        let _blocked = AsyncSignalsBlocked::new();
         take_front();
         report::line(format_args!(
             "uswap: a SIGBUS handler (at {:#x}) was installed after uswap's; uswap put its own back in front and passes every SIGBUS that is not a uswap fault on to it. Install signal handlers before building a Swap, so that no uswap fault reaches them meanwhile",
