@@ -351,8 +351,26 @@ pub(super) fn watch(scan_threads: bool) {
     }
 }
 
-/// Threads already named, so each is reported once.
-static REPORTED: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+/// What the thread scan remembers between scans.
+struct Watched {
+    /// Threads seen blocking SIGBUS, with how many scans in a row.
+    seen: Vec<(i32, u32)>,
+    /// Threads already named, so each is reported once.
+    reported: Vec<i32>,
+}
+
+static WATCHED: Mutex<Watched> = Mutex::new(Watched {
+    seen: Vec::new(),
+    reported: Vec::new(),
+});
+
+/// Scans in a row (every 500 ms) a thread must be seen blocking SIGBUS,
+/// outside the handler, before it is named.  A thread inside the handler
+/// blocks SIGBUS too, and the handler's count of itself cannot cover the
+/// moments between the kernel's delivery and its first instruction, or
+/// its last and the return, where a preempted thread can sit for a
+/// scheduler slice; no thread sits there for two seconds.
+const SCANS_TO_REPORT: u32 = 4;
 
 /// Threads inside the handler, counted per bucket of thread ids.  While
 /// a thread is in it, its mask blocks SIGBUS (the handler's `sa_mask`
@@ -382,40 +400,13 @@ fn handler_bucket() -> &'static AtomicU32 {
     &IN_HANDLER[tid as usize % BUCKETS]
 }
 
-/// Whether thread `tid` blocks SIGBUS of its own accord: blocked at
-/// several looks over a few milliseconds, and never inside the handler
-/// then.  (Between the kernel's delivery and the handler's first count, or
-/// its last count and its return, a thread blocks SIGBUS unseen by the
-/// buckets; those windows are a few hundred nanoseconds, and every look
-/// would have to fall into one.)
-fn blocks_sigbus(status: &std::path::Path, tid: i32) -> bool {
-    for look in 0..4 {
-        if look > 0 {
-            std::thread::sleep(std::time::Duration::from_millis(1));
-        }
-        if IN_HANDLER[tid as usize % BUCKETS].load(Ordering::Acquire) != 0 {
-            return false;
-        }
-        let Ok(text) = std::fs::read_to_string(status) else {
-            return false;
-        };
-        let blocked = text
-            .lines()
-            .find_map(|l| l.strip_prefix("SigBlk:"))
-            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
-            .unwrap_or(0);
-        if blocked & (1 << (libc::SIGBUS - 1)) == 0 {
-            return false;
-        }
-    }
-    true
-}
-
 /// Name every thread of the process that blocks SIGBUS (not uswap's own).
 fn scan_blocked_threads() {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return;
     };
+    let mut watched = WATCHED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut seen = Vec::new();
     for t in dir.flatten() {
         let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
@@ -434,19 +425,27 @@ fn scan_blocked_threads() {
         let blocked = u64::from_str_radix(&field("SigBlk:"), 16).unwrap_or(0);
         if is_uswap_thread(&name)
             || blocked & (1 << (libc::SIGBUS - 1)) == 0
-            || !blocks_sigbus(&t.path().join("status"), tid)
+            || IN_HANDLER[tid as usize % BUCKETS].load(Ordering::Acquire) != 0
         {
             continue;
         }
-        let mut reported = REPORTED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if reported.contains(&tid) {
+        let scans = watched
+            .seen
+            .iter()
+            .find(|&&(t, _)| t == tid)
+            .map_or(0, |&(_, n)| n)
+            + 1;
+        seen.push((tid, scans));
+        if scans < SCANS_TO_REPORT || watched.reported.contains(&tid) {
             continue;
         }
-        reported.push(tid);
+        watched.reported.push(tid);
         report::line(format_args!(
             "uswap: thread {tid} ({name}) blocks SIGBUS: in SIGBUS fault mode its first touch of swapped memory kills the process; unblock SIGBUS in that thread, or build the Swap with FaultMode::HandlerThread"
         ));
     }
+    // A thread not seen blocking this time starts again from zero.
+    watched.seen = seen;
 }
 
 fn is_uswap_thread(name: &str) -> bool {

@@ -476,11 +476,12 @@ fn a_thread_blocking_sigbus_is_reported() {
                 std::thread::sleep(Duration::from_secs(60));
             })
             .unwrap();
-        // Meanwhile three threads thrash (the region is twice the budget),
+        // It is named after four scans in a row (two seconds).  Meanwhile
+        // three threads thrash (the region is twice the budget),
         // spending much of their time inside the handler, where SIGBUS is
         // blocked too: none of them may be named.
         let base = region.as_mut_slice().as_mut_ptr() as usize;
-        let end = std::time::Instant::now() + Duration::from_secs(3);
+        let end = std::time::Instant::now() + Duration::from_secs(5);
         std::thread::scope(|s| {
             for t in 0..3 {
                 s.spawn(move || {
@@ -698,7 +699,10 @@ fn signal_handlers_touching_regions_do_not_deadlock() {
         let out = child::run(
             "pager::tests::defects::signal_handlers_touching_regions_do_not_deadlock",
             mode_name(mode),
-            Duration::from_secs(120),
+            // A deadlock never ends; a loaded machine makes the handler-
+            // thread run (a wake-up per fault, a signal every 20 us) take
+            // minutes: 4 copies of this test at once ran past 120 s.
+            Duration::from_secs(300),
         );
         assert!(out.code == Some(0), "{mode:?}: {out:?}");
     }
