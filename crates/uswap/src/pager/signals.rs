@@ -673,6 +673,11 @@ unsafe fn call_on_stack(sp: u64, f: extern "C" fn(*mut libc::c_void), arg: *mut 
     }
 }
 
+/// Elsewhere no stack switch: `stack_to_serve_on` never asks for one, and
+/// `f` runs where the handler is.
+///
+/// # Safety
+/// None beyond `f`'s own; `sp` is ignored.
 #[cfg(not(target_arch = "x86_64"))]
 unsafe fn call_on_stack(_sp: u64, f: extern "C" fn(*mut libc::c_void), arg: *mut libc::c_void) {
     f(arg)
