@@ -584,7 +584,19 @@ fn huge_integrity(swap: Swap, expect_fallback: bool) {
         assert_eq!(st.counter("huge_fallbacks"), 0, "{:?}", st.counters);
         assert!(st.counter("huge_alloc") > 8);
     }
-    assert!(swap.resident_pages() <= swap.budget_pages() + 512);
+    // Four threads may each install a unit on the same look at the budget,
+    // so the last faults can leave it up to three units over; the
+    // background reclaimer then brings it back to within one unit.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while swap.resident_pages() > swap.budget_pages() + 512 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "resident {} pages, budget {}: not reclaimed",
+            swap.resident_pages(),
+            swap.budget_pages()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     drop(region);
     assert_all_returned(&swap, "");
 }
