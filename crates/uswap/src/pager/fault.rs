@@ -1,178 +1,42 @@
-//! Fault service: one routine, [`serve`], called from the SIGBUS handler
-//! in the faulting thread (`signals.rs`) or from handler threads reading
-//! the userfaultfd.
+//! Fault service: [`serve`] for a page, [`serve_unit`] for a 2 MB unit,
+//! called from the entry (the SIGBUS handler in the faulting thread, or a
+//! handler thread reading the userfaultfd).
 //!
 //! Everything here may run in a signal handler, so it follows the rules of
 //! one: no allocation (page tables, frame pools and the region table are
 //! all preallocated), no lock that the interrupted code could hold (see
-//! `signals.rs` for why none can be), and idempotence: a fault may be
+//! `entry.rs` for why none can be), and idempotence: a fault may be
 //! delivered twice, or by two threads at once; the page's claim picks one
 //! to serve it, and the others wait and retry the access.
+//!
+//! 2 MB units (seed 003) come in whole: an "in" staging unit is populated
+//! (`MADV_POPULATE_WRITE`: a zeroed THP under `MADV_HUGEPAGE`), filled
+//! with one 2 MB read (or 512 after a split; a never-written unit stays
+//! zero), and moved into the region with one `UFFDIO_MOVE`.  Only the
+//! destination of a move must be registered with the userfaultfd, so the
+//! "in" units are not: they can be populated by faulting them in.  A move
+//! in that stops part way is finished by copying: a resident unit is
+//! always all there.  How units go out is in `reclaim.rs`.
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::Weak;
-use std::thread::JoinHandle;
+use std::sync::atomic::Ordering;
 
-use super::page::{self, PageClaim};
-use super::signals::{self, Access};
-use super::{reclaim, report, Inner, MAX_REGIONS};
+use super::instance::{Inner, Installed};
+use super::page::{self, PageClaim, UNIT_PAGES};
+use super::reclaim;
+use crate::swap_space::SwapEntry;
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
+const UNIT: u64 = page::UNIT_BYTES as u64;
 
-/// How faults are served.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum FaultMode {
-    /// The faulting thread serves its own fault in a SIGBUS handler
-    /// (`UFFD_FEATURE_SIGBUS`): no hand-off to another thread, which costs
-    /// 30-120 us on a VM.  Faults raised inside the kernel (`read(2)` into a
-    /// region) fail with `EFAULT` in this mode, and a thread that blocks
-    /// SIGBUS cannot be served (the kernel kills the process).
-    #[default]
-    Sigbus,
-    /// Handler threads read fault events and serve them; the faulting
-    /// thread sleeps until woken.  Serves kernel-raised faults too, and
-    /// threads that block SIGBUS.
-    HandlerThread,
-}
-
-/// One published region: where it is and whose it is.  Set before the
-/// region is usable and cleared before it is unmapped; the SIGBUS handler
-/// reads it without locks.
-struct RegionEntry {
-    base: AtomicU64,
-    end: AtomicU64,
-    id_base: AtomicU32,
-    /// Paged in 2 MB units.
-    huge: AtomicBool,
-    inner: AtomicPtr<Inner>,
-}
-
-static REGIONS: [RegionEntry; MAX_REGIONS] = [const {
-    RegionEntry {
-        base: AtomicU64::new(0),
-        end: AtomicU64::new(0),
-        id_base: AtomicU32::new(0),
-        huge: AtomicBool::new(false),
-        inner: AtomicPtr::new(std::ptr::null_mut()),
-    }
-}; MAX_REGIONS];
-
-/// How many leading entries of `REGIONS` have ever been used: the scans
-/// stop there instead of reading the whole table on every fault.  Only
-/// grows; raised before an entry is filled in, so whoever can see the
-/// entry's `base` sees the mark too.
-static USED: AtomicUsize = AtomicUsize::new(0);
-
-/// The entries that may be in use.
-fn used_entries() -> &'static [RegionEntry] {
-    &REGIONS[..USED.load(Ordering::Acquire).min(MAX_REGIONS)]
-}
-
-/// Publish a region; returns its table slot, or None when the table is full.
-pub(super) fn publish_region(
-    base: u64,
-    len: u64,
-    id_base: u32,
-    inner: *const Inner,
-    huge: bool,
-) -> Option<usize> {
-    for (i, r) in REGIONS.iter().enumerate() {
-        // Claim a free entry by its `inner` pointer, then fill it in;
-        // `base` goes last, so a reader that sees it sees the rest.
-        if r.inner
-            .compare_exchange(
-                std::ptr::null_mut(),
-                inner as *mut Inner,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        {
-            USED.fetch_max(i + 1, Ordering::AcqRel);
-            r.id_base.store(id_base, Ordering::Relaxed);
-            r.huge.store(huge, Ordering::Relaxed);
-            r.end.store(base + len, Ordering::Relaxed);
-            r.base.store(base, Ordering::Release);
-            return Some(i);
-        }
-    }
-    None
-}
-
-/// Withdraw a region's entry.
-pub(super) fn unpublish_region(slot: usize) {
-    let r = &REGIONS[slot];
-    r.base.store(0, Ordering::Release);
-    r.end.store(0, Ordering::Relaxed);
-    r.inner.store(std::ptr::null_mut(), Ordering::Release);
-}
-
-/// Whether a published region overlaps `[base, base + len)`.
-pub(super) fn overlaps_a_region(base: u64, len: u64) -> bool {
-    used_entries().iter().any(|r| {
-        let b = r.base.load(Ordering::Acquire);
-        b != 0 && b < base + len && base < r.end.load(Ordering::Relaxed)
-    })
-}
-
-/// What a fault address is in.
-struct Hit {
-    inner: *const Inner,
-    /// The page id of the address, or of its unit's first page.
-    id: u32,
-    /// Some(unit start) for a 2 MB-unit region.
-    unit: Option<u64>,
-}
-
-/// The region holding `addr`: its instance and the page id of `addr`.
-fn lookup(addr: u64) -> Option<Hit> {
-    for r in used_entries() {
-        let base = r.base.load(Ordering::Acquire);
-        if base == 0 || addr < base || addr >= r.end.load(Ordering::Relaxed) {
-            continue;
-        }
-        let inner = r.inner.load(Ordering::Acquire);
-        if inner.is_null() {
-            continue;
-        }
-        let mut id = r.id_base.load(Ordering::Relaxed) + ((addr - base) / PAGE) as u32;
-        let mut unit = None;
-        if r.huge.load(Ordering::Relaxed) {
-            let u = (addr - base) / super::unit::UNIT_BYTES as u64;
-            id = r.id_base.load(Ordering::Relaxed) + (u as usize * super::unit::UNIT_PAGES) as u32;
-            unit = Some(base + u * super::unit::UNIT_BYTES as u64);
-        }
-        return Some(Hit { inner, id, unit });
-    }
-    None
-}
-
-/// Serve a SIGBUS fault at `addr`; false when it is not in a region (the
-/// signal is then the program's).
-pub(super) fn serve_signal(addr: u64, access: Access) -> bool {
-    let Some(Hit { inner, id, unit }) = lookup(addr) else {
-        return false;
-    };
-    // SAFETY: an entry is published only while its region, which holds
-    // the instance alive, exists; a fault in a region means it exists.
-    let inner = unsafe { &*inner };
-    // A poisoned page (or unit) faults as a missing one where the kernel
-    // has no memory-failure support (CONFIG_MEMORY_FAILURE off, as on this
-    // machine kind: BUS_ADRERR instead of BUS_MCEERR_AR).  Its SIGBUS is
-    // the program's: serving it would repeat the access forever.
-    if page::kind(inner.states[id as usize].load(Ordering::Acquire)) == page::POISONED {
-        return false;
-    }
-    match unit {
-        Some(base) => {
-            super::unit::serve(inner, base, id, addr, access);
-        }
-        None => {
-            serve(inner, addr, id, access);
-        }
-    }
-    true
+/// What the kernel says of the faulting access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Access {
+    /// The page was present (a write-protect fault) or not (a missing
+    /// page); None when the architecture does not say.
+    pub present: Option<bool>,
+    /// The access was a write.
+    pub write: bool,
 }
 
 /// Whether the page at `page` is mapped, from the page tables: for the
@@ -216,7 +80,7 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
                 if kind == page::STAGED {
                     // A swap-cache hit: the page is still in memory, and
                     // moving it back does not grow the resident set.
-                    return reclaim::unstage(inner, claim, id, page);
+                    return unstage(inner, claim, id, page);
                 }
                 reclaim::make_room(inner);
                 return install(inner, claim, page, id, access.write);
@@ -236,7 +100,7 @@ fn unprotect(inner: &Inner, claim: PageClaim<'_>, page: u64, id: u32) -> bool {
     let w = claim.found();
     if let Err(e) = inner.uffd.writeprotect(page, PAGE, false, true) {
         // The page keeps its slot and stays clean; the access retries.
-        return retry_later(inner, claim, e.errno());
+        return inner.retry_later(claim, e.errno());
     }
     if let Some(e) = page::slot(w) {
         inner.free_slot(e);
@@ -269,43 +133,8 @@ fn refill(inner: &Inner, claim: PageClaim<'_>, page: u64, write: bool) -> bool {
             false
         }
         Err(e) if e.errno() == Some(libc::EEXIST) => true,
-        Err(e) => retry_later(inner, claim, e.errno()),
+        Err(e) => inner.retry_later(claim, e.errno()),
     }
-}
-
-/// A transition could not be done now (the kernel refused an install for
-/// the moment: a persistent `EAGAIN`, `ENOMEM`): the claim goes, the page
-/// stays as it was, and the access retries after a pause.
-#[cold]
-pub(super) fn retry_later(inner: &Inner, claim: PageClaim<'_>, errno: Option<i32>) -> bool {
-    drop(claim);
-    retry_pause(inner, errno);
-    true
-}
-
-/// Count, say once, and pause before an install is tried again.
-#[cold]
-pub(super) fn retry_pause(inner: &Inner, errno: Option<i32>) {
-    inner.counters.install_retries.inc();
-    report::once(
-        &inner.reports.install_retry,
-        format_args!(
-            "uswap: installing a page failed for now (errno {}); the access is retried",
-            errno.unwrap_or(0)
-        ),
-    );
-    pause();
-}
-
-/// A short sleep for a thread that must retry: sleeping, unlike
-/// `sched_yield`, lets a thread of lower priority on this CPU run.
-pub(super) fn pause() {
-    let ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 50_000,
-    };
-    // SAFETY: nanosleep reads the timespec; async-signal-safe.
-    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
 }
 
 /// Install page `id` (claimed, never written or swapped): zeros for a
@@ -319,10 +148,10 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
     let Some(e) = page::slot(w) else {
         // Never written: zeros, no IO, no slot.
         if let Err(err) = inner.copy_zero(addr, !write) {
-            return retry_later(inner, claim, err.errno());
+            return inner.retry_later(claim, err.errno());
         }
         inner.counters.zero_fills.inc();
-        inner.resident.fetch_add(1, Ordering::Relaxed);
+        inner.budget.resident.fetch_add(1, Ordering::Relaxed);
         claim.commit(if write {
             page::RESIDENT | page::DIRTY
         } else {
@@ -331,19 +160,19 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
         inner.lru.add(id);
         return false;
     };
-    let b = inner.bounce.get_waiting();
+    let b = inner.frames.bounce.get_waiting();
     // SAFETY: we hold bounce frame `b`.
-    let buf = unsafe { inner.bounce.bytes(b) };
-    let read = inner.devices[e.device() as usize].read(e.offset(), buf);
+    let buf = unsafe { inner.frames.bounce.bytes(b) };
+    let read = inner.backing.devices[e.device() as usize].read(e.offset(), buf);
     match read {
         Ok(()) => {
             let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
-            inner.bounce.put(b);
+            inner.frames.bounce.put(b);
             if let Err((_, err)) = copied {
-                return retry_later(inner, claim, err.errno());
+                return inner.retry_later(claim, err.errno());
             }
             inner.counters.swapins.inc();
-            inner.resident.fetch_add(1, Ordering::Relaxed);
+            inner.budget.resident.fetch_add(1, Ordering::Relaxed);
             if write {
                 // About to change: the slot's copy is stale already.
                 inner.free_slot(e);
@@ -364,22 +193,22 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
         Err(err) if err.is_transient() => {
             // The device is busy or short of memory: try again, the data
             // is still on its slot.
-            inner.bounce.put(b);
+            inner.frames.bounce.put(b);
             inner.counters.swapin_retries.inc();
             drop(claim);
-            pause();
+            page::pause();
             true
         }
         Err(err) => {
-            inner.bounce.put(b);
+            inner.frames.bounce.put(b);
             // Never zeros: poison the page so an access gets SIGBUS.
             if let Err(perr) = inner.uffd.poison(addr, PAGE, true) {
                 // Not even that: leave it swapped, and the access retries
                 // the read.
-                return retry_later(inner, claim, perr.errno());
+                return inner.retry_later(claim, perr.errno());
             }
             inner.counters.read_errors.inc();
-            log_poison(addr, PAGE, e, &err);
+            page::log_poison(addr, PAGE, e, &err);
             inner.free_slot(e);
             claim.commit(page::POISONED);
             false
@@ -387,68 +216,166 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
     }
 }
 
-/// A handler thread: reads fault events and serves them until the instance
-/// is gone.
-pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
-    signals::spawn("uswap-fault", move || loop {
-        let Some(inner) = Inner::upgrade(&weak) else {
-            return;
-        };
-        // A poll error (EINTR cannot happen: every signal is blocked here)
-        // is taken as "nothing yet"; the loop polls again.
-        let ready = inner.uffd.poll(50).unwrap_or(false);
-        if !ready {
-            continue;
-        }
-        while let Ok(Some(ev)) = inner.uffd.read_event() {
-            let crate::uffd::Event::PageFault {
-                address, wp, write, ..
-            } = ev
-            else {
-                continue;
-            };
-            let page_addr = address & !(PAGE - 1);
-            let access = Access {
-                present: Some(wp),
-                write: write && !wp,
-            };
-            let wake = match lookup(address) {
-                Some(Hit {
-                    inner: owner,
-                    id,
-                    unit: Some(base),
-                }) if std::ptr::eq(owner, &*inner) => {
-                    super::unit::serve(&inner, base, id, address, access);
-                    // Every thread waiting in the unit may go on.
-                    Some((base, super::unit::UNIT_BYTES as u64))
-                }
-                Some(Hit {
-                    inner: owner,
-                    id,
-                    unit: None,
-                }) if std::ptr::eq(owner, &*inner) => {
-                    serve(&inner, address, id, access).then_some((page_addr, PAGE))
-                }
-                // Not a region (a region being unmapped, the staging
-                // area): let the thread retry.
-                _ => Some((page_addr, PAGE)),
-            };
-            if let Some((at, len)) = wake {
-                // A failed wake means the range is gone (unmapped): the
-                // thread waiting there was woken by the unmap.
-                let _ = inner.uffd.wake(at, len);
+/// A touch on a staged page (claimed by the caller): move it back from its
+/// frame, no IO.  The moved-back page is writable, so it is taken as dirty
+/// from here on and its slot freed.  Returns whether the faulting thread
+/// must be woken (handler mode).
+fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
+    let e: SwapEntry = page::slot(claim.found()).expect("a staged page has a slot");
+    let f = inner.staged_frame(e);
+    match inner.move_in(addr, inner.frames.staging.addr(f), PAGE) {
+        Ok(copied) => {
+            inner.backing.swap_cache.delete(e);
+            if copied {
+                inner.counters.move_fallbacks.inc();
+                inner.frames.staging.discard_batch(&[f]);
             }
+            // The frame is empty again: reusable.
+            inner.frames.staging.put(f);
+            inner.free_slot(e);
+            inner.counters.swapcache_hits.inc();
+            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+            // Back on the LRU, active: it was touched while on its way out.
+            inner.lru.add(id);
+            inner.lru.activate(id);
+            claim.commit(page::RESIDENT | page::DIRTY);
+            false
         }
-    })
+        Err((_, err)) if Inner::region_gone(&err) => {
+            inner.backing.swap_cache.delete(e);
+            inner.frames.staging.discard_batch(&[f]);
+            inner.frames.staging.put(f);
+            inner.free_slot(e);
+            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+            inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
+            claim.commit(page::NEVER);
+            true
+        }
+        // Neither moved nor copied: it stays staged (its cache entry and
+        // ring entry with it), and the access retries.
+        Err((_, err)) => inner.retry_later(claim, err.errno()),
+    }
 }
 
-/// Say why a page is poisoned, on stderr, from wherever the swap-in failed
-/// (a signal handler included).
-pub(super) fn log_poison(addr: u64, len: u64, e: crate::swap_space::SwapEntry, err: &crate::io::IoError) {
-    report::line(format_args!(
-        "uswap: swap-in of {len} bytes at {addr:#x} failed: device {} slot {} gave errno {}; the memory is poisoned and touching it raises SIGBUS",
-        e.device(),
-        e.offset(),
-        err.errno().unwrap_or(0)
-    ));
+/// Serve a fault at `addr` in the unit whose first page is `head` at
+/// `base`.
+pub(super) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access: Access) {
+    let st = &inner.states[head as usize];
+    inner.counters.faults.inc();
+    loop {
+        let w = page::wait_unbusy(st, &mut || inner.counters.busy_waits.inc());
+        match page::kind(w) {
+            page::NEVER | page::SWAPPED => {
+                if access.present == Some(true) {
+                    // Faulted on a page of the unit before it went out.
+                    return;
+                }
+                let Some(claim) = PageClaim::try_claim(st, w) else {
+                    continue;
+                };
+                install_unit(inner, claim, base, head);
+                return;
+            }
+            page::RESIDENT => {
+                // The unit is in: a duplicate fault, or a page of it the
+                // program discarded (MADV_DONTNEED), which reads as zeros.
+                let page = addr & !(PAGE - 1);
+                if access.present.unwrap_or_else(|| mapped(page)) {
+                    return;
+                }
+                let Some(claim) = PageClaim::try_claim(st, w) else {
+                    continue;
+                };
+                match inner.copy_zero(page, false) {
+                    Ok(()) => inner.counters.discarded.inc(),
+                    Err(e) if e.errno() == Some(libc::EEXIST) => {}
+                    Err(e) => {
+                        inner.retry_later(claim, e.errno());
+                        return;
+                    }
+                }
+                // Unchanged: resident, all there.
+                drop(claim);
+                return;
+            }
+            // Poisoned (its SIGBUS comes from the kernel) or dying.
+            _ => return,
+        }
+    }
+}
+
+fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
+    let w = claim.found();
+    reclaim::make_room_for(inner, UNIT_PAGES);
+    let pool = &inner.frames.unit_in;
+    let u = pool.take();
+    if !pool.populate(u) {
+        // No memory at all: leave the unit as it was; the access retries.
+        pool.put(u);
+        inner.retry_later(claim, Some(libc::ENOMEM));
+        return;
+    }
+    if page::kind(w) == page::SWAPPED {
+        // SAFETY: we hold unit `u`, populated just now.
+        let buf = unsafe { pool.bytes(u) };
+        let result = if w & page::WHOLE != 0 {
+            let e = page::slot(w).expect("a whole unit has its cluster");
+            inner.backing.devices[e.device() as usize]
+                .read(e.offset(), buf)
+                .map_err(|err| (e, err))
+        } else {
+            (0..UNIT_PAGES).try_for_each(|i| {
+                let e = inner.split_slot(head, i, w);
+                inner.backing.devices[e.device() as usize]
+                    .read(e.offset(), &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])
+                    .map_err(|err| (e, err))
+            })
+        };
+        if let Err((e, err)) = result {
+            // Whatever was read is not zeros: the next install of a
+            // never-written unit must find this one empty.
+            pool.discard(u);
+            pool.put(u);
+            if err.is_transient() {
+                inner.counters.swapin_retries.inc();
+                drop(claim);
+                page::pause();
+                return;
+            }
+            // Never zeros: poison the whole unit.
+            if let Err(perr) = inner.uffd.poison(base, UNIT, true) {
+                inner.retry_later(claim, perr.errno());
+                return;
+            }
+            page::log_poison(base, UNIT, e, &err);
+            inner.counters.read_errors.inc();
+            inner.free_unit_slots(head, w);
+            claim.commit(page::POISONED | page::UNIT);
+            return;
+        }
+    } else {
+        inner.counters.zero_fills.inc();
+    }
+    #[cfg(test)]
+    inner.inject.gate();
+    let installed = inner.put_in(base, pool.addr(u), UNIT);
+    if installed != Installed::Moved {
+        // Copied pages leave their source behind: empty it.
+        pool.discard(u);
+    }
+    pool.put(u);
+    if installed == Installed::Gone {
+        // The program unmapped the unit meanwhile: its memory went with
+        // the mapping, and its slots are of no use to anyone.
+        inner.free_unit_slots(head, w);
+        claim.commit(page::NEVER | page::UNIT);
+        return;
+    }
+    if page::kind(w) == page::SWAPPED {
+        inner.free_unit_slots(head, w);
+        inner.counters.huge_swapins.inc();
+    }
+    inner.budget.resident.fetch_add(UNIT_PAGES, Ordering::Relaxed);
+    claim.commit(page::RESIDENT | page::DIRTY | page::UNIT);
+    inner.lru.add(head);
 }

@@ -4,8 +4,12 @@
 
 use std::io;
 
+use super::page::{self, UNIT_BYTES};
 use crate::stats::{Registry, StatMutex};
 use crate::PAGE_SIZE;
+
+const UNIT: u64 = UNIT_BYTES as u64;
+const MADV_POPULATE_WRITE: i32 = 23;
 
 /// An anonymous private mapping, unmapped on drop by the process that
 /// made it.
@@ -154,7 +158,7 @@ impl FramePool {
             if let Some(f) = self.get() {
                 return f;
             }
-            super::fault::pause();
+            page::pause();
         }
     }
 
@@ -230,5 +234,70 @@ impl Drop for FramePool {
             // SAFETY: our own descriptor, closed once.
             unsafe { libc::close(self.pidfd) };
         }
+    }
+}
+
+/// A few 2 MB staging units in one 2 MB-aligned mapping.
+pub(crate) struct UnitPool {
+    map: Mapping,
+    free: StatMutex<Vec<u32>>,
+}
+
+impl UnitPool {
+    pub fn new(units: u32, registry: &Registry, site: &'static str) -> std::io::Result<UnitPool> {
+        let map = Mapping::new(units as usize * UNIT_BYTES, UNIT_BYTES)?;
+        map.advise_huge();
+        Ok(UnitPool {
+            map,
+            free: StatMutex::new((0..units).rev().collect(), registry.lock_site(site)),
+        })
+    }
+
+    pub fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// A free unit, waiting for one if all are in use (their holders hold
+    /// a unit's claim and wait for nothing but IO, so one comes back).
+    pub fn take(&self) -> u32 {
+        loop {
+            if let Some(u) = self.free.lock().pop() {
+                return u;
+            }
+            page::pause();
+        }
+    }
+
+    pub fn get(&self) -> Option<u32> {
+        self.free.lock().pop()
+    }
+
+    pub fn put(&self, u: u32) {
+        self.free.lock().push(u);
+    }
+
+    pub fn addr(&self, u: u32) -> u64 {
+        self.map.addr() + u as u64 * UNIT
+    }
+
+    /// Unit `u` as bytes.
+    ///
+    /// # Safety
+    /// The caller holds unit `u` (from `get`) and it is populated.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes(&self, u: u32) -> &mut [u8] {
+        // SAFETY: held by the caller alone, inside the mapping, populated.
+        unsafe { std::slice::from_raw_parts_mut(self.addr(u) as *mut u8, UNIT_BYTES) }
+    }
+
+    /// Fault unit `u` in, zeroed, as one THP where the kernel can.
+    pub fn populate(&self, u: u32) -> bool {
+        // SAFETY: advice on our own, unregistered mapping.
+        unsafe { libc::madvise(self.addr(u) as *mut libc::c_void, UNIT_BYTES, MADV_POPULATE_WRITE) == 0 }
+    }
+
+    /// Drop what unit `u` holds: it reads as missing (zeros) again.
+    pub fn discard(&self, u: u32) {
+        self.map.discard(self.addr(u), UNIT_BYTES);
     }
 }

@@ -51,36 +51,36 @@
 //! a lock.  A thread waits for a claim only with nothing held (a fault, a
 //! region being unmapped); the reclaimer only ever tries to claim.  So no
 //! wait closes a cycle.  What the SIGBUS handler may take, and why that is
-//! safe, is in `signals.rs`.
+//! safe, is in `entry.rs`.
 
-mod fault;
-mod frames;
-mod page;
-mod reclaim;
-mod report;
-mod signals;
-mod unit;
+// The pager's files, from the top down; each calls only those below it.
+mod entry; // region table, SIGBUS handler, handler and reclaimer threads
+mod fault; // fault service, pages and 2 MB units
+mod frames; // frame and unit pools
+mod instance; // the shared state, in parts, and page operations
+mod page; // page states, claims
+mod reclaim; // eviction and writeback, pages and 2 MB units
+mod report; // one-line reports
+mod signals; // signal masks, uswap's threads
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
-
-use crate::swap_space::SwapEntry;
-use crate::table::{self, TableError};
 
 use crate::io::{FileOptions, IoDevice, IoError};
 use crate::lru::{Lru, LruBatch, LruConfig, LruError};
-use crate::stats::{Counter, Registry, Snapshot, StatMutex};
+use crate::stats::{Registry, Snapshot, StatMutex};
 use crate::swap_cache::{SwapCache, DEFAULT_TRUNK_SLOTS};
 use crate::swap_space::{DeviceConfig, SwapError, SwapSpace, Switches};
+use crate::table::{self, TableError};
 use crate::uffd::{Features, RegisterMode, Uffd, UffdError};
 use crate::PAGE_SIZE;
-use frames::{FramePool, Mapping};
+use frames::{FramePool, Mapping, UnitPool};
+#[cfg(test)]
+use instance::Inject;
+use instance::{Backing, Backoff, Budget, Counters, Frames, Inner, Reports, StagedRing};
 
-pub use fault::FaultMode;
-
-/// Most regions mapped at once in one process (all instances together).
-pub const MAX_REGIONS: usize = 256;
+pub use entry::{FaultMode, MAX_REGIONS};
 
 /// What can go wrong building a swap instance or mapping a region.
 #[derive(Debug, thiserror::Error)]
@@ -320,8 +320,8 @@ impl SwapBuilder {
                 e => PagerError::Config(e.to_string()),
             })?;
         let unit_pool = |site| {
-            unit::UnitPool::new(4, &registry, site).map_err(|source| PagerError::Mmap {
-                bytes: 4 * unit::UNIT_BYTES,
+            UnitPool::new(4, &registry, site).map_err(|source| PagerError::Mmap {
+                bytes: 4 * page::UNIT_BYTES,
                 source,
             })
         };
@@ -338,9 +338,6 @@ impl SwapBuilder {
         let inner = Arc::new(Inner {
             counters: Counters::new(&registry),
             uffd,
-            mode: self.mode,
-            space,
-            devices,
             lru,
             // Zeroed (NEVER, no address) and committed as ids are used.
             states: table::zeroed(max_pages as usize, "page states")?,
@@ -348,24 +345,32 @@ impl SwapBuilder {
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() },
             ids: StatMutex::new(vec![(0, max_pages)], registry.lock_site("page_ids")),
-            staged: StatMutex::new(
-                reclaim::StagedRing::new(2 * self.staging_frames as usize),
-                registry.lock_site("staged_ring"),
-            ),
-            nr_staged: AtomicUsize::new(0),
-            staging_target: self.staging_frames as usize / 2,
-            swap_cache,
-            staging,
-            bounce,
-            unit_in,
-            unit_out,
-            zero,
-            budget,
-            low: budget - (budget / 16).max(32).min(budget / 2),
-            resident: AtomicUsize::new(0),
+            frames: Frames {
+                staging,
+                bounce,
+                unit_in,
+                unit_out,
+                zero,
+            },
+            budget: Budget {
+                limit: budget,
+                low: budget - (budget / 16).max(32).min(budget / 2),
+                resident: AtomicUsize::new(0),
+                staged: AtomicUsize::new(0),
+                staging_target: self.staging_frames as usize / 2,
+            },
+            backing: Backing {
+                space,
+                devices,
+                swap_cache,
+                staged: StatMutex::new(
+                    StagedRing::new(2 * self.staging_frames as usize),
+                    registry.lock_site("staged_ring"),
+                ),
+                writeback: Backoff::default(),
+            },
             shutdown: AtomicBool::new(false),
             users: AtomicUsize::new(1),
-            writeback: Backoff::default(),
             reports: Reports::default(),
             #[cfg(test)]
             inject: Inject::default(),
@@ -374,204 +379,22 @@ impl SwapBuilder {
         let mut threads = Vec::new();
         if self.mode == FaultMode::HandlerThread {
             for _ in 0..self.handler_threads {
-                threads.push(fault::spawn_handler(Arc::downgrade(&inner)));
+                threads.push(entry::spawn_handler(Arc::downgrade(&inner)));
             }
         } else {
-            signals::install();
+            entry::install();
         }
         if self.background {
-            threads.push(reclaim::spawn_reclaimer(
+            threads.push(entry::spawn_reclaimer(
                 Arc::downgrade(&inner),
                 self.mode == FaultMode::Sigbus,
             ));
         }
-        Ok(Swap { inner, threads })
-    }
-}
-
-struct Counters {
-    faults: Arc<Counter>,
-    zero_fills: Arc<Counter>,
-    swapins: Arc<Counter>,
-    huge_swapins: Arc<Counter>,
-    huge_swapouts: Arc<Counter>,
-    huge_fallbacks: Arc<Counter>,
-    move_fallbacks: Arc<Counter>,
-    staged: Arc<Counter>,
-    swapcache_hits: Arc<Counter>,
-    wp_faults: Arc<Counter>,
-    evictions: Arc<Counter>,
-    evict_clean: Arc<Counter>,
-    evict_write: Arc<Counter>,
-    evict_zero: Arc<Counter>,
-    install_retries: Arc<Counter>,
-    overrun: Arc<Counter>,
-    swap_full: Arc<Counter>,
-    write_errors: Arc<Counter>,
-    read_errors: Arc<Counter>,
-    direct_reclaim: Arc<Counter>,
-    busy_waits: Arc<Counter>,
-    unevictable: Arc<Counter>,
-    discarded: Arc<Counter>,
-    swapout_retries: Arc<Counter>,
-    swapin_retries: Arc<Counter>,
-}
-
-impl Counters {
-    fn new(r: &Registry) -> Self {
-        Counters {
-            faults: r.counter("faults"),
-            zero_fills: r.counter("zero_fills"),
-            swapins: r.counter("swapins"),
-            huge_swapins: r.counter("huge_swapins"),
-            huge_swapouts: r.counter("huge_swapouts"),
-            huge_fallbacks: r.counter("huge_fallbacks"),
-            move_fallbacks: r.counter("move_fallbacks"),
-            staged: r.counter("staged"),
-            swapcache_hits: r.counter("swapcache_hits"),
-            wp_faults: r.counter("wp_faults"),
-            evictions: r.counter("evictions"),
-            evict_clean: r.counter("evict_clean"),
-            evict_write: r.counter("evict_write"),
-            evict_zero: r.counter("evict_zero"),
-            install_retries: r.counter("install_retries"),
-            overrun: r.counter("budget_overrun"),
-            swap_full: r.counter("swap_full"),
-            write_errors: r.counter("swapout_errors"),
-            read_errors: r.counter("swapin_errors"),
-            direct_reclaim: r.counter("direct_reclaim"),
-            busy_waits: r.counter("busy_waits"),
-            unevictable: r.counter("unevictable"),
-            discarded: r.counter("discarded"),
-            swapout_retries: r.counter("swapout_retries"),
-            swapin_retries: r.counter("swapin_retries"),
-        }
-    }
-}
-
-/// The shared state of one instance.  Regions and handler threads refer
-/// to it; it lives while the `Swap` handle or any region does.
-pub(crate) struct Inner {
-    uffd: Uffd,
-    mode: FaultMode,
-    space: SwapSpace,
-    devices: Vec<IoDevice>,
-    lru: Lru,
-    /// Per page id: the page state word (see page.rs).
-    states: Box<[AtomicU64]>,
-    /// Per page id: the page's address, 0 when no region holds the id.
-    addrs: Box<[AtomicU64]>,
-    /// Free page-id ranges (start, len); capacity never grows past the
-    /// number of regions, and it is only touched by map and unmap.
-    ids: StatMutex<Vec<(u32, u32)>>,
-    staging: FramePool,
-    /// Staged pages oldest first (see reclaim.rs).
-    staged: StatMutex<reclaim::StagedRing>,
-    /// Pages staged now; counted in `resident` too.
-    nr_staged: AtomicUsize,
-    /// Staged pages kept in memory before writeback starts: half the
-    /// staging frames.
-    staging_target: usize,
-    /// Slot -> staging frame of each staged page.
-    swap_cache: SwapCache,
-    bounce: FramePool,
-    /// 2 MB staging units: populated and moved into regions (unregistered)
-    /// and receiving units moved out (registered).  See unit.rs.
-    unit_in: unit::UnitPool,
-    unit_out: unit::UnitPool,
-    zero: Mapping,
-    budget: usize,
-    low: usize,
-    resident: AtomicUsize,
-    /// Set when the last handle (the `Swap` or a region) goes: the threads
-    /// stop.  A thread's own reference cannot tell, as several threads
-    /// holding one each would keep each other alive forever.
-    shutdown: AtomicBool,
-    /// Handles alive: the `Swap` and every region.
-    users: AtomicUsize,
-    /// The process that built the instance.  In a forked child (another
-    /// pid) the inherited descriptor still speaks for the parent's memory,
-    /// so nothing may be done with it.
-    pid: libc::pid_t,
-    /// Writeback's pause after transient write errors (reclaim.rs).
-    writeback: Backoff,
-    /// Which once-only lines have been said.
-    reports: Reports,
-    /// Test hooks: failures to inject into the userfaultfd calls.
-    #[cfg(test)]
-    inject: Inject,
-    counters: Counters,
-    registry: Arc<Registry>,
-}
-
-/// Writeback's pause after transient write errors.
-#[derive(Default)]
-struct Backoff {
-    /// No writes before this `CLOCK_MONOTONIC` nanosecond (0: none).
-    hold_until: AtomicU64,
-    /// The current pause; 0 while writes work.
-    backoff_ns: AtomicU64,
-}
-
-/// One-line reports said once per instance.
-#[derive(Default)]
-struct Reports {
-    pinned: AtomicBool,
-    locked: AtomicBool,
-    refused: AtomicBool,
-    install_retry: AtomicBool,
-    bad_slot: AtomicBool,
-    not_ours: AtomicBool,
-}
-
-/// Which way `UFFDIO_MOVE` moves a page: out of a region into our staging
-/// memory, or back in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Dir {
-    Out,
-    In,
-}
-
-/// Test hooks: the next `n` userfaultfd calls of a kind fail, after doing
-/// part of their work for real, as the kernel fails them.
-#[cfg(test)]
-#[derive(Default)]
-pub(crate) struct Inject {
-    /// Moves out of regions: count, pages moved before failing, errno.
-    move_out: (AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32),
-    /// Moves into regions.
-    move_in: (AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32),
-    /// The copies that finish a move in that failed.
-    copy_in: (AtomicUsize, std::sync::atomic::AtomicI32),
-    /// 1: the next install stops, claim held, at 2 until this is 0.
-    gate: std::sync::atomic::AtomicU32,
-}
-
-#[cfg(test)]
-impl Inject {
-    /// Take one injected failure of `(count, partial pages, errno)`.
-    fn take_move(f: &(AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32)) -> Option<(u64, i32)> {
-        f.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .ok()
-            .map(|_| {
-                (
-                    f.1.load(Ordering::Relaxed) as u64 * PAGE_SIZE as u64,
-                    f.2.load(Ordering::Relaxed),
-                )
-            })
-    }
-
-    /// The install gate: spin here, claim held, while a test looks on.
-    fn gate(&self) {
-        if self
-            .gate
-            .compare_exchange(1, 2, Ordering::AcqRel, Ordering::Acquire)
-            .is_ok()
-        {
-            while self.gate.load(Ordering::Acquire) != 0 {
-                std::hint::spin_loop();
-            }
-        }
+        Ok(Swap {
+            inner,
+            mode: self.mode,
+            threads,
+        })
     }
 }
 
@@ -579,6 +402,7 @@ impl Inject {
 /// through it.
 pub struct Swap {
     inner: Arc<Inner>,
+    mode: FaultMode,
     threads: Vec<JoinHandle<()>>,
 }
 
@@ -610,7 +434,7 @@ impl Swap {
     /// give one.  When no cluster is wholly free a unit goes out as 512
     /// single pages (counted as `huge_fallbacks`).
     pub fn map_huge(&self, len: usize) -> Result<Region, PagerError> {
-        self.map_with(len.div_ceil(unit::UNIT_BYTES) * unit::UNIT_BYTES, true)
+        self.map_with(len.div_ceil(page::UNIT_BYTES) * page::UNIT_BYTES, true)
     }
 
     fn map_with(&self, len: usize, huge: bool) -> Result<Region, PagerError> {
@@ -625,22 +449,22 @@ impl Swap {
         if len == 0 {
             return Err(PagerError::Config("cannot map an empty region".into()));
         }
-        if huge && inner.budget < 2 * unit::UNIT_PAGES {
+        if huge && inner.budget.limit < 2 * page::UNIT_PAGES {
             // One unit being filled and one to evict: with less, a unit
             // would be evicted while it is being written, again and again.
             return Err(PagerError::Config(format!(
                 "a budget of {} bytes is too small for 2 MB units: map_huge needs at least two units ({} bytes) of budget (one more for each further thread filling units at once keeps faults from overrunning it); raise the budget or use map",
-                inner.budget * PAGE_SIZE,
-                2 * unit::UNIT_BYTES
+                inner.budget.limit * PAGE_SIZE,
+                2 * page::UNIT_BYTES
             )));
         }
-        if inner.mode == FaultMode::Sigbus {
+        if self.mode == FaultMode::Sigbus {
             if signals::sigbus_blocked_here() {
                 return Err(PagerError::SigbusBlocked);
             }
             // A SIGBUS handler installed since the last look goes behind
             // ours before the region can fault.
-            signals::watch(false);
+            entry::watch(false);
         }
         let pages = len.div_ceil(PAGE_SIZE);
         // The page-id lock is one a program's signal handler could want
@@ -664,7 +488,7 @@ impl Swap {
             }
             start
         };
-        let align = if huge { unit::UNIT_BYTES } else { PAGE_SIZE };
+        let align = if huge { page::UNIT_BYTES } else { PAGE_SIZE };
         let map = match Mapping::new(pages * PAGE_SIZE, align) {
             Ok(m) => m,
             Err(source) => {
@@ -679,7 +503,7 @@ impl Swap {
             map.advise_huge();
         }
         for i in 0..pages {
-            let head = huge && i % unit::UNIT_PAGES == 0;
+            let head = huge && i % page::UNIT_PAGES == 0;
             inner.states[id_base as usize + i].store(
                 if head {
                     page::NEVER | page::UNIT
@@ -702,7 +526,7 @@ impl Swap {
             return Err(e.into());
         }
         let Some(slot) =
-            fault::publish_region(map.addr(), map.len() as u64, id_base, Arc::as_ptr(inner), huge)
+            entry::publish_region(map.addr(), map.len() as u64, id_base, Arc::as_ptr(inner), huge)
         else {
             // The mapping is unmapped as `map` drops, registration and all.
             inner.free_ids(id_base, pages as u32);
@@ -725,39 +549,39 @@ impl Swap {
 
     /// How this instance serves faults.
     pub fn fault_mode(&self) -> FaultMode {
-        self.inner.mode
+        self.mode
     }
 
     /// Pages resident now, over all regions.
     pub fn resident_pages(&self) -> usize {
-        self.inner.resident.load(Ordering::Relaxed)
+        self.inner.budget.resident.load(Ordering::Relaxed)
     }
 
     /// The budget in pages.
     pub fn budget_pages(&self) -> usize {
-        self.inner.budget
+        self.inner.budget.limit
     }
 
     /// Free slots over all swap devices.
     pub fn free_slots(&self) -> u64 {
-        self.inner.space.nr_free()
+        self.inner.backing.space.nr_free()
     }
 
     /// Usable slots over all swap devices.
     pub fn total_slots(&self) -> u64 {
-        self.inner.space.total_slots()
+        self.inner.backing.space.total_slots()
     }
 
     /// The swap space, for its statistics and invariant checks.
     pub fn swap_space(&self) -> &SwapSpace {
-        &self.inner.space
+        &self.inner.backing.space
     }
 
     /// Inject a one-shot IO error at slot `offset` of device `device` (for
     /// testing the error paths).
     #[doc(hidden)]
     pub fn inject_io_error(&self, device: usize, offset: u64, op: crate::io::IoOp) {
-        self.inner.devices[device].inject_error(offset, op);
+        self.inner.backing.devices[device].inject_error(offset, op);
     }
 
     /// Make every IO of `op` on device `device` fail with `errno` for
@@ -770,7 +594,7 @@ impl Swap {
         errno: i32,
         duration: std::time::Duration,
     ) {
-        self.inner.devices[device].inject_errors_for(op, errno, duration);
+        self.inner.backing.devices[device].inject_errors_for(op, errno, duration);
     }
 }
 
@@ -791,254 +615,6 @@ impl Drop for Swap {
                 let _ = t.join();
             }
         }
-    }
-}
-
-impl Inner {
-    fn free_ids(&self, start: u32, len: u32) {
-        let mut ids = self.ids.lock();
-        ids.push((start, len));
-        ids.sort_unstable();
-        // Merge neighbours.
-        let mut i = 0;
-        while i + 1 < ids.len() {
-            if ids[i].0 + ids[i].1 == ids[i + 1].0 {
-                ids[i].1 += ids[i + 1].1;
-                ids.remove(i + 1);
-            } else {
-                i += 1;
-            }
-        }
-    }
-
-    /// Pages staged now.
-    fn staged_count(&self) -> usize {
-        self.nr_staged.load(Ordering::Relaxed)
-    }
-
-    /// Discard staging frames (their contents are on swap or were clean)
-    /// and return them to the pool: one `process_madvise` for the batch,
-    /// so one TLB flush instead of one per frame.
-    fn discard_frames(&self, frames: &[u32]) {
-        if frames.is_empty() {
-            return;
-        }
-        self.staging.discard_batch(frames);
-        for &f in frames {
-            self.staging.put(f);
-        }
-    }
-
-    /// Move `len` bytes of pages from region memory at `src` into our
-    /// staging memory at `dst`: all of them, or `Err((moved, why))` with
-    /// the prefix that did move.
-    fn move_out(&self, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
-        self.move_all(Dir::Out, dst, src, len)
-    }
-
-    /// Put `len` bytes of pages from our memory at `src` back into a region
-    /// at `dst` (missing there): moved, and what will not move copied.
-    /// `Ok(true)` when some were copied (their source still holds them and
-    /// must be discarded before it is reused); `Err((done, why))` when
-    /// neither worked past `done` bytes.
-    fn move_in(&self, dst: u64, src: u64, len: u64) -> Result<bool, (u64, UffdError)> {
-        let Err((moved, _)) = self.move_all(Dir::In, dst, src, len) else {
-            return Ok(false);
-        };
-        let mut at = moved;
-        #[cfg(test)]
-        if self
-            .inject
-            .copy_in
-            .0
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
-            .is_ok()
-        {
-            let errno = self.inject.copy_in.1.load(Ordering::Relaxed);
-            return Err((
-                at,
-                UffdError::Ioctl {
-                    op: "UFFDIO_COPY",
-                    errno,
-                },
-            ));
-        }
-        while at < len {
-            match self.copy(dst + at, (src + at) as *const u8, len - at, false) {
-                Ok(()) => break,
-                // A page is there already: it cannot be, under the claim,
-                // but if it were, what is there stays.
-                Err((n, e)) if e.errno() == Some(libc::EEXIST) => at += n + PAGE_SIZE as u64,
-                Err((n, e)) => return Err((at + n, e)),
-            }
-        }
-        Ok(true)
-    }
-
-    /// `UFFDIO_MOVE` of `len` bytes, to the end: a partial move (the
-    /// kernel's `EAGAIN` with a count) is continued, and the error of the
-    /// page that stopped it comes back with how far it got.
-    // `dir` picks the injected failure, in tests only.
-    #[cfg_attr(not(test), allow(unused_variables))]
-    fn move_all(&self, dir: Dir, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
-        let mut done = 0;
-        #[cfg(test)]
-        {
-            let f = match dir {
-                Dir::Out => &self.inject.move_out,
-                Dir::In => &self.inject.move_in,
-            };
-            if let Some((partial, errno)) = Inject::take_move(f) {
-                let partial = partial.min(len);
-                if partial > 0 {
-                    self.move_all_real(dst, src, partial)?;
-                }
-                return Err((
-                    partial,
-                    UffdError::Ioctl {
-                        op: "UFFDIO_MOVE",
-                        errno,
-                    },
-                ));
-            }
-        }
-        while done < len {
-            match self
-                .uffd
-                .move_pages(dst + done, src + done, len - done, true, false)
-            {
-                Ok(n) if n > 0 => done += n,
-                Ok(_) => {
-                    return Err((
-                        done,
-                        UffdError::Ioctl {
-                            op: "UFFDIO_MOVE",
-                            errno: libc::EAGAIN,
-                        },
-                    ))
-                }
-                Err(e) => return Err((done, e)),
-            }
-        }
-        Ok(())
-    }
-
-    #[cfg(test)]
-    fn move_all_real(&self, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
-        let mut done = 0;
-        while done < len {
-            match self
-                .uffd
-                .move_pages(dst + done, src + done, len - done, true, false)
-            {
-                Ok(n) if n > 0 => done += n,
-                Ok(_) => unreachable!("a move that moved nothing succeeded"),
-                Err(e) => return Err((done, e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// `UFFDIO_COPY` of `len` bytes into a region (missing there), to the
-    /// end, write-protected when `wp`; wakes the threads waiting there.
-    /// On failure, how far it got and why.
-    fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool) -> Result<(), (u64, UffdError)> {
-        let mut done = 0;
-        while done < len {
-            match self
-                .uffd
-                .copy(dst + done, src.wrapping_add(done as usize), len - done, wp, true)
-            {
-                Ok(n) if n > 0 => done += n,
-                Ok(_) => {
-                    let e = UffdError::Ioctl {
-                        op: "UFFDIO_COPY",
-                        errno: libc::EAGAIN,
-                    };
-                    return Err((done, e));
-                }
-                Err(e) => return Err((done, e)),
-            }
-        }
-        Ok(())
-    }
-
-    /// Install a page of zeros at `page` (missing there).
-    fn copy_zero(&self, page: u64, wp: bool) -> Result<(), UffdError> {
-        self.copy(page, self.zero.addr() as *const u8, PAGE_SIZE as u64, wp)
-            .map_err(|(_, e)| e)
-    }
-
-    /// Whether an install into a region failed because the program
-    /// unmapped the destination (`ENOENT` from a copy: no registered
-    /// mapping there any more).
-    fn region_gone(e: &UffdError) -> bool {
-        e.errno() == Some(libc::ENOENT)
-    }
-
-    /// Free slot `e`.  Every slot the pager frees is one it allocated and
-    /// holds one reference to, so a refusal is a bookkeeping bug.
-    fn free_slot(&self, e: SwapEntry) {
-        let freed = self.space.free(e);
-        debug_assert!(freed.is_ok(), "freeing {e:?}: {freed:?}");
-    }
-
-    /// Free the whole cluster of a 2 MB unit, as `free_slot` does a slot.
-    fn free_huge(&self, e: SwapEntry) {
-        let freed = self.space.free_huge(e);
-        debug_assert!(freed.is_ok(), "freeing unit {e:?}: {freed:?}");
-    }
-
-    /// The staging frame a staged page's slot `e` holds (claimed by the
-    /// caller, so the entry is there).
-    fn staged_frame(&self, e: SwapEntry) -> u32 {
-        let h = self
-            .swap_cache
-            .lookup(e)
-            .expect("a staged page is in the swap cache");
-        (h.get() - 1) as u32
-    }
-
-    /// `UFFDIO_MOVE` refused to move the page at `addr` out: count it, and
-    /// say once per reason why such pages stay resident.
-    fn unevictable(&self, addr: u64, errno: Option<i32>) {
-        self.counters.unevictable.inc();
-        match errno {
-            Some(libc::EBUSY) => report::once(
-                &self.reports.pinned,
-                format_args!("uswap: the page at {addr:#x} cannot be evicted: it is pinned (O_DIRECT IO, io_uring fixed buffers, RDMA) or shared (KSM); pages like it stay resident while they are, counted as unevictable"),
-            ),
-            Some(libc::EINVAL) => report::once(
-                &self.reports.locked,
-                format_args!("uswap: the page at {addr:#x} cannot be evicted: the program locked it (mlock) or changed its protection (mprotect); pages like it stay resident, counted as unevictable"),
-            ),
-            e => report::once(
-                &self.reports.refused,
-                format_args!("uswap: the page at {addr:#x} cannot be evicted: UFFDIO_MOVE failed with errno {}; pages like it stay resident, counted as unevictable", e.unwrap_or(0)),
-            ),
-        }
-    }
-
-    /// Whether this is the process that built the instance (false in a
-    /// forked child).
-    fn same_process(&self) -> bool {
-        // SAFETY: getpid has no preconditions.
-        self.pid == unsafe { libc::getpid() }
-    }
-
-    /// A handle went away; true when it was the last, and the threads are
-    /// told to stop.
-    fn release_user(&self) -> bool {
-        if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.shutdown.store(true, Ordering::Release);
-            return true;
-        }
-        false
-    }
-
-    fn upgrade(w: &Weak<Inner>) -> Option<Arc<Inner>> {
-        let a = w.upgrade()?;
-        (!a.shutdown.load(Ordering::Relaxed)).then_some(a)
     }
 }
 
@@ -1113,7 +689,7 @@ impl Drop for Region {
         // The LRU, slot and frame locks taken below are ones a program's
         // signal handler could want too, through a fault.
         let _blocked = signals::SignalsBlocked::asynchronous();
-        fault::unpublish_region(self.slot);
+        entry::unpublish_region(self.slot);
         // Take every page out of circulation, waiting out transitions in
         // flight (a reclaimer may be writing one of them out).
         let mut resident = 0;
@@ -1135,8 +711,8 @@ impl Drop for Region {
             }
             if w & page::UNIT != 0 {
                 match page::kind(w) {
-                    page::RESIDENT => resident += unit::UNIT_PAGES,
-                    page::SWAPPED => unit::free_slots(inner, id as u32, w),
+                    page::RESIDENT => resident += page::UNIT_PAGES,
+                    page::SWAPPED => inner.free_unit_slots(id as u32, w),
                     _ => {}
                 }
                 inner.addrs[id].store(0, Ordering::Relaxed);
@@ -1146,7 +722,7 @@ impl Drop for Region {
                 page::RESIDENT => resident += 1,
                 page::STAGED => {
                     resident += 1;
-                    inner.nr_staged.fetch_sub(1, Ordering::Relaxed);
+                    inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
                     reclaim::drop_staged(inner, w);
                 }
                 _ => {}
@@ -1157,7 +733,7 @@ impl Drop for Region {
             inner.addrs[id].store(0, Ordering::Relaxed);
         }
         inner.lru.remove_batch(&gone[..ngone]);
-        inner.resident.fetch_sub(resident, Ordering::Relaxed);
+        inner.budget.resident.fetch_sub(resident, Ordering::Relaxed);
         if !self.still_mapped_here() {
             // The program unmapped (part of) the region and something else
             // sits in its range now: that is not ours to unmap.
@@ -1185,7 +761,7 @@ impl Region {
     /// the kernel, and is harmless to pages about to be unmapped.
     fn still_mapped_here(&self) -> bool {
         let (addr, len) = (self.map.addr(), self.map.len() as u64);
-        if fault::overlaps_a_region(addr, len) {
+        if entry::overlaps_a_region(addr, len) {
             return false;
         }
         self.inner.uffd.writeprotect(addr, len, true, false).is_ok()

@@ -59,6 +59,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::report;
 use crate::swap_space::SwapEntry;
 
 pub const KIND_MASK: u64 = 0b111;
@@ -245,6 +246,33 @@ fn futex_wake(word: &AtomicU64) {
             i32::MAX,
         )
     };
+}
+
+/// Bytes in a 2 MB unit (`Swap::map_huge`).
+pub const UNIT_BYTES: usize = 2 << 20;
+/// Pages in a unit.
+pub const UNIT_PAGES: usize = UNIT_BYTES / crate::PAGE_SIZE;
+
+/// A short sleep for a thread that must retry: sleeping, unlike
+/// `sched_yield`, lets a thread of lower priority on this CPU run.
+pub(super) fn pause() {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 50_000,
+    };
+    // SAFETY: nanosleep reads the timespec; async-signal-safe.
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
+/// Say why a page is poisoned, on stderr, from wherever the swap-in failed
+/// (a signal handler included).
+pub(super) fn log_poison(addr: u64, len: u64, e: crate::swap_space::SwapEntry, err: &crate::io::IoError) {
+    report::line(format_args!(
+        "uswap: swap-in of {len} bytes at {addr:#x} failed: device {} slot {} gave errno {}; the memory is poisoned and touching it raises SIGBUS",
+        e.device(),
+        e.offset(),
+        err.errno().unwrap_or(0)
+    ));
 }
 
 #[cfg(test)]

@@ -33,19 +33,39 @@
 //! resident pages (staged ones included) under the low watermark; a
 //! faulting thread that finds the budget exhausted reclaims directly
 //! before it installs its page.
+//!
+//! 2 MB units (seed 003) go out whole: the unit is moved with one
+//! `UFFDIO_MOVE` of 2 MB into an "out" staging unit (a PMD move when it is
+//! a THP: it stays whole), written with one 2 MB IO to a whole cluster
+//! from `alloc_huge`, and discarded.  When no cluster is wholly free the
+//! unit is split: 512 slots, 512 IOs, each page's slot in its own word
+//! (counted as a fallback).  The "out" units are registered with the
+//! userfaultfd (they receive moved pages) and never touched.  A unit moved
+//! in is writable (a move drops write protection), so units are always
+//! dirty: no clean drops, no soft eviction; they go straight to their
+//! slots.
+//!
+//! A unit mapped with small pages (no THP) can move part way: the move
+//! stops at a page the program discarded (a hole), a pinned page or a
+//! locked one.  Eviction then puts back what moved before it reads any of
+//! the "out" unit (whose missing pages would fault on our own registered
+//! memory), fills holes with zeros (the program discarded them: that is
+//! what they read as) and tries again later; a pinned or locked page keeps
+//! its unit resident.
 
 use std::sync::atomic::Ordering;
-use std::sync::Weak;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
-use super::page::{self, PageClaim};
-use super::{fault, report, signals, Inner};
+use super::instance::Inner;
+use super::instance::Installed;
+use super::page::{self, PageClaim, UNIT_BYTES, UNIT_PAGES};
+use super::report;
 use crate::io::{monotonic_ns, IoError};
 use crate::swap_cache::PageHandle;
 use crate::swap_space::{SwapEntry, SwapError};
 use crate::uffd::UffdError;
 use crate::PAGE_SIZE;
+
+const UNIT: u64 = UNIT_BYTES as u64;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 /// Victims taken from the LRU per pass.
@@ -54,61 +74,6 @@ const BATCH: usize = 32;
 /// longest, doubling while the errors go on.
 const BACKOFF_MIN_NS: u64 = 1_000_000;
 const BACKOFF_MAX_NS: u64 = 1_000_000_000;
-
-/// Staged pages in FIFO order, each with the slot it was staged to.  An
-/// entry is live while its page is staged to that slot; it goes stale when
-/// the page is touched (moved back) or its region goes away, and popping
-/// skips stale entries.  The ring holds twice the staging frames; when it
-/// fills with stale entries it is compacted.
-pub(super) struct StagedRing {
-    ids: Box<[(u32, u64)]>,
-    head: usize,
-    len: usize,
-}
-
-impl StagedRing {
-    pub fn new(cap: usize) -> Self {
-        StagedRing {
-            ids: vec![(0, 0); cap.max(2)].into_boxed_slice(),
-            head: 0,
-            len: 0,
-        }
-    }
-
-    fn push(&mut self, id: u32, slot: SwapEntry) -> bool {
-        if self.len == self.ids.len() {
-            return false;
-        }
-        let i = (self.head + self.len) % self.ids.len();
-        self.ids[i] = (id, slot.raw());
-        self.len += 1;
-        true
-    }
-
-    fn pop(&mut self) -> Option<(u32, u64)> {
-        if self.len == 0 {
-            return None;
-        }
-        let e = self.ids[self.head];
-        self.head = (self.head + 1) % self.ids.len();
-        self.len -= 1;
-        Some(e)
-    }
-
-    /// Keep only the entries `live` accepts, in order.
-    fn compact(&mut self, live: impl Fn(u32, u64) -> bool) {
-        let n = self.len;
-        let mut kept = 0;
-        for k in 0..n {
-            let e = self.ids[(self.head + k) % self.ids.len()];
-            if live(e.0, e.1) {
-                self.ids[(self.head + kept) % self.ids.len()] = e;
-                kept += 1;
-            }
-        }
-        self.len = kept;
-    }
-}
 
 /// Whether `(id, slot)` is a live ring entry: the page is staged to that slot.
 fn live(inner: &Inner, id: u32, slot: u64) -> bool {
@@ -119,7 +84,7 @@ fn live(inner: &Inner, id: u32, slot: u64) -> bool {
 /// Put a staged page on the ring (its state says staged already, so the
 /// entry is live when anyone can pop it).
 fn enqueue(inner: &Inner, id: u32, e: SwapEntry) {
-    let mut ring = inner.staged.lock();
+    let mut ring = inner.backing.staged.lock();
     if !ring.push(id, e) {
         ring.compact(|i, s| live(inner, i, s));
         // Live entries never outnumber the staging frames, half the ring.
@@ -131,23 +96,23 @@ fn enqueue(inner: &Inner, id: u32, e: SwapEntry) {
 /// budget is exhausted.  When nothing can be evicted the page is installed
 /// anyway (the overrun is counted): a fault must always be served.
 pub(super) fn make_room(inner: &Inner) {
-    if inner.resident.load(Ordering::Relaxed) < inner.budget {
+    if inner.budget.resident.load(Ordering::Relaxed) < inner.budget.limit {
         return;
     }
     inner.counters.direct_reclaim.inc();
-    if reclaim(inner, BATCH) == 0 && inner.resident.load(Ordering::Relaxed) >= inner.budget {
+    if reclaim(inner, BATCH) == 0 && inner.budget.resident.load(Ordering::Relaxed) >= inner.budget.limit {
         inner.counters.overrun.inc();
     }
 }
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
 pub(super) fn make_room_for(inner: &Inner, n: usize) {
-    if inner.resident.load(Ordering::Relaxed) + n <= inner.budget {
+    if inner.budget.resident.load(Ordering::Relaxed) + n <= inner.budget.limit {
         return;
     }
     inner.counters.direct_reclaim.inc();
-    let want = inner.resident.load(Ordering::Relaxed) + n - inner.budget;
-    if reclaim(inner, want) < want && inner.resident.load(Ordering::Relaxed) + n > inner.budget {
+    let want = inner.budget.resident.load(Ordering::Relaxed) + n - inner.budget.limit;
+    if reclaim(inner, want) < want && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit {
         inner.counters.overrun.inc();
     }
 }
@@ -182,8 +147,8 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
         for &id in &victims[..n] {
             if inner.states[id as usize].load(Ordering::Acquire) & page::UNIT != 0 {
                 // A 2 MB unit goes straight to its slots.
-                match super::unit::evict(inner, id) {
-                    Stage::Gone => done += super::unit::UNIT_PAGES,
+                match evict_unit(inner, id) {
+                    Stage::Gone => done += UNIT_PAGES,
                     other => back_on_lru(inner, id, other),
                 }
                 continue;
@@ -205,10 +170,10 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
         nfreed = 0;
         while done < nr
             && nfreed < BATCH
-            && inner.staged_count() > inner.staging_target
+            && inner.staged_count() > inner.budget.staging_target
             && !writeback_held(inner)
         {
-            let Some((id, slot)) = inner.staged.lock().pop() else {
+            let Some((id, slot)) = inner.backing.staged.lock().pop() else {
                 break;
             };
             if let Some(f) = writeback(inner, id, slot) {
@@ -263,7 +228,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
         return Stage::Not;
     }
     let dirty = w & page::DIRTY != 0;
-    if dirty && page::slot(w).is_none() && inner.space.nr_free() == 0 {
+    if dirty && page::slot(w).is_none() && inner.backing.space.nr_free() == 0 {
         // Nowhere to write it: do not move it out just to move it back.
         inner.counters.swap_full.inc();
         return Stage::Not;
@@ -275,50 +240,50 @@ fn stage(inner: &Inner, id: u32) -> Stage {
         return Stage::Not;
     };
     let addr = inner.addrs[id as usize].load(Ordering::Relaxed);
-    let frame_addr = inner.staging.addr(f);
+    let frame_addr = inner.frames.staging.addr(f);
     // A clean page that never had a slot holds zeros still: drop it.
     if !dirty && page::slot(w).is_none() {
         if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
-            inner.staging.put(f);
+            inner.frames.staging.put(f);
             return refused(inner, claim, addr, err);
         }
         inner.counters.evict_clean.inc();
         inner.counters.evictions.inc();
-        inner.resident.fetch_sub(1, Ordering::Relaxed);
+        inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
         claim.commit(page::NEVER);
         return Stage::Dropped(f);
     }
     // The slot it will be written to (a clean page keeps its own).
     let (e, new_slot) = match page::slot(w) {
         Some(e) if !dirty => (e, false),
-        _ => match inner.space.alloc() {
+        _ => match inner.backing.space.alloc() {
             Ok(e) => (e, true),
             Err(err) => {
                 if matches!(err, SwapError::Full { .. }) {
                     inner.counters.swap_full.inc();
                 }
-                inner.staging.put(f);
+                inner.frames.staging.put(f);
                 return Stage::Not;
             }
         },
     };
     let handle = PageHandle::new(f as u64 + 1).expect("frame + 1 is not zero");
-    if inner.swap_cache.add(e, handle).is_err() {
+    if inner.backing.swap_cache.add(e, handle).is_err() {
         // The slot is ours alone (fresh, or this clean page's): it cannot
         // be cached already.  Nothing changed; give up on this one.
         debug_assert!(false, "slot {e:?} already in the swap cache");
         if new_slot {
             inner.free_slot(e);
         }
-        inner.staging.put(f);
+        inner.frames.staging.put(f);
         return Stage::Not;
     }
     if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
-        inner.swap_cache.delete(e);
+        inner.backing.swap_cache.delete(e);
         if new_slot {
             inner.free_slot(e);
         }
-        inner.staging.put(f);
+        inner.frames.staging.put(f);
         return refused(inner, claim, addr, err);
     }
     // A dirty page's old slot (if any) is stale: it has the new one.
@@ -328,7 +293,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
         }
     }
     inner.counters.staged.inc();
-    inner.nr_staged.fetch_add(1, Ordering::Relaxed);
+    inner.budget.staged.fetch_add(1, Ordering::Relaxed);
     claim.commit(page::with_slot(page::STAGED | (w & page::DIRTY), e));
     enqueue(inner, id, e);
     Stage::InMemory
@@ -346,7 +311,7 @@ fn refused(inner: &Inner, claim: PageClaim<'_>, addr: u64, err: UffdError) -> St
                 inner.free_slot(o);
             }
             inner.counters.discarded.inc();
-            inner.resident.fetch_sub(1, Ordering::Relaxed);
+            inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
             claim.commit(page::NEVER);
             Stage::Gone
         }
@@ -360,16 +325,16 @@ fn refused(inner: &Inner, claim: PageClaim<'_>, addr: u64, err: UffdError) -> St
 
 /// A free staging frame, writing back the oldest staged page if none is.
 fn frame(inner: &Inner) -> Option<u32> {
-    if let Some(f) = inner.staging.get() {
+    if let Some(f) = inner.frames.staging.get() {
         return Some(f);
     }
     for _ in 0..8 {
         if writeback_held(inner) {
             return None;
         }
-        let (id, slot) = inner.staged.lock().pop()?;
+        let (id, slot) = inner.backing.staged.lock().pop()?;
         if let Some(f) = writeback(inner, id, slot) {
-            inner.staging.discard_batch(&[f]);
+            inner.frames.staging.discard_batch(&[f]);
             return Some(f);
         }
     }
@@ -378,7 +343,7 @@ fn frame(inner: &Inner) -> Option<u32> {
 
 /// Whether writeback is paused after transient write errors.
 fn writeback_held(inner: &Inner) -> bool {
-    let until = inner.writeback.hold_until.load(Ordering::Relaxed);
+    let until = inner.backing.writeback.hold_until.load(Ordering::Relaxed);
     until != 0 && monotonic_ns() < until
 }
 
@@ -386,7 +351,7 @@ fn writeback_held(inner: &Inner) -> bool {
 /// each time while it goes on.
 pub(super) fn writeback_failed(inner: &Inner, err: &IoError) {
     inner.counters.swapout_retries.inc();
-    let b = &inner.writeback;
+    let b = &inner.backing.writeback;
     let prev = b.backoff_ns.load(Ordering::Relaxed);
     let next = (prev * 2).clamp(BACKOFF_MIN_NS, BACKOFF_MAX_NS);
     b.backoff_ns.store(next, Ordering::Relaxed);
@@ -401,7 +366,7 @@ pub(super) fn writeback_failed(inner: &Inner, err: &IoError) {
 
 /// A write worked: writeback goes at full speed again.
 pub(super) fn writeback_worked(inner: &Inner) {
-    let b = &inner.writeback;
+    let b = &inner.backing.writeback;
     if b.backoff_ns.load(Ordering::Relaxed) != 0 {
         b.backoff_ns.store(0, Ordering::Relaxed);
         b.hold_until.store(0, Ordering::Relaxed);
@@ -428,22 +393,22 @@ fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
     let f = inner.staged_frame(e);
     if w & page::DIRTY != 0 {
         // SAFETY: the staged page's frame is ours while we hold its claim.
-        let buf = unsafe { inner.staging.bytes(f) };
+        let buf = unsafe { inner.frames.staging.bytes(f) };
         if is_zero(buf) {
             // A page of zeros needs neither IO nor a slot: it goes back to
             // never-written, and its next touch zero-fills it.  Linux 6.12
             // does the same with a bit per slot (the swap zeromap); without
             // it such pages cost uswap a write and a read each.
-            inner.swap_cache.delete(e);
+            inner.backing.swap_cache.delete(e);
             inner.free_slot(e);
-            inner.nr_staged.fetch_sub(1, Ordering::Relaxed);
+            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
             inner.counters.evict_zero.inc();
             inner.counters.evictions.inc();
-            inner.resident.fetch_sub(1, Ordering::Relaxed);
+            inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
             claim.commit(page::NEVER);
             return Some(f);
         }
-        match inner.devices[e.device() as usize].write(e.offset(), buf) {
+        match inner.backing.devices[e.device() as usize].write(e.offset(), buf) {
             Ok(()) => writeback_worked(inner),
             Err(err) if err.is_transient() => {
                 // It stays staged, on its slot, to be written after a
@@ -459,10 +424,10 @@ fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
     } else {
         inner.counters.evict_clean.inc();
     }
-    inner.swap_cache.delete(e);
-    inner.nr_staged.fetch_sub(1, Ordering::Relaxed);
+    inner.backing.swap_cache.delete(e);
+    inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
     inner.counters.evictions.inc();
-    inner.resident.fetch_sub(1, Ordering::Relaxed);
+    inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
     claim.commit(page::with_slot(page::SWAPPED, e));
     Some(f)
 }
@@ -490,16 +455,16 @@ fn write_failed(
         ),
     );
     let addr = inner.addrs[id as usize].load(Ordering::Relaxed);
-    match inner.move_in(addr, inner.staging.addr(f), PAGE) {
+    match inner.move_in(addr, inner.frames.staging.addr(f), PAGE) {
         Ok(copied) => {
             // `e` stays allocated, never to be handed out again.
             inner.counters.write_errors.inc();
-            inner.swap_cache.delete(e);
+            inner.backing.swap_cache.delete(e);
             if copied {
-                inner.staging.discard_batch(&[f]);
+                inner.frames.staging.discard_batch(&[f]);
             }
-            inner.staging.put(f);
-            inner.nr_staged.fetch_sub(1, Ordering::Relaxed);
+            inner.frames.staging.put(f);
+            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
             inner.lru.add(id);
             claim.commit(page::RESIDENT | page::DIRTY);
             None
@@ -507,9 +472,9 @@ fn write_failed(
         Err((_, err)) if Inner::region_gone(&err) => {
             // The program unmapped the page meanwhile: nothing to keep.
             inner.counters.write_errors.inc();
-            inner.swap_cache.delete(e);
-            inner.nr_staged.fetch_sub(1, Ordering::Relaxed);
-            inner.resident.fetch_sub(1, Ordering::Relaxed);
+            inner.backing.swap_cache.delete(e);
+            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+            inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
             claim.commit(page::NEVER);
             Some(f)
         }
@@ -530,81 +495,194 @@ fn is_zero(page: &[u8]) -> bool {
         .all(|w| u64::from_ne_bytes(w.try_into().expect("8 bytes")) == 0)
 }
 
-/// A touch on a staged page (claimed by the caller): move it back from its
-/// frame, no IO.  The moved-back page is writable, so it is taken as dirty
-/// from here on and its slot freed.  Returns whether the faulting thread
-/// must be woken (handler mode).
-pub(super) fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
-    let e: SwapEntry = page::slot(claim.found()).expect("a staged page has a slot");
-    let f = inner.staged_frame(e);
-    match inner.move_in(addr, inner.staging.addr(f), PAGE) {
-        Ok(copied) => {
-            inner.swap_cache.delete(e);
-            if copied {
-                inner.counters.move_fallbacks.inc();
-                inner.staging.discard_batch(&[f]);
-            }
-            // The frame is empty again: reusable.
-            inner.staging.put(f);
-            inner.free_slot(e);
-            inner.counters.swapcache_hits.inc();
-            inner.nr_staged.fetch_sub(1, Ordering::Relaxed);
-            // Back on the LRU, active: it was touched while on its way out.
-            inner.lru.add(id);
-            inner.lru.activate(id);
-            claim.commit(page::RESIDENT | page::DIRTY);
-            false
-        }
-        Err((_, err)) if Inner::region_gone(&err) => {
-            inner.swap_cache.delete(e);
-            inner.staging.discard_batch(&[f]);
-            inner.staging.put(f);
-            inner.free_slot(e);
-            inner.nr_staged.fetch_sub(1, Ordering::Relaxed);
-            inner.resident.fetch_sub(1, Ordering::Relaxed);
-            claim.commit(page::NEVER);
-            true
-        }
-        // Neither moved nor copied: it stays staged (its cache entry and
-        // ring entry with it), and the access retries.
-        Err((_, err)) => fault::retry_later(inner, claim, err.errno()),
-    }
-}
-
 /// Drop a staged page whose region is going away: its frame and its swap
 /// cache entry.  (Its slot is freed by the caller.)
 pub(super) fn drop_staged(inner: &Inner, w: u64) {
     let e = page::slot(w).expect("a staged page has a slot");
-    if let Some(h) = inner.swap_cache.delete(e) {
+    if let Some(h) = inner.backing.swap_cache.delete(e) {
         let f = (h.get() - 1) as u32;
-        inner.staging.discard_batch(&[f]);
-        inner.staging.put(f);
+        inner.frames.staging.discard_batch(&[f]);
+        inner.frames.staging.put(f);
     }
 }
 
-/// The background reclaimer: keeps resident pages under the low watermark,
-/// and, in SIGBUS mode, watches the process's signal set-up.
-pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watch: bool) -> JoinHandle<()> {
-    const WATCH_EVERY: Duration = Duration::from_millis(100);
-    const SCAN_EVERY: u32 = 5;
-    signals::spawn("uswap-reclaim", move || {
-        let mut last_watch = Instant::now();
-        let mut watches = 0u32;
-        loop {
-            let Some(inner) = Inner::upgrade(&weak) else {
-                return;
-            };
-            if watch && last_watch.elapsed() >= WATCH_EVERY {
-                last_watch = Instant::now();
-                watches += 1;
-                signals::watch(watches % SCAN_EVERY == 1);
-            }
-            let resident = inner.resident.load(Ordering::Relaxed);
-            if resident > inner.low && reclaim(&inner, resident - inner.low) > 0 {
-                continue;
-            }
-            drop(inner);
-            std::thread::sleep(Duration::from_millis(1));
+/// Evict the unit whose first page is `head`: `Stage::Gone` when it left
+/// memory; otherwise it is still resident (`Refused`: unevictable).
+fn evict_unit(inner: &Inner, head: u32) -> Stage {
+    let st = &inner.states[head as usize];
+    let w = st.load(Ordering::Acquire);
+    if page::kind(w) != page::RESIDENT || w & page::BUSY != 0 || writes_held(inner) {
+        return Stage::Not;
+    }
+    let Some(claim) = PageClaim::try_claim(st, w) else {
+        return Stage::Not;
+    };
+    let addr = inner.addrs[head as usize].load(Ordering::Relaxed);
+    let pool = &inner.frames.unit_out;
+    let Some(u) = pool.get() else {
+        return Stage::Not;
+    };
+    if let Err((moved, err)) = inner.move_out(pool.addr(u), addr, UNIT) {
+        // Part of it (or none) moved: put that back before anything reads
+        // the "out" unit, whose missing pages would fault.
+        if moved > 0 && inner.put_in(addr, pool.addr(u), moved) == Installed::Gone {
+            pool.discard(u);
+            pool.put(u);
+            return unit_gone(inner, claim);
         }
-    })
+        pool.discard(u);
+        pool.put(u);
+        return match err.errno() {
+            // Holes the program made (MADV_DONTNEED), which read as zeros:
+            // fill them, and the unit moves whole next time.  None left
+            // at all (the program discarded or unmapped the whole unit):
+            // there is nothing to evict.
+            Some(libc::ENOENT) => match fill_holes(inner, addr) {
+                Holes::Filled => Stage::Not,
+                Holes::All => unit_gone(inner, claim),
+            },
+            errno => {
+                drop(claim);
+                inner.unevictable(addr + moved, errno);
+                Stage::Refused
+            }
+        };
+    }
+    // SAFETY: we hold unit `u`, which holds the 512 pages just moved out.
+    let buf = unsafe { pool.bytes(u) };
+    let next = match inner.backing.space.alloc_huge() {
+        Ok(base) => match inner.backing.devices[base.device() as usize].write(base.offset(), buf) {
+            Ok(()) => {
+                writeback_worked(inner);
+                Some(page::with_slot(page::SWAPPED | page::UNIT | page::WHOLE, base))
+            }
+            Err(err) if err.is_transient() => {
+                inner.free_huge(base);
+                writeback_failed(inner, &err);
+                None
+            }
+            Err(_) => {
+                // The cluster is suspect: retired (never freed).
+                inner.counters.write_errors.inc();
+                None
+            }
+        },
+        Err(SwapError::NoFreeCluster) => {
+            // Seed 003's fallback: split into 512 slots.
+            inner.counters.huge_fallbacks.inc();
+            split_out(inner, head, buf)
+        }
+        Err(_) => {
+            inner.counters.swap_full.inc();
+            None
+        }
+    };
+    let Some(next) = next else {
+        let gone = inner.put_in(addr, pool.addr(u), UNIT) == Installed::Gone;
+        pool.discard(u);
+        pool.put(u);
+        if gone {
+            return unit_gone(inner, claim);
+        }
+        return Stage::Not;
+    };
+    pool.discard(u);
+    pool.put(u);
+    inner.counters.huge_swapouts.inc();
+    inner.counters.evictions.inc();
+    inner.budget.resident.fetch_sub(UNIT_PAGES, Ordering::Relaxed);
+    claim.commit(next);
+    Stage::Gone
+}
+
+/// The unit's memory went with the program's unmap or discard: nothing
+/// to keep, and it reads as zeros.
+fn unit_gone(inner: &Inner, claim: PageClaim<'_>) -> Stage {
+    inner.counters.discarded.inc();
+    inner.budget.resident.fetch_sub(UNIT_PAGES, Ordering::Relaxed);
+    claim.commit(page::NEVER | page::UNIT);
+    Stage::Gone
+}
+
+enum Holes {
+    /// Some pages were missing and are zeros now.
+    Filled,
+    /// Every page was missing, or the range is not mapped any more.
+    All,
+}
+
+/// Fill the holes of the resident unit at `addr` with zeros (the program
+/// discarded those pages).
+fn fill_holes(inner: &Inner, addr: u64) -> Holes {
+    let mut present = [0u8; UNIT_PAGES];
+    // SAFETY: mincore writes one byte per page of the range into
+    // `present`; it fails (ENOMEM) where the range is not mapped.
+    if unsafe { libc::mincore(addr as *mut libc::c_void, UNIT_BYTES, present.as_mut_ptr()) } != 0
+        || present.iter().all(|p| p & 1 == 0)
+    {
+        return Holes::All;
+    }
+    for (i, p) in present.iter().enumerate() {
+        // An error leaves the hole, to be found on the next eviction;
+        // EEXIST (a page appeared meanwhile) cannot happen under the
+        // claim, and would be fine.
+        if p & 1 == 0 && inner.copy_zero(addr + i as u64 * PAGE, false).is_ok() {
+            inner.counters.discarded.inc();
+        }
+    }
+    Holes::Filled
+}
+
+/// Write a unit's pages to 512 single slots, each recorded in its page's
+/// own word (the head's slot goes in the returned word); the unit's word
+/// says "split".  None (nothing kept: every slot taken is freed, or
+/// retired if its write failed for good) when the swap space runs out
+/// midway or a write fails.
+fn split_out(inner: &Inner, head: u32, buf: &[u8]) -> Option<u64> {
+    let mut first = SwapEntry::NONE;
+    for i in 0..UNIT_PAGES {
+        let failed = match inner.backing.space.alloc() {
+            Ok(e) => match inner.backing.devices[e.device() as usize]
+                .write(e.offset(), &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])
+            {
+                Ok(()) => {
+                    if i == 0 {
+                        first = e;
+                    } else {
+                        inner.states[head as usize + i]
+                            .store(page::with_slot(page::NEVER, e), Ordering::Release);
+                    }
+                    continue;
+                }
+                Err(err) if err.is_transient() => {
+                    inner.free_slot(e);
+                    writeback_failed(inner, &err);
+                    true
+                }
+                Err(_) => {
+                    // Retired: never freed.
+                    inner.counters.write_errors.inc();
+                    true
+                }
+            },
+            Err(_) => {
+                inner.counters.swap_full.inc();
+                true
+            }
+        };
+        debug_assert!(failed);
+        // Undo the pages done so far.
+        if i > 0 {
+            inner.free_slot(first);
+        }
+        for j in 1..i {
+            let word = &inner.states[head as usize + j];
+            if let Some(e) = page::slot(word.load(Ordering::Acquire)) {
+                inner.free_slot(e);
+            }
+            word.store(page::NEVER, Ordering::Release);
+        }
+        return None;
+    }
+    Some(page::with_slot(page::SWAPPED | page::UNIT, first))
 }

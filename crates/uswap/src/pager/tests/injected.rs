@@ -56,7 +56,7 @@ fn settle(region: &Region) {
 fn assert_states_true(region: &Region, huge: bool) {
     settle(region);
     let pages = region.len() / PAGE_SIZE;
-    let step = if huge { unit::UNIT_PAGES } else { 1 };
+    let step = if huge { page::UNIT_PAGES } else { 1 };
     for head in (0..pages).step_by(step) {
         let w = word(region, head);
         assert_eq!(w & page::BUSY, 0, "page {head} left claimed");
@@ -217,7 +217,7 @@ fn a_unit_move_in_that_stops_part_way_is_finished() {
             // per-CPU batches do not promise it).
             settle(&region);
             let u = (0..pages)
-                .step_by(unit::UNIT_PAGES)
+                .step_by(page::UNIT_PAGES)
                 .find(|&h| !region.is_resident(h))
                 .expect("a unit went out");
             // Each failed copy ends one try; the next try moves on from
@@ -273,7 +273,7 @@ fn a_failed_unit_eviction_keeps_the_unit() {
         assert_eq!(st.counter("unevictable"), 1, "{mode:?}: {:?}", st.counters);
         // The refused unit (the oldest, unit 0, as a rule) stayed.
         assert!(
-            region.is_resident(0) || region.is_resident(unit::UNIT_PAGES),
+            region.is_resident(0) || region.is_resident(page::UNIT_PAGES),
             "{mode:?}: the refused unit stayed"
         );
         assert_states_true(&region, true);

@@ -1,0 +1,638 @@
+//! One instance's shared state ([`Inner`]), in named parts: its frames
+//! (staging, bounce and unit pools), its budget (resident and staged
+//! counts, the watermarks) and its backing (swap space, IO devices, swap
+//! cache, writeback's pause).  And the operations on pages that both the
+//! fault and the reclaim paths use: the userfaultfd moves and copies with
+//! their test hooks, slot frees, the retry pause.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use super::frames::{FramePool, Mapping, UnitPool};
+use super::page::{self, PageClaim, UNIT_PAGES};
+use super::report;
+use crate::io::IoDevice;
+use crate::lru::Lru;
+use crate::stats::{Counter, Registry, StatMutex};
+use crate::swap_cache::SwapCache;
+use crate::swap_space::{SwapEntry, SwapSpace};
+use crate::uffd::{Uffd, UffdError};
+use crate::PAGE_SIZE;
+
+pub(crate) struct Counters {
+    pub faults: Arc<Counter>,
+    pub zero_fills: Arc<Counter>,
+    pub swapins: Arc<Counter>,
+    pub huge_swapins: Arc<Counter>,
+    pub huge_swapouts: Arc<Counter>,
+    pub huge_fallbacks: Arc<Counter>,
+    pub move_fallbacks: Arc<Counter>,
+    pub staged: Arc<Counter>,
+    pub swapcache_hits: Arc<Counter>,
+    pub wp_faults: Arc<Counter>,
+    pub evictions: Arc<Counter>,
+    pub evict_clean: Arc<Counter>,
+    pub evict_write: Arc<Counter>,
+    pub evict_zero: Arc<Counter>,
+    pub install_retries: Arc<Counter>,
+    pub overrun: Arc<Counter>,
+    pub swap_full: Arc<Counter>,
+    pub write_errors: Arc<Counter>,
+    pub read_errors: Arc<Counter>,
+    pub direct_reclaim: Arc<Counter>,
+    pub busy_waits: Arc<Counter>,
+    pub unevictable: Arc<Counter>,
+    pub discarded: Arc<Counter>,
+    pub swapout_retries: Arc<Counter>,
+    pub swapin_retries: Arc<Counter>,
+}
+
+impl Counters {
+    pub fn new(r: &Registry) -> Self {
+        Counters {
+            faults: r.counter("faults"),
+            zero_fills: r.counter("zero_fills"),
+            swapins: r.counter("swapins"),
+            huge_swapins: r.counter("huge_swapins"),
+            huge_swapouts: r.counter("huge_swapouts"),
+            huge_fallbacks: r.counter("huge_fallbacks"),
+            move_fallbacks: r.counter("move_fallbacks"),
+            staged: r.counter("staged"),
+            swapcache_hits: r.counter("swapcache_hits"),
+            wp_faults: r.counter("wp_faults"),
+            evictions: r.counter("evictions"),
+            evict_clean: r.counter("evict_clean"),
+            evict_write: r.counter("evict_write"),
+            evict_zero: r.counter("evict_zero"),
+            install_retries: r.counter("install_retries"),
+            overrun: r.counter("budget_overrun"),
+            swap_full: r.counter("swap_full"),
+            write_errors: r.counter("swapout_errors"),
+            read_errors: r.counter("swapin_errors"),
+            direct_reclaim: r.counter("direct_reclaim"),
+            busy_waits: r.counter("busy_waits"),
+            unevictable: r.counter("unevictable"),
+            discarded: r.counter("discarded"),
+            swapout_retries: r.counter("swapout_retries"),
+            swapin_retries: r.counter("swapin_retries"),
+        }
+    }
+}
+
+/// The shared state of one instance.  Regions and the entry's threads
+/// refer to it; it lives while the `Swap` handle or any region does.
+pub(crate) struct Inner {
+    pub uffd: Uffd,
+    pub lru: Lru,
+    /// Per page id: the page state word (see page.rs).
+    pub states: Box<[AtomicU64]>,
+    /// Per page id: the page's address, 0 when no region holds the id.
+    pub addrs: Box<[AtomicU64]>,
+    /// Free page-id ranges (start, len); capacity never grows past the
+    /// number of regions, and it is only touched by map and unmap.
+    pub ids: StatMutex<Vec<(u32, u32)>>,
+    pub frames: Frames,
+    pub budget: Budget,
+    pub backing: Backing,
+    /// Set when the last handle (the `Swap` or a region) goes: the threads
+    /// stop.  A thread's own reference cannot tell, as several threads
+    /// holding one each would keep each other alive forever.
+    pub shutdown: AtomicBool,
+    /// Handles alive: the `Swap` and every region.
+    pub users: AtomicUsize,
+    /// The process that built the instance.  In a forked child (another
+    /// pid) the inherited descriptor still speaks for the parent's memory,
+    /// so nothing may be done with it.
+    pub pid: libc::pid_t,
+    /// Which once-only lines have been said.
+    pub reports: Reports,
+    /// Test hooks: failures to inject into the userfaultfd calls.
+    #[cfg(test)]
+    pub inject: Inject,
+    pub counters: Counters,
+    pub registry: Arc<Registry>,
+}
+
+/// The memory the pager maps for itself, besides regions.
+pub(crate) struct Frames {
+    /// Staging frames: evicted pages are moved into them (registered with
+    /// the userfaultfd, as a move's destination must be) and stay there,
+    /// in the swap cache, until written back.
+    pub staging: FramePool,
+    /// Bounce frames: swap-ins are read into them, then copied in.
+    pub bounce: FramePool,
+    /// 2 MB staging units: populated and moved into regions (unregistered)
+    /// and receiving units moved out (registered).
+    pub unit_in: UnitPool,
+    pub unit_out: UnitPool,
+    /// A page of zeros, the source of zero-fill copies.
+    pub zero: Mapping,
+}
+
+/// What is resident against what may be.
+pub(crate) struct Budget {
+    /// Resident pages at most (a fault over it reclaims first).
+    pub limit: usize,
+    /// The background reclaimer's target: resident pages down to this.
+    pub low: usize,
+    /// Pages resident now, staged ones included.
+    pub resident: AtomicUsize,
+    /// Pages staged now; counted in `resident` too.
+    pub staged: AtomicUsize,
+    /// Staged pages kept in memory before writeback starts: half the
+    /// staging frames.
+    pub staging_target: usize,
+}
+
+/// Where evicted pages go: slots on the swap devices, and the swap cache
+/// that finds a staged page's frame by its slot.
+pub(crate) struct Backing {
+    pub space: SwapSpace,
+    /// The IO devices, indexed by a slot's device number.
+    pub devices: Vec<IoDevice>,
+    /// Slot -> staging frame of each staged page.
+    pub swap_cache: SwapCache,
+    /// Staged pages oldest first (see reclaim.rs).
+    pub staged: StatMutex<StagedRing>,
+    /// Writeback's pause after transient write errors (reclaim.rs).
+    pub writeback: Backoff,
+}
+
+/// Writeback's pause after transient write errors.
+#[derive(Default)]
+pub(crate) struct Backoff {
+    /// No writes before this `CLOCK_MONOTONIC` nanosecond (0: none).
+    pub hold_until: AtomicU64,
+    /// The current pause; 0 while writes work.
+    pub backoff_ns: AtomicU64,
+}
+
+/// One-line reports said once per instance.
+#[derive(Default)]
+pub(crate) struct Reports {
+    pub pinned: AtomicBool,
+    pub locked: AtomicBool,
+    pub refused: AtomicBool,
+    pub install_retry: AtomicBool,
+    pub bad_slot: AtomicBool,
+    pub not_ours: AtomicBool,
+}
+
+/// Which way `UFFDIO_MOVE` moves a page: out of a region into our staging
+/// memory, or back in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Dir {
+    Out,
+    In,
+}
+
+/// Test hooks: the next `n` userfaultfd calls of a kind fail, after doing
+/// part of their work for real, as the kernel fails them.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Inject {
+    /// Moves out of regions: count, pages moved before failing, errno.
+    pub move_out: (AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32),
+    /// Moves into regions.
+    pub move_in: (AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32),
+    /// The copies that finish a move in that failed.
+    pub copy_in: (AtomicUsize, std::sync::atomic::AtomicI32),
+    /// 1: the next install stops, claim held, at 2 until this is 0.
+    pub gate: std::sync::atomic::AtomicU32,
+}
+
+#[cfg(test)]
+impl Inject {
+    /// Take one injected failure of `(count, partial pages, errno)`.
+    pub fn take_move(f: &(AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32)) -> Option<(u64, i32)> {
+        f.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .ok()
+            .map(|_| {
+                (
+                    f.1.load(Ordering::Relaxed) as u64 * PAGE_SIZE as u64,
+                    f.2.load(Ordering::Relaxed),
+                )
+            })
+    }
+
+    /// The install gate: spin here, claim held, while a test looks on.
+    pub fn gate(&self) {
+        if self
+            .gate
+            .compare_exchange(1, 2, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+        {
+            while self.gate.load(Ordering::Acquire) != 0 {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+impl Inner {
+    pub fn free_ids(&self, start: u32, len: u32) {
+        let mut ids = self.ids.lock();
+        ids.push((start, len));
+        ids.sort_unstable();
+        // Merge neighbours.
+        let mut i = 0;
+        while i + 1 < ids.len() {
+            if ids[i].0 + ids[i].1 == ids[i + 1].0 {
+                ids[i].1 += ids[i + 1].1;
+                ids.remove(i + 1);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Pages staged now.
+    pub fn staged_count(&self) -> usize {
+        self.budget.staged.load(Ordering::Relaxed)
+    }
+
+    /// Discard staging frames (their contents are on swap or were clean)
+    /// and return them to the pool: one `process_madvise` for the batch,
+    /// so one TLB flush instead of one per frame.
+    pub fn discard_frames(&self, frames: &[u32]) {
+        if frames.is_empty() {
+            return;
+        }
+        self.frames.staging.discard_batch(frames);
+        for &f in frames {
+            self.frames.staging.put(f);
+        }
+    }
+
+    /// Move `len` bytes of pages from region memory at `src` into our
+    /// staging memory at `dst`: all of them, or `Err((moved, why))` with
+    /// the prefix that did move.
+    pub fn move_out(&self, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
+        self.move_all(Dir::Out, dst, src, len)
+    }
+
+    /// Put `len` bytes of pages from our memory at `src` back into a region
+    /// at `dst` (missing there): moved, and what will not move copied.
+    /// `Ok(true)` when some were copied (their source still holds them and
+    /// must be discarded before it is reused); `Err((done, why))` when
+    /// neither worked past `done` bytes.
+    pub fn move_in(&self, dst: u64, src: u64, len: u64) -> Result<bool, (u64, UffdError)> {
+        let Err((moved, _)) = self.move_all(Dir::In, dst, src, len) else {
+            return Ok(false);
+        };
+        let mut at = moved;
+        #[cfg(test)]
+        if self
+            .inject
+            .copy_in
+            .0
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
+        {
+            let errno = self.inject.copy_in.1.load(Ordering::Relaxed);
+            return Err((
+                at,
+                UffdError::Ioctl {
+                    op: "UFFDIO_COPY",
+                    errno,
+                },
+            ));
+        }
+        while at < len {
+            match self.copy(dst + at, (src + at) as *const u8, len - at, false) {
+                Ok(()) => break,
+                // A page is there already: it cannot be, under the claim,
+                // but if it were, what is there stays.
+                Err((n, e)) if e.errno() == Some(libc::EEXIST) => at += n + PAGE_SIZE as u64,
+                Err((n, e)) => return Err((at + n, e)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// `UFFDIO_MOVE` of `len` bytes, to the end: a partial move (the
+    /// kernel's `EAGAIN` with a count) is continued, and the error of the
+    /// page that stopped it comes back with how far it got.
+    // `dir` picks the injected failure, in tests only.
+    #[cfg_attr(not(test), allow(unused_variables))]
+    fn move_all(&self, dir: Dir, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
+        let mut done = 0;
+        #[cfg(test)]
+        {
+            let f = match dir {
+                Dir::Out => &self.inject.move_out,
+                Dir::In => &self.inject.move_in,
+            };
+            if let Some((partial, errno)) = Inject::take_move(f) {
+                let partial = partial.min(len);
+                if partial > 0 {
+                    self.move_all_real(dst, src, partial)?;
+                }
+                return Err((
+                    partial,
+                    UffdError::Ioctl {
+                        op: "UFFDIO_MOVE",
+                        errno,
+                    },
+                ));
+            }
+        }
+        while done < len {
+            match self
+                .uffd
+                .move_pages(dst + done, src + done, len - done, true, false)
+            {
+                Ok(n) if n > 0 => done += n,
+                Ok(_) => {
+                    return Err((
+                        done,
+                        UffdError::Ioctl {
+                            op: "UFFDIO_MOVE",
+                            errno: libc::EAGAIN,
+                        },
+                    ))
+                }
+                Err(e) => return Err((done, e)),
+            }
+        }
+        Ok(())
+    }
+
+    #[cfg(test)]
+    fn move_all_real(&self, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
+        let mut done = 0;
+        while done < len {
+            match self
+                .uffd
+                .move_pages(dst + done, src + done, len - done, true, false)
+            {
+                Ok(n) if n > 0 => done += n,
+                Ok(_) => unreachable!("a move that moved nothing succeeded"),
+                Err(e) => return Err((done, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// `UFFDIO_COPY` of `len` bytes into a region (missing there), to the
+    /// end, write-protected when `wp`; wakes the threads waiting there.
+    /// On failure, how far it got and why.
+    pub fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool) -> Result<(), (u64, UffdError)> {
+        let mut done = 0;
+        while done < len {
+            match self
+                .uffd
+                .copy(dst + done, src.wrapping_add(done as usize), len - done, wp, true)
+            {
+                Ok(n) if n > 0 => done += n,
+                Ok(_) => {
+                    let e = UffdError::Ioctl {
+                        op: "UFFDIO_COPY",
+                        errno: libc::EAGAIN,
+                    };
+                    return Err((done, e));
+                }
+                Err(e) => return Err((done, e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Install a page of zeros at `page` (missing there).
+    pub fn copy_zero(&self, page: u64, wp: bool) -> Result<(), UffdError> {
+        self.copy(page, self.frames.zero.addr() as *const u8, PAGE_SIZE as u64, wp)
+            .map_err(|(_, e)| e)
+    }
+
+    /// Whether an install into a region failed because the program
+    /// unmapped the destination (`ENOENT` from a copy: no registered
+    /// mapping there any more).
+    pub fn region_gone(e: &UffdError) -> bool {
+        e.errno() == Some(libc::ENOENT)
+    }
+
+    /// Free slot `e`.  Every slot the pager frees is one it allocated and
+    /// holds one reference to, so a refusal is a bookkeeping bug.
+    pub fn free_slot(&self, e: SwapEntry) {
+        let freed = self.backing.space.free(e);
+        debug_assert!(freed.is_ok(), "freeing {e:?}: {freed:?}");
+    }
+
+    /// Free the whole cluster of a 2 MB unit, as `free_slot` does a slot.
+    pub fn free_huge(&self, e: SwapEntry) {
+        let freed = self.backing.space.free_huge(e);
+        debug_assert!(freed.is_ok(), "freeing unit {e:?}: {freed:?}");
+    }
+
+    /// The staging frame a staged page's slot `e` holds (claimed by the
+    /// caller, so the entry is there).
+    pub fn staged_frame(&self, e: SwapEntry) -> u32 {
+        let h = self
+            .backing
+            .swap_cache
+            .lookup(e)
+            .expect("a staged page is in the swap cache");
+        (h.get() - 1) as u32
+    }
+
+    /// `UFFDIO_MOVE` refused to move the page at `addr` out: count it, and
+    /// say once per reason why such pages stay resident.
+    pub fn unevictable(&self, addr: u64, errno: Option<i32>) {
+        self.counters.unevictable.inc();
+        match errno {
+            Some(libc::EBUSY) => report::once(
+                &self.reports.pinned,
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: it is pinned (O_DIRECT IO, io_uring fixed buffers, RDMA) or shared (KSM); pages like it stay resident while they are, counted as unevictable"),
+            ),
+            Some(libc::EINVAL) => report::once(
+                &self.reports.locked,
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: the program locked it (mlock) or changed its protection (mprotect); pages like it stay resident, counted as unevictable"),
+            ),
+            e => report::once(
+                &self.reports.refused,
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: UFFDIO_MOVE failed with errno {}; pages like it stay resident, counted as unevictable", e.unwrap_or(0)),
+            ),
+        }
+    }
+
+    /// Whether this is the process that built the instance (false in a
+    /// forked child).
+    pub fn same_process(&self) -> bool {
+        // SAFETY: getpid has no preconditions.
+        self.pid == unsafe { libc::getpid() }
+    }
+
+    /// A handle went away; true when it was the last, and the threads are
+    /// told to stop.
+    pub fn release_user(&self) -> bool {
+        if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shutdown.store(true, Ordering::Release);
+            return true;
+        }
+        false
+    }
+
+    pub fn upgrade(w: &Weak<Inner>) -> Option<Arc<Inner>> {
+        let a = w.upgrade()?;
+        (!a.shutdown.load(Ordering::Relaxed)).then_some(a)
+    }
+}
+
+impl Inner {
+    /// A transition could not be done now (the kernel refused an install for
+    /// the moment: a persistent `EAGAIN`, `ENOMEM`): the claim goes, the page
+    /// stays as it was, and the access retries after a pause.
+    #[cold]
+    pub fn retry_later(&self, claim: PageClaim<'_>, errno: Option<i32>) -> bool {
+        drop(claim);
+        self.retry_pause(errno);
+        true
+    }
+
+    /// Count, say once, and pause before an install is tried again.
+    #[cold]
+    pub fn retry_pause(&self, errno: Option<i32>) {
+        self.counters.install_retries.inc();
+        report::once(
+            &self.reports.install_retry,
+            format_args!(
+                "uswap: installing a page failed for now (errno {}); the access is retried",
+                errno.unwrap_or(0)
+            ),
+        );
+        page::pause();
+    }
+
+    /// The slot of page `i` of a split unit whose head word is `w`.
+    pub fn split_slot(&self, head: u32, i: usize, w: u64) -> SwapEntry {
+        // The head's own word is claimed by the caller (its slot is in `w`);
+        // the others hold only their slots.
+        let word = if i == 0 {
+            w
+        } else {
+            self.states[head as usize + i].load(Ordering::Acquire)
+        };
+        page::slot(word).expect("a split unit has a slot per page")
+    }
+
+    /// Free the slots of swapped unit `head` (state `w`).
+    pub fn free_unit_slots(&self, head: u32, w: u64) {
+        if page::kind(w) != page::SWAPPED {
+            return;
+        }
+        if w & page::WHOLE != 0 {
+            if let Some(e) = page::slot(w) {
+                self.free_huge(e);
+            }
+            return;
+        }
+        for i in 0..UNIT_PAGES {
+            if let Some(e) = page::slot(if i == 0 {
+                w
+            } else {
+                self.states[head as usize + i].load(Ordering::Acquire)
+            }) {
+                self.free_slot(e);
+            }
+            if i > 0 {
+                self.states[head as usize + i].store(page::NEVER, Ordering::Release);
+            }
+        }
+    }
+}
+
+/// Staged pages in FIFO order, each with the slot it was staged to.  An
+/// entry is live while its page is staged to that slot; it goes stale when
+/// the page is touched (moved back) or its region goes away, and popping
+/// skips stale entries.  The ring holds twice the staging frames; when it
+/// fills with stale entries it is compacted.
+pub(crate) struct StagedRing {
+    ids: Box<[(u32, u64)]>,
+    head: usize,
+    len: usize,
+}
+
+impl StagedRing {
+    pub fn new(cap: usize) -> Self {
+        StagedRing {
+            ids: vec![(0, 0); cap.max(2)].into_boxed_slice(),
+            head: 0,
+            len: 0,
+        }
+    }
+
+    pub fn push(&mut self, id: u32, slot: SwapEntry) -> bool {
+        if self.len == self.ids.len() {
+            return false;
+        }
+        let i = (self.head + self.len) % self.ids.len();
+        self.ids[i] = (id, slot.raw());
+        self.len += 1;
+        true
+    }
+
+    pub fn pop(&mut self) -> Option<(u32, u64)> {
+        if self.len == 0 {
+            return None;
+        }
+        let e = self.ids[self.head];
+        self.head = (self.head + 1) % self.ids.len();
+        self.len -= 1;
+        Some(e)
+    }
+
+    /// Keep only the entries `live` accepts, in order.
+    pub fn compact(&mut self, live: impl Fn(u32, u64) -> bool) {
+        let n = self.len;
+        let mut kept = 0;
+        for k in 0..n {
+            let e = self.ids[(self.head + k) % self.ids.len()];
+            if live(e.0, e.1) {
+                self.ids[(self.head + kept) % self.ids.len()] = e;
+                kept += 1;
+            }
+        }
+        self.len = kept;
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Installed {
+    /// All moved.
+    Moved,
+    /// Some moved and the rest copied.
+    Copied,
+    /// The destination is no longer mapped.
+    Gone,
+}
+
+impl Inner {
+    /// Put `len` bytes of pages from `src` (ours) into the region at `dst`
+    /// (missing there), all of them: a move, finished by copying what does
+    /// not move, and retried while the kernel refuses for now (ENOMEM).  Half
+    /// a unit in place is no state to leave: the faulting thread waits for
+    /// memory, as a faulting thread in the kernel would.
+    pub fn put_in(&self, dst: u64, src: u64, len: u64) -> Installed {
+        let mut done = 0;
+        let mut copied = false;
+        loop {
+            match self.move_in(dst + done, src + done, len - done) {
+                Ok(c) => {
+                    return if copied || c {
+                        Installed::Copied
+                    } else {
+                        Installed::Moved
+                    }
+                }
+                Err((n, err)) => {
+                    copied = true;
+                    if Self::region_gone(&err) {
+                        return Installed::Gone;
+                    }
+                    done += n;
+                    self.retry_pause(err.errno());
+                }
+            }
+        }
+    }
+}
