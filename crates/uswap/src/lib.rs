@@ -15,6 +15,9 @@
 //! - [`lru`]: active and inactive lists with per-CPU add/activate batches
 //!   (seed 002).
 //! - [`stats`]: counters and per-site lock profiles.
+//! - [`sys`]: the OS layer: mappings, advice, the ioctls on backing files.
+//! - [`uffd`]: userfaultfd, the kernel interface the pager is built on.
+//! - [`pager`]: regions paged under a budget, on all of the above.
 //!
 //! Every seed mechanism is a switch in the configuration, so that its effect
 //! can be measured against the behaviour before it.
@@ -27,6 +30,7 @@ pub mod percpu;
 pub mod stats;
 pub mod swap_cache;
 pub mod swap_space;
+pub mod sys;
 pub mod table;
 pub mod uffd;
 

@@ -42,9 +42,7 @@ pub(super) struct Access {
 /// Whether the page at `page` is mapped, from the page tables: for the
 /// architectures whose fault context does not say.
 pub(super) fn mapped(page: u64) -> bool {
-    let mut v = 0u8;
-    // SAFETY: mincore writes one byte for one page and reads no memory.
-    unsafe { libc::mincore(page as *mut libc::c_void, PAGE_SIZE, &mut v) == 0 && v & 1 != 0 }
+    crate::sys::page_mapped(page)
 }
 
 /// Serve a fault at `addr` (page id `id`).  Returns whether the caller

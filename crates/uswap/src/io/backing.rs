@@ -1,0 +1,711 @@
+//! Backings: the regular files and block devices that file devices keep
+//! their slots on.  Opening one checks what it is (a regular file or a
+//! block device: never a directory, FIFO or socket; checked before the
+//! open, which would block on a FIFO), opens it once (read-write and
+//! `O_DIRECT` for IO, read-only to map it), and sizes it (`BLKGETSIZE64`
+//! for a device).  Mapping it builds the extent map over it: one whole
+//! extent, or the file's physical extents from FIEMAP, refusing holes and
+//! unstable extents as the kernel's swapfile activation does.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use super::IoError;
+use crate::extent::{ExtentError, ExtentMap, ExtentMapBuilder, ExtentMapKind};
+use crate::sys::{FiemapExtent, FIEMAP_EXTENT_LAST, FIEMAP_EXTENT_UNWRITTEN};
+use crate::PAGE_SIZE;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// How a backing is opened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// To map it only.
+    ReadOnly,
+    /// For IO: read-write, with `O_DIRECT` when `direct`.
+    ReadWrite { direct: bool },
+}
+
+/// A backing, type-checked and open.
+#[derive(Debug)]
+pub(crate) struct Backing {
+    /// The path as given, for messages.
+    pub path: PathBuf,
+    pub file: File,
+    /// A block device (else a regular file).
+    pub block_device: bool,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+impl Backing {
+    /// Check what `path` is, then open it once.  Errors name the path and
+    /// what to do: not found, permission, a directory or other file type
+    /// swap cannot live on, `O_DIRECT` refused by the filesystem.
+    pub fn open(path: &Path, access: Access) -> Result<Backing, IoError> {
+        // Check the type before opening: opening a FIFO would block.
+        let meta = std::fs::metadata(path).map_err(|e| io_error(path, e))?;
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            return Err(ExtentError::IsDirectory {
+                path: path.to_path_buf(),
+            }
+            .into());
+        }
+        let block_device = ft.is_block_device();
+        if !ft.is_file() && !block_device {
+            let what = if ft.is_char_device() {
+                "a character device"
+            } else if ft.is_fifo() {
+                "a FIFO"
+            } else if ft.is_socket() {
+                "a socket"
+            } else {
+                "not a regular file or block device"
+            };
+            return Err(ExtentError::NotSwappable {
+                path: path.to_path_buf(),
+                what,
+            }
+            .into());
+        }
+        let mut o = OpenOptions::new();
+        o.read(true);
+        let direct = match access {
+            Access::ReadOnly => false,
+            Access::ReadWrite { direct } => {
+                o.write(true);
+                if direct {
+                    o.custom_flags(libc::O_DIRECT);
+                }
+                direct
+            }
+        };
+        let file = o.open(path).map_err(|e| {
+            if direct && e.raw_os_error() == Some(libc::EINVAL) {
+                IoError::DirectUnsupported {
+                    path: path.to_path_buf(),
+                }
+            } else {
+                io_error(path, e).into()
+            }
+        })?;
+        let size = if block_device {
+            crate::sys::block_device_size(&file).map_err(|e| io_error(path, e))?
+        } else {
+            meta.len()
+        };
+        Ok(Backing {
+            path: path.to_path_buf(),
+            file,
+            block_device,
+            size,
+        })
+    }
+}
+
+/// One backing for [`from_sources`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExtentSource {
+    /// The whole file or block device as one extent, from byte 0.  `len`
+    /// (bytes) limits it; by default it is the file's size or the device's.
+    /// Rounded down to whole pages.  Holes in a regular file are not
+    /// checked: IO goes through the file, which fills them on write.
+    Whole { path: PathBuf, len: Option<u64> },
+    /// A regular file mapped by its physical extents (FIEMAP), refusing
+    /// holes and unstable extents as the kernel's swapfile activation does.
+    Fiemap { path: PathBuf },
+}
+
+impl ExtentSource {
+    /// The file or block device it names.
+    pub fn path(&self) -> &Path {
+        match self {
+            ExtentSource::Whole { path, .. } | ExtentSource::Fiemap { path } => path,
+        }
+    }
+}
+
+/// What [`from_sources`] found for one source.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackingInfo {
+    /// The path as given.
+    pub path: PathBuf,
+    /// Bytes of it the map uses: whole pages from byte 0.
+    pub len: u64,
+    /// Whether it is a block device (else a regular file).
+    pub block_device: bool,
+}
+
+/// Build a map from backings in order, each opened read-only (once):
+/// slot numbering continues across sources; backing index = position in
+/// `sources`.
+pub fn from_sources(
+    kind: ExtentMapKind,
+    sources: &[ExtentSource],
+) -> Result<(ExtentMap, Vec<BackingInfo>), IoError> {
+    let backings = sources
+        .iter()
+        .map(|s| Backing::open(s.path(), Access::ReadOnly))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(map_backings(kind, sources, &backings)?)
+}
+
+/// Build a map over backings already open, `backings[i]` being
+/// `sources[i]`'s.
+pub(crate) fn map_backings(
+    kind: ExtentMapKind,
+    sources: &[ExtentSource],
+    backings: &[Backing],
+) -> Result<(ExtentMap, Vec<BackingInfo>), ExtentError> {
+    debug_assert_eq!(sources.len(), backings.len());
+    if sources.is_empty() {
+        return Err(ExtentError::Empty);
+    }
+    let mut builder = ExtentMap::builder(kind);
+    let mut infos = Vec::with_capacity(sources.len());
+    for (i, (source, b)) in sources.iter().zip(backings).enumerate() {
+        let index = u32::try_from(i).map_err(|_| ExtentError::InvalidExtent {
+            reason: "more than u32::MAX backings",
+        })?;
+        let info = match source {
+            ExtentSource::Whole { len, .. } => add_whole(&mut builder, index, b, *len)?,
+            ExtentSource::Fiemap { .. } => add_fiemap(&mut builder, index, b)?,
+        };
+        infos.push(info);
+    }
+    Ok((builder.build()?, infos))
+}
+
+/// Map an open error to the variant that tells the user what to do.
+fn io_error(path: &Path, e: io::Error) -> ExtentError {
+    let path = path.to_path_buf();
+    match e.kind() {
+        io::ErrorKind::NotFound => ExtentError::NotFound { path },
+        io::ErrorKind::PermissionDenied => ExtentError::PermissionDenied { path },
+        _ if e.raw_os_error() == Some(libc::EISDIR) => ExtentError::IsDirectory { path },
+        _ => ExtentError::Io { path, source: e },
+    }
+}
+
+/// Whole pages of `len` bytes from `path`, or TooSmall.
+fn usable_pages(path: &Path, len: u64) -> Result<u64, ExtentError> {
+    let pages = len / PAGE;
+    if pages == 0 {
+        return Err(ExtentError::TooSmall {
+            path: path.to_path_buf(),
+            len,
+        });
+    }
+    Ok(pages)
+}
+
+fn add_whole(
+    builder: &mut ExtentMapBuilder,
+    index: u32,
+    b: &Backing,
+    len: Option<u64>,
+) -> Result<BackingInfo, ExtentError> {
+    let (path, block_device, actual) = (b.path.as_path(), b.block_device, b.size);
+    let len = match len {
+        Some(len) if len > actual => {
+            return Err(ExtentError::LenExceedsFile {
+                path: path.to_path_buf(),
+                len,
+                actual,
+                block_device,
+            })
+        }
+        Some(len) => len,
+        None => actual,
+    };
+    let pages = usable_pages(path, len)?;
+    builder.add(pages, index, 0, None)?;
+    Ok(BackingInfo {
+        path: path.to_path_buf(),
+        len: pages * PAGE,
+        block_device,
+    })
+}
+
+/// The extent flags swap refuses, and their names.  UNKNOWN and DELALLOC:
+/// the blocks are not allocated yet, so the kernel could not map them and
+/// writes would allocate at swap-out time.  ENCODED and DATA_INLINE: the
+/// data is not plain blocks.  NOT_ALIGNED: a page would straddle blocks.
+/// SHARED: a write would copy-on-write the block elsewhere, which is why
+/// the kernel refuses reflinked swap files.  UNWRITTEN (fallocated, not yet
+/// written) is fine: the blocks are allocated.
+const REFUSED_FLAGS: [(u32, &str); 6] = [
+    (0x0002, "UNKNOWN"),
+    (0x0004, "DELALLOC"),
+    (0x0008, "ENCODED"),
+    (0x0200, "DATA_INLINE"),
+    (0x0100, "NOT_ALIGNED"),
+    (0x2000, "SHARED"),
+];
+
+/// Read the extents of `file` covering logical bytes `0..len`, `N` at a
+/// time, until the kernel marks the last one or has nothing more.
+fn fiemap_extents<const N: usize>(
+    file: &File,
+    path: &Path,
+    len: u64,
+) -> Result<Vec<FiemapExtent>, ExtentError> {
+    let mut out = Vec::new();
+    let mut start = 0u64;
+    let mut extents = [FiemapExtent::default(); N];
+    while start < len {
+        let mapped = crate::sys::fiemap(file, start, len - start, &mut extents).map_err(|e| {
+            match e.raw_os_error() {
+                Some(libc::EOPNOTSUPP | libc::ENOTTY | libc::EINVAL) => ExtentError::FiemapUnsupported {
+                    path: path.to_path_buf(),
+                },
+                _ => io_error(path, e),
+            }
+        })?;
+        if mapped == 0 {
+            break;
+        }
+        let got = &extents[..mapped];
+        out.extend_from_slice(got);
+        let last = got[mapped - 1];
+        let next = last.fe_logical.saturating_add(last.fe_length);
+        if last.fe_flags & FIEMAP_EXTENT_LAST != 0 || next <= start {
+            break;
+        }
+        start = next;
+    }
+    Ok(out)
+}
+
+fn add_fiemap(builder: &mut ExtentMapBuilder, index: u32, b: &Backing) -> Result<BackingInfo, ExtentError> {
+    let (path, file, size) = (b.path.as_path(), &b.file, b.size);
+    if b.block_device {
+        return Err(ExtentError::NotSwappable {
+            path: path.to_path_buf(),
+            what: "a block device, which has no file extents (use a whole source)",
+        });
+    }
+    let pages = usable_pages(path, size)?;
+    let len = pages * PAGE;
+    // Delayed allocation leaves blocks unassigned until writeback; sync so
+    // FIEMAP reports where the data really is rather than DELALLOC.
+    file.sync_all().map_err(|e| io_error(path, e))?;
+
+    // The kernel adds one extent per physically contiguous piece, in file
+    // order, refusing anything it could not write a page to directly.  The
+    // builder merges pieces that turn out contiguous both logically and
+    // physically, as add_swap_extent() does.
+    let mut expected = 0u64;
+    for fe in fiemap_extents::<64>(file, path, len)? {
+        let end = fe.fe_logical.saturating_add(fe.fe_length).min(len);
+        if end <= expected {
+            continue;
+        }
+        if fe.fe_logical > expected {
+            return Err(ExtentError::Holes {
+                path: path.to_path_buf(),
+                offset: expected,
+            });
+        }
+        let flags = fe.fe_flags & !(FIEMAP_EXTENT_LAST | FIEMAP_EXTENT_UNWRITTEN);
+        if let Some(&(_, name)) = REFUSED_FLAGS.iter().find(|(f, _)| flags & f != 0) {
+            return Err(ExtentError::BadExtentFlags {
+                path: path.to_path_buf(),
+                offset: fe.fe_logical,
+                flag: name,
+            });
+        }
+        // An extent that overlaps what is already mapped starts earlier;
+        // take the part from `expected`, physically shifted to match.
+        let skip = expected - fe.fe_logical;
+        let physical = fe.fe_physical.saturating_add(skip);
+        // A page must be one piece of disk: the kernel skips a page that
+        // straddles extents, but here slot i must be logical page i, so
+        // refuse instead (it only happens with blocks below page size).
+        if expected % PAGE != 0 || end % PAGE != 0 || physical % PAGE != 0 {
+            return Err(ExtentError::BadExtentFlags {
+                path: path.to_path_buf(),
+                offset: expected,
+                flag: "NOT_ALIGNED",
+            });
+        }
+        builder.add((end - expected) / PAGE, index, expected, Some(physical))?;
+        expected = end;
+    }
+    if expected < len {
+        return Err(ExtentError::Holes {
+            path: path.to_path_buf(),
+            offset: expected,
+        });
+    }
+    Ok(BackingInfo {
+        path: path.to_path_buf(),
+        len,
+        block_device: false,
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::extent::ExtentMapKind;
+    use std::io::Write;
+
+    const KINDS: [ExtentMapKind; 2] = [ExtentMapKind::Tree, ExtentMapKind::List];
+
+    fn write_file(path: &Path, bytes: usize) {
+        let mut f = File::create(path).unwrap();
+        f.write_all(&vec![0xA5u8; bytes]).unwrap();
+        f.sync_all().unwrap();
+    }
+
+    #[test]
+    fn whole_sources_continue_slot_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        write_file(&a, 10 * PAGE_SIZE + 100); // rounds down to 10 pages
+        write_file(&b, 3 * PAGE_SIZE);
+        for kind in KINDS {
+            let sources = [
+                ExtentSource::Whole {
+                    path: a.clone(),
+                    len: None,
+                },
+                ExtentSource::Whole {
+                    path: b.clone(),
+                    len: None,
+                },
+                ExtentSource::Whole {
+                    path: a.clone(),
+                    len: Some(2 * PAGE + 5),
+                },
+            ];
+            let (m, infos) = from_sources(kind, &sources).unwrap();
+            assert_eq!(m.kind(), kind);
+            assert_eq!(m.slots(), 15);
+            assert_eq!(m.len(), 3);
+            assert_eq!(
+                infos,
+                vec![
+                    BackingInfo {
+                        path: a.clone(),
+                        len: 10 * PAGE,
+                        block_device: false
+                    },
+                    BackingInfo {
+                        path: b.clone(),
+                        len: 3 * PAGE,
+                        block_device: false
+                    },
+                    BackingInfo {
+                        path: a.clone(),
+                        len: 2 * PAGE,
+                        block_device: false
+                    },
+                ]
+            );
+            assert_eq!(m.lookup(0), Some((0, 0)));
+            assert_eq!(m.lookup(9), Some((0, 9 * PAGE)));
+            assert_eq!(m.lookup(10), Some((1, 0)));
+            assert_eq!(m.lookup(12), Some((1, 2 * PAGE)));
+            assert_eq!(m.lookup(13), Some((2, 0)));
+            assert_eq!(m.lookup(14), Some((2, PAGE)));
+            assert_eq!(m.lookup(15), None);
+        }
+    }
+
+    #[test]
+    fn unreadable_file_is_permission_denied() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("locked");
+        write_file(&a, 4 * PAGE_SIZE);
+        std::fs::set_permissions(&a, std::fs::Permissions::from_mode(0o000)).unwrap();
+        // Root reads anything; so that this test means something as root
+        // too, a helper thread drops its filesystem uid (setfsuid is per
+        // thread at the syscall level, and leaving uid 0 drops the
+        // filesystem capabilities), then tries both kinds of source.
+        let a2 = a.clone();
+        let errs = std::thread::spawn(move || {
+            // SAFETY: setfsuid only changes this thread's credentials.
+            unsafe { libc::syscall(libc::SYS_setfsuid, 65534) };
+            [
+                from_sources(
+                    ExtentMapKind::Tree,
+                    &[ExtentSource::Whole {
+                        path: a2.clone(),
+                        len: None,
+                    }],
+                )
+                .err(),
+                from_sources(ExtentMapKind::Tree, &[ExtentSource::Fiemap { path: a2 }]).err(),
+            ]
+        })
+        .join()
+        .unwrap();
+        for e in errs {
+            let e = e.expect("an unreadable file must be refused");
+            assert!(
+                matches!(e, IoError::Extent(ExtentError::PermissionDenied { .. })),
+                "{e}"
+            );
+            let msg = e.to_string();
+            assert!(
+                msg.contains(&*a.to_string_lossy()) && msg.contains("permission denied"),
+                "{msg}"
+            );
+        }
+    }
+
+    #[test]
+    fn whole_source_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        write_file(&a, 4 * PAGE_SIZE);
+        let whole = |path: &Path, len| {
+            from_sources(
+                ExtentMapKind::Tree,
+                &[ExtentSource::Whole {
+                    path: path.to_path_buf(),
+                    len,
+                }],
+            )
+        };
+        let e = whole(&a, Some(5 * PAGE)).unwrap_err();
+        assert!(
+            matches!(e, IoError::Extent(ExtentError::LenExceedsFile { len, actual, block_device: false, .. })
+                if len == 5 * PAGE && actual == 4 * PAGE),
+            "{e}"
+        );
+        assert!(e.to_string().contains("fallocate"), "{e}");
+        let e = whole(&a, Some(100)).unwrap_err();
+        assert!(
+            matches!(e, IoError::Extent(ExtentError::TooSmall { len: 100, .. })),
+            "{e}"
+        );
+        let missing = dir.path().join("nope");
+        let e = whole(&missing, None).unwrap_err();
+        assert!(matches!(e, IoError::Extent(ExtentError::NotFound { .. })), "{e}");
+        assert!(e.to_string().contains(&*missing.to_string_lossy()), "{e}");
+        let e = whole(dir.path(), None).unwrap_err();
+        assert!(
+            matches!(e, IoError::Extent(ExtentError::IsDirectory { .. })),
+            "{e}"
+        );
+        assert!(matches!(
+            from_sources(ExtentMapKind::Tree, &[]),
+            Err(IoError::Extent(ExtentError::Empty))
+        ));
+    }
+
+    /// Map one file with FIEMAP; `None` if the filesystem cannot, after
+    /// checking that the error says so.
+    fn fiemap_map(kind: ExtentMapKind, path: &Path) -> Option<ExtentMap> {
+        match from_sources(
+            kind,
+            &[ExtentSource::Fiemap {
+                path: path.to_path_buf(),
+            }],
+        ) {
+            Ok((m, infos)) => {
+                assert_eq!(infos[0].len, m.slots() * PAGE);
+                Some(m)
+            }
+            Err(e @ IoError::Extent(ExtentError::FiemapUnsupported { .. })) => {
+                assert!(e.to_string().contains("whole-file"), "{e}");
+                eprintln!("FIEMAP unsupported here, checked the error only: {e}");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Physically discontiguous runs in a raw FIEMAP read (one extent per
+    /// ioctl, to exercise the continuation loop differently from the map).
+    fn raw_runs(path: &Path, len: u64) -> usize {
+        let f = File::open(path).unwrap();
+        let raw = fiemap_extents::<1>(&f, path, len).unwrap();
+        let mut runs = 0;
+        let mut prev_end: Option<(u64, u64)> = None;
+        for fe in &raw {
+            if prev_end != Some((fe.fe_logical, fe.fe_physical)) {
+                runs += 1;
+            }
+            prev_end = Some((fe.fe_logical + fe.fe_length, fe.fe_physical + fe.fe_length));
+        }
+        runs
+    }
+
+    #[test]
+    fn fiemap_maps_fragmented_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        let b = dir.path().join("b");
+        // Grow two files in alternate 4 KiB chunks, syncing each, so the
+        // filesystem interleaves their blocks.
+        const CHUNKS: usize = 512; // 2 MiB each
+        {
+            let mut fa = File::create(&a).unwrap();
+            let mut fb = File::create(&b).unwrap();
+            let chunk = vec![0x5Au8; PAGE_SIZE];
+            for _ in 0..CHUNKS {
+                for f in [&mut fa, &mut fb] {
+                    f.write_all(&chunk).unwrap();
+                    f.sync_all().unwrap();
+                }
+            }
+        }
+        for kind in KINDS {
+            let Some(m) = fiemap_map(kind, &a) else {
+                return;
+            };
+            assert_eq!(m.slots(), CHUNKS as u64);
+            for slot in 0..CHUNKS as u64 {
+                assert_eq!(m.lookup(slot), Some((0, slot * PAGE)));
+            }
+            assert_eq!(m.lookup(CHUNKS as u64), None);
+            assert!(m.extents().all(|e| e.physical.is_some()));
+            let runs = raw_runs(&a, CHUNKS as u64 * PAGE);
+            eprintln!(
+                "{kind:?}: fragmented file has {runs} physical runs, map has {} extents",
+                m.len()
+            );
+            assert!(runs >= 1);
+            assert_eq!(m.len(), runs);
+        }
+    }
+
+    #[test]
+    fn fiemap_accepts_fallocated_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir.path().join("a");
+        // std has no fallocate; use the util-linux command when present.
+        match std::process::Command::new("fallocate")
+            .args(["-l", "1M"])
+            .arg(&a)
+            .status()
+        {
+            Ok(s) if s.success() => {}
+            _ => {
+                eprintln!("no fallocate command; skipping the unwritten-extent check");
+                return;
+            }
+        }
+        if let Some(m) = fiemap_map(ExtentMapKind::Tree, &a) {
+            assert_eq!(m.slots(), 256);
+            assert_eq!(m.lookup(255), Some((0, 255 * PAGE)));
+        }
+    }
+
+    #[test]
+    fn fiemap_refuses_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        // Entirely sparse.
+        let sparse = dir.path().join("sparse");
+        File::create(&sparse).unwrap().set_len(1 << 20).unwrap();
+        // Data, then a hole to the end.
+        let tail = dir.path().join("tail");
+        write_file(&tail, 16 * PAGE_SIZE);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&tail)
+            .unwrap()
+            .set_len(1 << 20)
+            .unwrap();
+        for (path, offset) in [(&sparse, 0), (&tail, 16 * PAGE)] {
+            match from_sources(
+                ExtentMapKind::Tree,
+                &[ExtentSource::Fiemap { path: path.clone() }],
+            ) {
+                Err(IoError::Extent(ExtentError::Holes { offset: o, .. })) => assert_eq!(o, offset),
+                Err(e @ IoError::Extent(ExtentError::FiemapUnsupported { .. })) => eprintln!("{e}"),
+                other => panic!("{path:?}: expected Holes, got {other:?}"),
+            }
+        }
+        let e = from_sources(
+            ExtentMapKind::Tree,
+            &[ExtentSource::Fiemap { path: sparse.clone() }],
+        )
+        .unwrap_err();
+        if let IoError::Extent(ExtentError::Holes { .. }) = e {
+            let msg = e.to_string();
+            assert!(msg.contains("holes") && msg.contains("fallocate"), "{msg}");
+            assert!(msg.contains(&*sparse.to_string_lossy()), "{msg}");
+        }
+    }
+
+    #[test]
+    fn fiemap_source_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let fiemap = |path: &Path| {
+            from_sources(
+                ExtentMapKind::List,
+                &[ExtentSource::Fiemap {
+                    path: path.to_path_buf(),
+                }],
+            )
+            .unwrap_err()
+        };
+        let missing = dir.path().join("missing");
+        let e = fiemap(&missing);
+        assert!(matches!(e, IoError::Extent(ExtentError::NotFound { .. })), "{e}");
+        assert!(e.to_string().contains(&*missing.to_string_lossy()), "{e}");
+        let e = fiemap(dir.path());
+        assert!(
+            matches!(e, IoError::Extent(ExtentError::IsDirectory { .. })),
+            "{e}"
+        );
+        assert!(e.to_string().contains("is a directory"), "{e}");
+        let empty = dir.path().join("empty");
+        File::create(&empty).unwrap();
+        let e = fiemap(&empty);
+        assert!(
+            matches!(e, IoError::Extent(ExtentError::TooSmall { len: 0, .. })),
+            "{e}"
+        );
+        let e = fiemap(Path::new("/dev/null"));
+        assert!(
+            matches!(e, IoError::Extent(ExtentError::NotSwappable { .. })),
+            "{e}"
+        );
+    }
+
+    /// A temporary directory on tmpfs (/dev/shm), for the tests of what
+    /// tmpfs refuses; None, said on stderr, where there is none to use.
+    pub(crate) fn tmpfs_tempdir() -> Option<tempfile::TempDir> {
+        let mounts = std::fs::read_to_string("/proc/mounts").unwrap_or_default();
+        let shm_is_tmpfs = mounts.lines().any(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f.len() > 2 && f[1] == "/dev/shm" && f[2] == "tmpfs"
+        });
+        if !shm_is_tmpfs {
+            eprintln!("/dev/shm is not tmpfs here; skipping");
+            return None;
+        }
+        let dir = tempfile::tempdir_in("/dev/shm");
+        if dir.is_err() {
+            eprintln!("cannot write /dev/shm; skipping");
+        }
+        dir.ok()
+    }
+
+    /// tmpfs has no FIEMAP: the error must say so and point at Whole.
+    #[test]
+    fn fiemap_unsupported_on_tmpfs() {
+        let Some(dir) = tmpfs_tempdir() else {
+            return;
+        };
+        let a = dir.path().join("a");
+        write_file(&a, 4 * PAGE_SIZE);
+        let e = from_sources(ExtentMapKind::Tree, &[ExtentSource::Fiemap { path: a }]).unwrap_err();
+        assert!(
+            matches!(e, IoError::Extent(ExtentError::FiemapUnsupported { .. })),
+            "{e}"
+        );
+        assert!(e.to_string().contains("whole-file"), "{e}");
+    }
+}

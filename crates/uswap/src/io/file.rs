@@ -1,0 +1,169 @@
+//! File devices: slots on one or more backings (regular files or block
+//! devices), every slot translated through the device's extent map, IO
+//! with `pread`/`pwrite`, `O_DIRECT` by default.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+
+use super::{BackendKind, Device, IoError};
+use crate::extent::ExtentMap;
+use crate::PAGE_SIZE;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// A file device: its backings and the map from slot to backing.
+pub(crate) struct FileDevice {
+    /// The path of each backing, for messages.
+    pub paths: Vec<PathBuf>,
+    /// One open file per backing, indexed by the map's backing numbers.
+    pub files: Vec<File>,
+    pub map: ExtentMap,
+}
+
+/// Create `path` (mode 0600, failing if it appeared meanwhile) and
+/// preallocate `len` bytes, so no swap-out ever needs the filesystem to
+/// allocate.  Removes the file again if preallocation fails.
+pub(crate) fn create_preallocated(path: &Path, len: u64) -> Result<(), IoError> {
+    let create_err = |source| IoError::Create {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(create_err)?;
+    let res = (|| {
+        let len = libc::off_t::try_from(len)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "size does not fit off_t"))?;
+        loop {
+            // SAFETY: plain syscall wrapper on a descriptor we hold open.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
+            match rc {
+                0 => return file.sync_all(),
+                libc::EINTR => continue,
+                e => return Err(io::Error::from_raw_os_error(e)),
+            }
+        }
+    })();
+    if let Err(e) = res {
+        drop(file);
+        let _ = std::fs::remove_file(path);
+        return Err(create_err(e));
+    }
+    Ok(())
+}
+
+/// How one contiguous piece of IO failed: after how many bytes, and why.
+enum RunError {
+    Io(io::Error),
+    /// Zero bytes transferred: end of file.
+    Eof,
+}
+
+impl FileDevice {
+    /// Cut slots `offset..offset + pages` into runs contiguous on one
+    /// backing and call `io(file, byte position, buffer byte range)` for
+    /// each, in order.  `io` returns the bytes done before a failure with
+    /// it; the failure comes back with the slot it happened at.
+    #[inline]
+    fn for_each_run(
+        &self,
+        offset: u64,
+        pages: u64,
+        mut io: impl FnMut(&File, u64, std::ops::Range<usize>) -> Result<(), (usize, RunError)>,
+    ) -> Result<(), (u64, RunError)> {
+        let end = offset + pages;
+        let mut slot = offset;
+        while slot < end {
+            let (backing, pos) = self.map.lookup(slot).expect("slot checked in range");
+            // Extend the run while the next slot follows on the same backing.
+            let mut n = 1;
+            while slot + n < end && self.map.lookup(slot + n) == Some((backing, pos + n * PAGE)) {
+                n += 1;
+            }
+            let from = ((slot - offset) * PAGE) as usize;
+            let to = from + (n * PAGE) as usize;
+            io(&self.files[backing as usize], pos, from..to)
+                .map_err(|(done, e)| (slot + (done / PAGE_SIZE) as u64, e))?;
+            slot += n;
+        }
+        Ok(())
+    }
+}
+
+/// `pwrite` all of `buf` at `pos`, retrying EINTR and short writes.
+fn write_all_at(file: &File, buf: &[u8], pos: u64) -> Result<(), (usize, RunError)> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.write_at(&buf[done..], pos + done as u64) {
+            Ok(0) => return Err((done, RunError::Eof)),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((done, RunError::Io(e))),
+        }
+    }
+    Ok(())
+}
+
+/// `pread` all of `buf` at `pos`, retrying EINTR and short reads.
+fn read_exact_at(file: &File, buf: &mut [u8], pos: u64) -> Result<(), (usize, RunError)> {
+    let mut done = 0;
+    while done < buf.len() {
+        match file.read_at(&mut buf[done..], pos + done as u64) {
+            Ok(0) => return Err((done, RunError::Eof)),
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err((done, RunError::Io(e))),
+        }
+    }
+    Ok(())
+}
+
+impl Device for FileDevice {
+    fn kind(&self) -> BackendKind {
+        BackendKind::File
+    }
+
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        let pages = (buf.len() / PAGE_SIZE) as u64;
+        self.for_each_run(offset, pages, |file, pos, range| {
+            write_all_at(file, &buf[range], pos)
+        })
+        .map_err(|(slot, e)| match e {
+            RunError::Io(source) => IoError::Write { offset: slot, source },
+            RunError::Eof => IoError::Write {
+                offset: slot,
+                source: io::ErrorKind::WriteZero.into(),
+            },
+        })
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let pages = (buf.len() / PAGE_SIZE) as u64;
+        self.for_each_run(offset, pages, |file, pos, range| {
+            read_exact_at(file, &mut buf[range], pos)
+        })
+        .map_err(|(slot, e)| match e {
+            RunError::Io(source) => IoError::Read { offset: slot, source },
+            RunError::Eof => IoError::ShortRead { offset: slot },
+        })
+    }
+
+    fn needs_alignment(&self) -> bool {
+        true
+    }
+
+    fn extent_map(&self) -> Option<&ExtentMap> {
+        Some(&self.map)
+    }
+
+    fn describe(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
+        d.field("paths", &self.paths).field("extents", &self.map.len());
+    }
+}

@@ -1,0 +1,713 @@
+use super::*;
+use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
+use std::fs::File;
+use std::io::Write as _;
+use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::ptr::NonNull;
+
+/// A zeroed buffer of whole pages, 4096-byte aligned as O_DIRECT needs.
+struct AlignedBuf {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+impl AlignedBuf {
+    fn new(pages: usize) -> AlignedBuf {
+        let layout = Layout::from_size_align(pages * PAGE_SIZE, PAGE_SIZE).unwrap();
+        assert!(layout.size() > 0);
+        // SAFETY: the layout has a nonzero size.
+        let p = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(p).unwrap_or_else(|| handle_alloc_error(layout));
+        AlignedBuf { ptr, layout }
+    }
+}
+
+impl std::ops::Deref for AlignedBuf {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        // SAFETY: `ptr` is a live, initialised (zeroed) allocation of
+        // `layout.size()` bytes that we own.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl std::ops::DerefMut for AlignedBuf {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `deref`, and `&mut self` makes it exclusive.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.layout.size()) }
+    }
+}
+
+impl Drop for AlignedBuf {
+    fn drop(&mut self) {
+        // SAFETY: allocated by `alloc_zeroed` with this layout.
+        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+    }
+}
+
+/// The word `w` of the page that generation `gen` writes to `slot`:
+/// distinct per slot, generation and position, never zero.
+fn word(slot: u64, gen: u64, w: u64) -> u64 {
+    ((slot << 40) ^ (gen << 16) ^ w ^ 0x9E37_79B9_7F4A_7C15).wrapping_mul(0xBF58_476D_1CE4_E5B9) | 1
+}
+
+/// Fill `buf` with the pages generation `gen` writes to slots from
+/// `first`.
+fn fill(buf: &mut [u8], first: u64, gen: u64) {
+    for (p, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
+        for (w, b) in page.chunks_exact_mut(8).enumerate() {
+            b.copy_from_slice(&word(first + p as u64, gen, w as u64).to_le_bytes());
+        }
+    }
+}
+
+/// Check `buf`, read from slots from `first`, against the model: the
+/// generation last written to each slot, or zeros if none.
+fn verify(buf: &[u8], first: u64, model: &[Option<u64>]) {
+    for (p, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+        let slot = first + p as u64;
+        match model[slot as usize] {
+            None => assert!(page.iter().all(|&b| b == 0), "slot {slot} should read zeros"),
+            Some(gen) => {
+                for (w, b) in page.chunks_exact(8).enumerate() {
+                    let got = u64::from_le_bytes(b.try_into().unwrap());
+                    assert_eq!(got, word(slot, gen, w as u64), "slot {slot} gen {gen} word {w}");
+                }
+            }
+        }
+    }
+}
+
+fn counter(reg: &Registry, name: &str) -> u64 {
+    reg.snapshot().counter(name)
+}
+
+/// Zeros everywhere, then single pages and runs of several sizes,
+/// rewrites, and every slot checked against the model.
+/// Returns the model: the generation last written to each slot.
+fn round_trip(dev: &IoDevice, reg: &Registry) -> Vec<Option<u64>> {
+    let slots = dev.slots();
+    assert!(slots >= 600);
+    let mut model = vec![None; slots as usize];
+    let mut buf = AlignedBuf::new(130);
+    // A fresh device reads zeros, in runs and pages.
+    dev.read(0, &mut buf[..128 * PAGE_SIZE]).unwrap();
+    verify(&buf[..128 * PAGE_SIZE], 0, &model);
+    for slot in 128..slots {
+        dev.read(slot, &mut buf[..PAGE_SIZE]).unwrap();
+        verify(&buf[..PAGE_SIZE], slot, &model);
+    }
+    let mut written = 0;
+    let mut gen = 0;
+    // Single pages.
+    for slot in (1..300).step_by(3) {
+        gen += 1;
+        fill(&mut buf[..PAGE_SIZE], slot, gen);
+        dev.write(slot, &buf[..PAGE_SIZE]).unwrap();
+        model[slot as usize] = Some(gen);
+        written += 1;
+    }
+    // Runs, some over pages written above, one ending at the last slot.
+    for (first, n) in [(300, 16), (400, 129), (590, 10), (2, 7), (150, 2), (440, 3)] {
+        gen += 1;
+        let n = n.min(130) as usize;
+        let first = first.min(slots - n as u64);
+        fill(&mut buf[..n * PAGE_SIZE], first, gen);
+        dev.write(first, &buf[..n * PAGE_SIZE]).unwrap();
+        for s in first..first + n as u64 {
+            model[s as usize] = Some(gen);
+        }
+        written += n as u64;
+    }
+    assert_eq!(counter(reg, "io_write_pages"), written);
+    // Everything back, page by page and in runs crossing written and
+    // unwritten slots.
+    for slot in 0..slots {
+        buf[..PAGE_SIZE].fill(0xEE);
+        dev.read(slot, &mut buf[..PAGE_SIZE]).unwrap();
+        verify(&buf[..PAGE_SIZE], slot, &model);
+    }
+    let mut first = 0;
+    while first < slots {
+        let n = (slots - first).min(97) as usize;
+        dev.read(first, &mut buf[..n * PAGE_SIZE]).unwrap();
+        verify(&buf[..n * PAGE_SIZE], first, &model);
+        first += n as u64;
+    }
+    assert_eq!(
+        counter(reg, "io_write_errors") + counter(reg, "io_read_errors"),
+        0
+    );
+    assert!(counter(reg, "io_read_pages") >= 2 * slots);
+    model
+}
+
+#[test]
+fn ram_round_trip() {
+    let reg = Registry::new();
+    let dev = IoDevice::ram(640, &reg).unwrap();
+    assert_eq!(dev.kind(), BackendKind::Ram);
+    assert_eq!(dev.slots(), 640);
+    assert!(dev.extent_map().is_none());
+    round_trip(&dev, &reg);
+}
+
+#[test]
+fn file_round_trip_direct() {
+    let dir = tempfile::tempdir().unwrap();
+    for kind in [ExtentMapKind::Tree, ExtentMapKind::List] {
+        let reg = Registry::new();
+        let path = dir.path().join(format!("swap-{kind:?}"));
+        let dev = IoDevice::file(&FileOptions::new(&path, 640).extent_kind(kind), &reg).unwrap();
+        assert_eq!(dev.kind(), BackendKind::File);
+        assert_eq!(dev.slots(), 640);
+        let map = dev.extent_map().unwrap();
+        assert_eq!((map.kind(), map.len(), map.slots()), (kind, 1, 640));
+        let model = round_trip(&dev, &reg);
+        // The file has the data too, where the slots say.
+        drop(dev);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(bytes.len(), 640 * PAGE_SIZE);
+        verify(&bytes, 0, &model);
+    }
+}
+
+#[test]
+fn zero_slots_refused() {
+    let reg = Registry::new();
+    assert!(matches!(IoDevice::ram(0, &reg), Err(IoError::ZeroSize)));
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swap");
+    let e = IoDevice::file(&FileOptions::new(&path, 0), &reg).unwrap_err();
+    assert!(matches!(e, IoError::ZeroSize), "{e}");
+    assert!(!path.exists());
+}
+
+#[test]
+fn created_file_is_private_and_preallocated() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swap");
+    let reg = Registry::new();
+    let dev = IoDevice::file(&FileOptions::new(&path, 1000), &reg).unwrap();
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.mode() & 0o777, 0o600);
+    assert_eq!(meta.len(), 1000 * PAGE);
+    assert!(
+        meta.blocks() * 512 >= 1000 * PAGE,
+        "{} blocks: not preallocated",
+        meta.blocks()
+    );
+    // Preallocated blocks are whole extents FIEMAP accepts.
+    drop(dev);
+    let dev = IoDevice::file(&FileOptions::new(&path, 1000).fiemap(true), &reg).unwrap();
+    assert!(dev.extent_map().unwrap().slots() >= 1000);
+    // A file in a directory that does not exist cannot be created.
+    let bad = dir.path().join("no/such/dir/swap");
+    let e = IoDevice::file(&FileOptions::new(&bad, 10), &reg).unwrap_err();
+    assert!(matches!(e, IoError::Open { .. } | IoError::Create { .. }), "{e}");
+    assert!(e.to_string().contains(&*bad.to_string_lossy()), "{e}");
+}
+
+#[test]
+fn existing_file_too_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swap");
+    std::fs::write(&path, vec![7u8; 10 * PAGE_SIZE]).unwrap();
+    let reg = Registry::new();
+    let e = IoDevice::file(&FileOptions::new(&path, 11), &reg).unwrap_err();
+    assert!(
+        matches!(e, IoError::TooSmall { have, need, .. } if have == 10 * PAGE && need == 11 * PAGE),
+        "{e}"
+    );
+    let msg = e.to_string();
+    for want in [
+        &*path.to_string_lossy(),
+        &(10 * PAGE).to_string(),
+        &(11 * PAGE).to_string(),
+        "fallocate",
+    ] {
+        assert!(msg.contains(want), "{msg} lacks {want}");
+    }
+    // Left alone.
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 10 * PAGE);
+    // Neither a directory nor a character device will do.
+    let e = IoDevice::file(&FileOptions::new(dir.path(), 1), &reg).unwrap_err();
+    assert!(
+        matches!(e, IoError::Extent(ExtentError::IsDirectory { .. })),
+        "{e}"
+    );
+    let e = IoDevice::file(&FileOptions::new("/dev/null", 1), &reg).unwrap_err();
+    assert!(
+        matches!(e, IoError::Extent(ExtentError::NotSwappable { .. })),
+        "{e}"
+    );
+}
+
+#[test]
+fn existing_file_used_as_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("swap");
+    std::fs::write(&path, vec![0xA5u8; 20 * PAGE_SIZE]).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    let reg = Registry::new();
+    let dev = IoDevice::file(&FileOptions::new(&path, 10), &reg).unwrap();
+    assert_eq!(dev.slots(), 10);
+    // Its contents are the slots' contents.
+    let mut buf = AlignedBuf::new(10);
+    dev.read(0, &mut buf).unwrap();
+    assert!(buf.iter().all(|&b| b == 0xA5));
+    fill(&mut buf[..PAGE_SIZE], 9, 1);
+    dev.write(9, &buf[..PAGE_SIZE]).unwrap();
+    drop(dev);
+    let meta = std::fs::metadata(&path).unwrap();
+    assert_eq!(meta.len(), 20 * PAGE, "truncated");
+    assert_eq!(meta.mode() & 0o777, 0o640, "chmodded");
+    let bytes = std::fs::read(&path).unwrap();
+    assert!(bytes[..9 * PAGE_SIZE].iter().all(|&b| b == 0xA5));
+    assert_eq!(&bytes[9 * PAGE_SIZE..10 * PAGE_SIZE], &buf[..PAGE_SIZE]);
+    assert!(bytes[10 * PAGE_SIZE..].iter().all(|&b| b == 0xA5));
+}
+
+#[test]
+fn fiemap_fragmented_runs_span_extents() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    // Grow two files in alternate 4 KiB chunks, syncing each, so the
+    // filesystem interleaves their blocks.
+    const CHUNKS: u64 = 512;
+    {
+        let mut fa = File::create(&a).unwrap();
+        let mut fb = File::create(&b).unwrap();
+        let chunk = vec![0u8; PAGE_SIZE];
+        for _ in 0..CHUNKS {
+            for f in [&mut fa, &mut fb] {
+                f.write_all(&chunk).unwrap();
+                f.sync_all().unwrap();
+            }
+        }
+    }
+    for kind in [ExtentMapKind::Tree, ExtentMapKind::List] {
+        let reg = Registry::new();
+        let opts = FileOptions::new(&a, CHUNKS).fiemap(true).extent_kind(kind);
+        let dev = match IoDevice::file(&opts, &reg) {
+            Ok(dev) => dev,
+            Err(e @ IoError::Extent(ExtentError::FiemapUnsupported { .. })) => {
+                eprintln!("FIEMAP unsupported here: {e}");
+                return;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let map = dev.extent_map().unwrap();
+        assert_eq!(map.slots(), CHUNKS);
+        let boundaries: Vec<u64> = map.extents().map(|e| e.start_slot).filter(|&s| s > 0).collect();
+        eprintln!("{kind:?}: fragmented file maps to {} extents", map.len());
+        let mut model = vec![None; CHUNKS as usize];
+        let mut buf = AlignedBuf::new(64);
+        let mut gen = 0;
+        // Runs across every boundary (capped), and long runs across many.
+        let mut runs: Vec<(u64, u64)> = boundaries
+            .iter()
+            .take(200)
+            .map(|&s| (s.saturating_sub(2), 5))
+            .collect();
+        runs.extend([(0, 64), (100, 64), (CHUNKS - 64, 64), (33, 17)]);
+        for (first, n) in runs {
+            let n = n.min(CHUNKS - first);
+            gen += 1;
+            let bytes = n as usize * PAGE_SIZE;
+            fill(&mut buf[..bytes], first, gen);
+            dev.write(first, &buf[..bytes]).unwrap();
+            for s in first..first + n {
+                model[s as usize] = Some(gen);
+            }
+        }
+        // Model says zeros for slots never written: the file is zeros.
+        let mut first = 0;
+        while first < CHUNKS {
+            let n = (CHUNKS - first).min(61);
+            let bytes = n as usize * PAGE_SIZE;
+            dev.read(first, &mut buf[..bytes]).unwrap();
+            verify(&buf[..bytes], first, &model);
+            first += n;
+        }
+        // And the file holds them at their logical offsets.
+        drop(dev);
+        let bytes = std::fs::read(&a).unwrap();
+        verify(&bytes, 0, &model);
+    }
+}
+
+/// Two backings: runs crossing from one to the other are split and land
+/// in the right file at the right place.
+#[test]
+fn runs_split_across_backings() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a");
+    let b = dir.path().join("b");
+    std::fs::write(&a, vec![0u8; 5 * PAGE_SIZE]).unwrap();
+    std::fs::write(&b, vec![0u8; 9 * PAGE_SIZE]).unwrap();
+    let reg = Registry::new();
+    let backings = vec![
+        Backing::open(&a, Access::ReadWrite { direct: true }).unwrap(),
+        Backing::open(&b, Access::ReadWrite { direct: true }).unwrap(),
+    ];
+    // Slots 0..5 are a's pages, 5..14 b's.
+    let sources = [
+        ExtentSource::Whole {
+            path: a.clone(),
+            len: None,
+        },
+        ExtentSource::Whole {
+            path: b.clone(),
+            len: None,
+        },
+    ];
+    let dev = IoDevice::from_backings(14, backings, &sources, ExtentMapKind::Tree, &reg).unwrap();
+    assert_eq!(dev.extent_map().unwrap().len(), 2);
+    let mut model = vec![None; 14];
+    let mut buf = AlignedBuf::new(14);
+    fill(&mut buf[..14 * PAGE_SIZE], 0, 1);
+    dev.write(0, &buf).unwrap();
+    model.iter_mut().for_each(|m| *m = Some(1));
+    fill(&mut buf[..4 * PAGE_SIZE], 3, 2);
+    dev.write(3, &buf[..4 * PAGE_SIZE]).unwrap();
+    model[3..7].iter_mut().for_each(|m| *m = Some(2));
+    dev.read(0, &mut buf).unwrap();
+    verify(&buf, 0, &model);
+    dev.read(4, &mut buf[..2 * PAGE_SIZE]).unwrap();
+    verify(&buf[..2 * PAGE_SIZE], 4, &model);
+    drop(dev);
+    let fa = std::fs::read(&a).unwrap();
+    let fb = std::fs::read(&b).unwrap();
+    verify(&fa, 0, &model[..5]);
+    // b's page i is slot 5 + i.
+    let mut expect_b = vec![None; 5];
+    expect_b.extend_from_slice(&model[5..]);
+    let mut b_as_slots = vec![0u8; 5 * PAGE_SIZE];
+    b_as_slots.extend_from_slice(&fb);
+    verify(&b_as_slots[5 * PAGE_SIZE..], 5, &expect_b);
+}
+
+#[test]
+fn unaligned_buffers_and_ranges() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::new();
+    let file = IoDevice::file(&FileOptions::new(dir.path().join("swap"), 16), &reg).unwrap();
+    let buffered = IoDevice::file(
+        &FileOptions::new(dir.path().join("swap2"), 16).direct(false),
+        &reg,
+    )
+    .unwrap();
+    let ram = IoDevice::ram(16, &reg).unwrap();
+    let mut buf = AlignedBuf::new(3);
+    for dev in [&file, &buffered] {
+        // Misaligned address.
+        let e = dev.write(1, &buf[8..8 + PAGE_SIZE]).unwrap_err();
+        assert!(matches!(e, IoError::Unaligned { .. }), "{e}");
+        assert!(e.to_string().contains("aligned"), "{e}");
+        let e = dev.read(1, &mut buf[512..512 + PAGE_SIZE]).unwrap_err();
+        assert!(matches!(e, IoError::Unaligned { .. }), "{e}");
+    }
+    for dev in [&file, &buffered, &ram] {
+        // Lengths that are not whole pages, or nothing.
+        for len in [0, 100, PAGE_SIZE + 512] {
+            let e = dev.write(1, &buf[..len]).unwrap_err();
+            assert!(matches!(e, IoError::Unaligned { .. }), "{e}");
+            let e = dev.read(1, &mut buf[..len]).unwrap_err();
+            assert!(matches!(e, IoError::Unaligned { .. }), "{e}");
+        }
+        // Past the end, including offsets that overflow.
+        let e = dev.write(15, &buf[..2 * PAGE_SIZE]).unwrap_err();
+        assert!(
+            matches!(
+                e,
+                IoError::Range {
+                    offset: 15,
+                    pages: 2,
+                    slots: 16
+                }
+            ),
+            "{e}"
+        );
+        assert!(e.to_string().contains("16 slots"), "{e}");
+        let e = dev.read(16, &mut buf[..PAGE_SIZE]).unwrap_err();
+        assert!(matches!(e, IoError::Range { .. }), "{e}");
+        let e = dev.read(u64::MAX, &mut buf[..PAGE_SIZE]).unwrap_err();
+        assert!(matches!(e, IoError::Range { .. }), "{e}");
+        // The last slot is fine.
+        dev.write(15, &buf[..PAGE_SIZE]).unwrap();
+    }
+    assert_eq!(
+        counter(&reg, "io_write_errors") + counter(&reg, "io_read_errors"),
+        0
+    );
+    // RAM takes any buffer.
+    let mut v = vec![0u8; 2 * PAGE_SIZE + 3];
+    fill(&mut v[3..], 4, 9);
+    ram.write(4, &v[3..]).unwrap();
+    let mut back = vec![0u8; 2 * PAGE_SIZE + 5];
+    ram.read(4, &mut back[5..]).unwrap();
+    let mut model = vec![None; 16];
+    model[4] = Some(9);
+    model[5] = Some(9);
+    verify(&back[5..], 4, &model);
+}
+
+/// In `dir`, on a filesystem that refuses O_DIRECT: the error says so
+/// and what to do, a file the call created is removed, an existing one
+/// left alone, and buffered IO works.
+fn check_direct_unsupported(dir: &Path) {
+    let reg = Registry::new();
+    let path = dir.join("swap");
+    let e = IoDevice::file(&FileOptions::new(&path, 64), &reg).unwrap_err();
+    assert!(matches!(e, IoError::DirectUnsupported { .. }), "{e}");
+    let msg = e.to_string();
+    for want in [
+        &*path.to_string_lossy(),
+        "does not support O_DIRECT",
+        "direct(false)",
+    ] {
+        assert!(msg.contains(want), "{msg} lacks {want}");
+    }
+    assert!(!path.exists(), "the file this call created is left behind");
+    std::fs::write(&path, vec![1u8; 64 * PAGE_SIZE]).unwrap();
+    let e = IoDevice::file(&FileOptions::new(&path, 64), &reg).unwrap_err();
+    assert!(matches!(e, IoError::DirectUnsupported { .. }), "{e}");
+    assert_eq!(std::fs::read(&path).unwrap(), vec![1u8; 64 * PAGE_SIZE]);
+    std::fs::remove_file(&path).unwrap();
+    let dev = IoDevice::file(&FileOptions::new(&path, 640).direct(false), &reg).unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+    round_trip(&dev, &reg);
+}
+
+/// tmpfs refused O_DIRECT until Linux 6.6 and accepts it since; either
+/// way the device must do what the kernel allows and say why not.
+#[test]
+fn direct_on_tmpfs_follows_the_kernel() {
+    let Some(dir) = super::backing::tests::tmpfs_tempdir() else {
+        return;
+    };
+    let probe = dir.path().join("probe");
+    std::fs::write(&probe, b"").unwrap();
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(&probe)
+    {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+            eprintln!("tmpfs refuses O_DIRECT here");
+            check_direct_unsupported(dir.path());
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => {
+            eprintln!("tmpfs accepts O_DIRECT here (Linux >= 6.6)");
+            let reg = Registry::new();
+            let dev = IoDevice::file(&FileOptions::new(dir.path().join("swap"), 640), &reg).unwrap();
+            round_trip(&dev, &reg);
+            let reg = Registry::new();
+            let opts = FileOptions::new(dir.path().join("swap2"), 640).direct(false);
+            round_trip(&IoDevice::file(&opts, &reg).unwrap(), &reg);
+        }
+    }
+}
+
+/// ramfs has never supported O_DIRECT (and creates the file before
+/// refusing the open).  Mount one where only a helper thread sees it:
+/// the thread unshares its mount namespace, makes every mount in it
+/// private so nothing propagates back, and mounts ramfs over a
+/// temporary directory; the namespace dies with the thread.  Needs
+/// CAP_SYS_ADMIN; skipped without.
+#[test]
+fn direct_unsupported_on_ramfs() {
+    use std::ffi::CString;
+    let dir = tempfile::tempdir().unwrap();
+    let target = CString::new(dir.path().as_os_str().as_encoded_bytes()).unwrap();
+    let dir_path = dir.path().to_path_buf();
+    std::thread::spawn(move || {
+        // SAFETY: unshare has no memory-safety preconditions; it gives
+        // this thread (only) its own fs_struct and mount namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNS) } != 0 {
+            eprintln!(
+                "cannot unshare the mount namespace ({}); skipping",
+                io::Error::last_os_error()
+            );
+            return;
+        }
+        // SAFETY: the strings are NUL-terminated and outlive the calls;
+        // null source, type and data are allowed for MS_PRIVATE.
+        let rc = unsafe {
+            libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            )
+        };
+        assert_eq!(rc, 0, "make mounts private: {}", io::Error::last_os_error());
+        // SAFETY: as above; ramfs takes no data.
+        let rc = unsafe {
+            libc::mount(
+                c"uswap-test".as_ptr(),
+                target.as_ptr(),
+                c"ramfs".as_ptr(),
+                0,
+                std::ptr::null(),
+            )
+        };
+        if rc != 0 {
+            eprintln!("cannot mount ramfs ({}); skipping", io::Error::last_os_error());
+            return;
+        }
+        check_direct_unsupported(&dir_path);
+        // SAFETY: as above.
+        unsafe { libc::umount2(target.as_ptr(), 0) };
+    })
+    .join()
+    .unwrap();
+}
+
+fn injected_errors(dev: &IoDevice, reg: &Registry) {
+    use std::error::Error as _;
+    let mut buf = AlignedBuf::new(4);
+    fill(&mut buf[..PAGE_SIZE], 5, 1);
+    dev.write(5, &buf[..PAGE_SIZE]).unwrap();
+    let pages_before = counter(reg, "io_write_pages");
+    // A write covering the armed slot fails, naming it.
+    dev.inject_error(7, IoOp::Write);
+    // One not covering it does not, and leaves it armed.
+    dev.write(8, &buf[..PAGE_SIZE]).unwrap();
+    dev.read(6, &mut buf[..2 * PAGE_SIZE]).unwrap();
+    fill(&mut buf[..3 * PAGE_SIZE], 6, 2);
+    let e = dev.write(6, &buf[..3 * PAGE_SIZE]).unwrap_err();
+    assert!(matches!(e, IoError::Write { offset: 7, .. }), "{e}");
+    assert!(e.to_string().contains("slot 7"), "{e}");
+    assert_eq!(
+        e.source()
+            .and_then(|s| s.downcast_ref::<io::Error>())
+            .and_then(|s| s.raw_os_error()),
+        Some(libc::EIO)
+    );
+    assert_eq!(counter(reg, "io_write_errors"), 1);
+    assert_eq!(counter(reg, "io_write_pages"), pages_before + 1);
+    // One-shot: the same write now succeeds.
+    dev.write(6, &buf[..3 * PAGE_SIZE]).unwrap();
+    assert_eq!(counter(reg, "io_write_errors"), 1);
+    assert_eq!(counter(reg, "io_write_pages"), pages_before + 4);
+
+    let reads_before = counter(reg, "io_read_pages");
+    dev.inject_error(5, IoOp::Read);
+    dev.write(5, &buf[..PAGE_SIZE]).unwrap(); // writes are not armed
+    let e = dev.read(5, &mut buf[..PAGE_SIZE]).unwrap_err();
+    assert!(matches!(e, IoError::Read { offset: 5, .. }), "{e}");
+    assert!(e.to_string().contains("slot 5"), "{e}");
+    assert_eq!(counter(reg, "io_read_errors"), 1);
+    assert_eq!(counter(reg, "io_read_pages"), reads_before);
+    // The read after succeeds.  Slot 5 holds what was last written
+    // there: buf's first page, filled for slot 6 (generation 2).
+    let mut expect = AlignedBuf::new(1);
+    fill(&mut expect, 6, 2);
+    dev.read(5, &mut buf[..PAGE_SIZE]).unwrap();
+    assert_eq!(&buf[..PAGE_SIZE], &expect[..]);
+    let mut model = vec![None; dev.slots() as usize];
+    model[6] = Some(2);
+    model[7] = Some(2);
+    model[8] = Some(2);
+    dev.read(6, &mut buf[..3 * PAGE_SIZE]).unwrap();
+    verify(&buf[..3 * PAGE_SIZE], 6, &model);
+    assert_eq!(counter(reg, "io_read_errors"), 1);
+    assert_eq!(counter(reg, "io_read_pages"), reads_before + 4);
+}
+
+#[test]
+fn inject_error_is_one_shot_and_counted() {
+    let reg = Registry::new();
+    injected_errors(&IoDevice::ram(32, &reg).unwrap(), &reg);
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::new();
+    injected_errors(
+        &IoDevice::file(&FileOptions::new(dir.path().join("swap"), 32), &reg).unwrap(),
+        &reg,
+    );
+}
+
+/// 8 threads, each owning 256 slots, write, read back and verify 5,000
+/// pages each, in single pages and runs of 4.
+fn concurrent(dev: &IoDevice, reg: &Registry) {
+    const THREADS: u64 = 8;
+    const OWN: u64 = 256;
+    const OPS: u64 = 5_000;
+    assert!(dev.slots() > THREADS * OWN);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            s.spawn(move || {
+                let base = 1 + t * OWN;
+                let mut model = vec![None; dev.slots() as usize];
+                let mut buf = AlignedBuf::new(4);
+                let mut x = 0x2545_F491_4F6C_DD1Du64 ^ (t + 1);
+                let mut pages = 0;
+                let mut gen = 0;
+                while pages < OPS {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let n = if x % 5 == 0 { 4 } else { 1 };
+                    let first = base + (x >> 8) % (OWN - n + 1);
+                    let bytes = n as usize * PAGE_SIZE;
+                    gen += 1;
+                    fill(&mut buf[..bytes], first, gen);
+                    dev.write(first, &buf[..bytes]).unwrap();
+                    for s in first..first + n {
+                        model[s as usize] = Some(gen);
+                    }
+                    // Read back this run and one other owned slot.
+                    buf[..bytes].fill(0);
+                    dev.read(first, &mut buf[..bytes]).unwrap();
+                    verify(&buf[..bytes], first, &model);
+                    let other = base + (x >> 24) % OWN;
+                    dev.read(other, &mut buf[..PAGE_SIZE]).unwrap();
+                    verify(&buf[..PAGE_SIZE], other, &model);
+                    pages += n;
+                }
+                for slot in base..base + OWN {
+                    dev.read(slot, &mut buf[..PAGE_SIZE]).unwrap();
+                    verify(&buf[..PAGE_SIZE], slot, &model);
+                }
+            });
+        }
+    });
+    assert!(counter(reg, "io_write_pages") >= THREADS * OPS);
+    assert_eq!(
+        counter(reg, "io_write_errors") + counter(reg, "io_read_errors"),
+        0
+    );
+}
+
+#[test]
+fn concurrent_disjoint_slots_ram() {
+    let reg = Registry::new();
+    concurrent(&IoDevice::ram(2049, &reg).unwrap(), &reg);
+}
+
+#[test]
+fn concurrent_disjoint_slots_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::new();
+    concurrent(
+        &IoDevice::file(&FileOptions::new(dir.path().join("swap"), 2049), &reg).unwrap(),
+        &reg,
+    );
+}
+
+#[test]
+fn device_is_send_and_sync() {
+    fn check<T: Send + Sync>() {}
+    check::<IoDevice>();
+    let reg = Registry::new();
+    let dev = IoDevice::ram(4, &reg).unwrap();
+    assert!(format!("{dev:?}").contains("Ram"));
+}

@@ -1,0 +1,312 @@
+//! The OS layer: the memory and device calls uswap makes, in one place.
+//!
+//! Anonymous mappings ([`Mapping`]), advice on them, the batched discard
+//! of `process_madvise`, the page-table query of `mincore`, and the two
+//! ioctls on backing files (`BLKGETSIZE64`, `FS_IOC_FIEMAP`).  Through
+//! rustix where it has the call (raw system calls, no `errno`: safe in
+//! the SIGBUS handler too), libc where it does not.  The RAM device, the
+//! pager's frame pools and regions, and the benches all map memory here;
+//! userfaultfd has its own module (`uffd.rs`), signals stay with the
+//! handler (`pager/entry.rs`).
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use rustix::ioctl::{self, opcode};
+use rustix::mm::{self, Advice, MapFlags, ProtFlags};
+
+use crate::PAGE_SIZE;
+
+/// An anonymous private mapping, unmapped on drop by the process that
+/// made it, never inherited by a child process (`MADV_DONTFORK`: a forked
+/// child sharing or copying swapped memory could not be paged for, and
+/// `UFFDIO_MOVE` refuses pages a child shares).  Mapped with
+/// `MAP_NORESERVE`: its pages are committed as they are touched, and a
+/// swap device or a region larger than memory is the point.
+pub struct Mapping {
+    addr: u64,
+    len: usize,
+    /// The process that mapped it.  A forked child inherits this value
+    /// but not the mapping: whatever sits at the address in the child is
+    /// the child's, and it must not be unmapped.
+    pid: u32,
+}
+
+impl Mapping {
+    /// `len` bytes (rounded up to pages), aligned to `align` bytes (a
+    /// power of two, at least a page).
+    pub fn new(len: usize, align: usize) -> io::Result<Mapping> {
+        assert!(
+            align.is_power_of_two() && align >= PAGE_SIZE,
+            "alignment {align} is not a power of two of at least a page"
+        );
+        let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        if len == 0 {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        // Over-allocate by `align` and trim, for alignment.
+        let total = len + align - PAGE_SIZE;
+        // SAFETY: a fresh anonymous mapping at an address of the kernel's
+        // choosing; nothing else refers to it.
+        let p = unsafe {
+            mm::mmap_anonymous(
+                std::ptr::null_mut(),
+                total,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::NORESERVE,
+            )
+        }?;
+        let start = p as usize;
+        let aligned = (start + align - 1) & !(align - 1);
+        let end = start + total;
+        // SAFETY: both trims lie inside the mapping just made and are page
+        // aligned; unmapping them leaves exactly [aligned, aligned + len).
+        // A failed trim only leaves unused address space mapped.
+        unsafe {
+            if aligned > start {
+                let _ = mm::munmap(p, aligned - start);
+            }
+            if end > aligned + len {
+                let _ = mm::munmap((aligned + len) as *mut _, end - (aligned + len));
+            }
+        }
+        let m = Mapping {
+            addr: aligned as u64,
+            len,
+            pid: std::process::id(),
+        };
+        // SAFETY: advice on our own mapping; on failure `m` unmaps it.
+        unsafe { mm::madvise(aligned as *mut _, len, Advice::LinuxDontFork) }?;
+        Ok(m)
+    }
+
+    pub fn addr(&self) -> u64 {
+        self.addr
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Ask for transparent huge pages.  Failure only means none.
+    pub fn advise_huge(&self) -> bool {
+        self.advise(self.addr, self.len, Advice::LinuxHugepage)
+    }
+
+    /// Drop the pages of `[addr, addr + len)` (inside this mapping): they
+    /// read as zeros (missing) again.
+    pub fn discard(&self, addr: u64, len: usize) -> bool {
+        self.advise(addr, len, Advice::LinuxDontNeed)
+    }
+
+    /// Fault `[addr, addr + len)` (inside this mapping) in, writable and
+    /// zeroed (`MADV_POPULATE_WRITE`): one THP where the kernel gives one.
+    pub fn populate(&self, addr: u64, len: usize) -> bool {
+        self.advise(addr, len, Advice::LinuxPopulateWrite)
+    }
+
+    fn advise(&self, addr: u64, len: usize, advice: Advice) -> bool {
+        assert!(
+            addr >= self.addr && addr + len as u64 <= self.addr + self.len as u64,
+            "advice outside the mapping"
+        );
+        // SAFETY: a range of our own mapping; discarding its contents is
+        // what the caller asks, and no reference into it outlives that.
+        unsafe { mm::madvise(addr as *mut _, len, advice) }.is_ok()
+    }
+
+    /// Leave the range mapped when this value goes: it is not ours any
+    /// more (the program unmapped it and something else sits there).
+    pub fn forget(&mut self) {
+        self.len = 0;
+    }
+
+    /// Whether this process made the mapping (false in a forked child).
+    pub fn ours(&self) -> bool {
+        self.pid == std::process::id()
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        if self.len == 0 || !self.ours() {
+            return;
+        }
+        // SAFETY: unmaps exactly the range this Mapping owns; `&mut self`
+        // means no reference into it is live.
+        let _ = unsafe { mm::munmap(self.addr as *mut _, self.len) };
+    }
+}
+
+// SAFETY: a Mapping is an address range owned by this value; what is read
+// or written in it is governed by its users (frame pools hand each frame
+// to one holder), not by the thread that made it.
+unsafe impl Send for Mapping {}
+// SAFETY: as above; `&Mapping` only gives out the address and advice.
+unsafe impl Sync for Mapping {}
+
+/// Whether the page at `page` is mapped, from the page tables.
+pub fn page_mapped(page: u64) -> bool {
+    let mut v = 0u8;
+    // SAFETY: mincore writes one byte for one page and reads no memory.
+    // (rustix has no mincore; libc's is a plain system call.)
+    unsafe { libc::mincore(page as *mut libc::c_void, PAGE_SIZE, &mut v) == 0 && v & 1 != 0 }
+}
+
+/// Most ranges one [`Discarder::discard`] takes: the kernel's `UIO_FASTIOV`
+/// is 8, anything to `IOV_MAX` works; 64 keeps the vector on the stack.
+pub const DISCARD_BATCH: usize = 64;
+
+/// Discards ranges of this process's memory in one system call
+/// (`process_madvise(MADV_DONTNEED)` on a pidfd of our own): one TLB
+/// flush for a batch instead of one per range.
+pub struct Discarder {
+    /// None where the kernel has no pidfds or no `process_madvise`.
+    pidfd: Option<OwnedFd>,
+}
+
+impl Discarder {
+    pub fn new() -> Discarder {
+        let pid = rustix::process::getpid();
+        Discarder {
+            pidfd: rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok(),
+        }
+    }
+
+    /// Drop the pages of `ranges` (at most [`DISCARD_BATCH`], each inside
+    /// a mapping of ours whose contents nobody needs any more).  Returns
+    /// false when the kernel did not do it all: the caller discards them
+    /// one by one.
+    pub fn discard(&self, ranges: impl IntoIterator<Item = (u64, usize)>) -> bool {
+        let Some(pidfd) = &self.pidfd else {
+            return false;
+        };
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; DISCARD_BATCH];
+        let mut n = 0;
+        let mut bytes = 0;
+        for (v, (addr, len)) in iov.iter_mut().zip(ranges) {
+            *v = libc::iovec {
+                iov_base: addr as *mut libc::c_void,
+                iov_len: len,
+            };
+            n += 1;
+            bytes += len;
+        }
+        // SAFETY: the iovecs name ranges of our own mappings whose
+        // contents the caller no longer needs; the pidfd is ours.
+        // (Neither rustix nor libc wraps process_madvise.)
+        let done = unsafe {
+            libc::syscall(
+                libc::SYS_process_madvise,
+                pidfd.as_raw_fd(),
+                iov.as_ptr(),
+                n,
+                libc::MADV_DONTNEED,
+                0,
+            )
+        };
+        done == bytes as i64
+    }
+}
+
+impl Default for Discarder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// The size in bytes of block device `file` (`BLKGETSIZE64`).
+pub fn block_device_size(file: &File) -> io::Result<u64> {
+    // `_IOR(0x12, 114, size_t)`: the size in the number is that of
+    // `size_t`, though the kernel writes a u64 (include/uapi/linux/fs.h).
+    const BLKGETSIZE64: ioctl::Opcode = opcode::read::<usize>(0x12, 114);
+    // SAFETY: BLKGETSIZE64 writes one u64 into the getter's output.
+    let size = unsafe { ioctl::ioctl(file.as_fd(), ioctl::Getter::<BLKGETSIZE64, u64>::new()) }?;
+    Ok(size)
+}
+
+/// `struct fiemap_extent`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FiemapExtent {
+    pub fe_logical: u64,
+    pub fe_physical: u64,
+    pub fe_length: u64,
+    pub fe_reserved64: [u64; 2],
+    pub fe_flags: u32,
+    pub fe_reserved: [u32; 3],
+}
+
+/// The last extent of the file.
+pub const FIEMAP_EXTENT_LAST: u32 = 0x0001;
+/// Allocated, not yet written (fallocate).
+pub const FIEMAP_EXTENT_UNWRITTEN: u32 = 0x0800;
+
+/// The header of `struct fiemap`, whose size the ioctl number encodes.
+#[repr(C)]
+#[derive(Default)]
+struct FiemapHeader {
+    fm_start: u64,
+    fm_length: u64,
+    /// `FIEMAP_FLAG_*` in, flags the kernel did not know out.
+    fm_flags: u32,
+    fm_mapped_extents: u32,
+    fm_extent_count: u32,
+    fm_reserved: u32,
+}
+
+/// `struct fiemap` with room for `N` extents, as one buffer.
+#[repr(C)]
+struct FiemapBuf<const N: usize> {
+    header: FiemapHeader,
+    extents: [FiemapExtent; N],
+}
+
+const _: () = assert!(std::mem::size_of::<FiemapHeader>() == 32);
+const _: () = assert!(std::mem::size_of::<FiemapExtent>() == 56);
+
+/// `FS_IOC_FIEMAP`: the extents of `file` from logical byte `start` on,
+/// `length` bytes at most, into `out`; returns how many were filled in.
+/// (Sync the file first: delayed allocation leaves extents unassigned.)
+pub fn fiemap<const N: usize>(
+    file: &File,
+    start: u64,
+    length: u64,
+    out: &mut [FiemapExtent; N],
+) -> io::Result<usize> {
+    // `_IOWR('f', 11, struct fiemap)`: the size encoded is the header's.
+    const FS_IOC_FIEMAP: ioctl::Opcode = opcode::read_write::<FiemapHeader>(b'f', 11);
+    let mut buf = FiemapBuf::<N> {
+        header: FiemapHeader {
+            fm_start: start,
+            fm_length: length,
+            fm_extent_count: N as u32,
+            ..FiemapHeader::default()
+        },
+        extents: [FiemapExtent::default(); N],
+    };
+    // SAFETY: `buf` is a `struct fiemap` followed by room for exactly
+    // `fm_extent_count` extents, #[repr(C)] with the kernel's layout; the
+    // kernel writes only within it.
+    unsafe {
+        ioctl::ioctl(
+            file.as_fd(),
+            ioctl::Updater::<FS_IOC_FIEMAP, FiemapBuf<N>>::new(&mut buf),
+        )
+    }?;
+    let n = (buf.header.fm_mapped_extents as usize).min(N);
+    out[..n].copy_from_slice(&buf.extents[..n]);
+    Ok(n)
+}
