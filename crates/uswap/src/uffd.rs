@@ -384,7 +384,14 @@ impl Uffd {
     /// `dst`, write-protected when `wp`.  Returns the bytes copied: short
     /// on `EAGAIN` (retry the rest).  `EEXIST` means a page is already
     /// there (a duplicate fault was served first).
-    pub fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool, wake: bool) -> Result<u64, UffdError> {
+    ///
+    /// # Safety
+    /// `src..src + len` must be readable.  `dst..dst + len` must lie in a
+    /// range registered with this descriptor whose contents the caller
+    /// owns: the pages that appear there are the caller's to put, and no
+    /// one else's expectations of what they hold (a region's pager, say)
+    /// are broken by them.
+    pub unsafe fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool, wake: bool) -> Result<u64, UffdError> {
         let mut tries = 0;
         loop {
             let mut c = UffdioCopy {
@@ -405,7 +412,11 @@ impl Uffd {
 
     /// Map the zero page at missing pages (a never-written page: no IO, no
     /// memory).
-    pub fn zeropage(&self, addr: u64, len: u64, wake: bool) -> Result<(), UffdError> {
+    ///
+    /// # Safety
+    /// As [`Uffd::copy`] for `addr..addr + len`: the zeros that appear
+    /// there are the caller's to put.
+    pub unsafe fn zeropage(&self, addr: u64, len: u64, wake: bool) -> Result<(), UffdError> {
         let mut z = UffdioRangeOp {
             range: UffdioRange { start: addr, len },
             mode: if wake { 0 } else { COPY_MODE_DONTWAKE },
@@ -418,7 +429,14 @@ impl Uffd {
     /// copying (Linux 6.8).  Returns the bytes moved.  `EBUSY`: a page is
     /// shared (fork, KSM) or pinned: copy instead.  With
     /// `allow_src_holes`, missing source pages are skipped, not an error.
-    pub fn move_pages(
+    ///
+    /// # Safety
+    /// Both ranges must be the caller's: the pages at `src` leave it (it
+    /// reads as missing afterwards, faulting or zeros), so nothing may hold
+    /// a reference into it or expect its contents to stay; and what
+    /// appears at `dst` must be the caller's to put, as for
+    /// [`Uffd::copy`].
+    pub unsafe fn move_pages(
         &self,
         dst: u64,
         src: u64,
@@ -470,7 +488,11 @@ impl Uffd {
 
     /// Mark missing pages poisoned: an access raises SIGBUS instead of
     /// reading zeros (Linux 6.6).  For pages whose swap-in failed.
-    pub fn poison(&self, addr: u64, len: u64, wake: bool) -> Result<(), UffdError> {
+    ///
+    /// # Safety
+    /// `addr..addr + len` must be the caller's, as for [`Uffd::copy`]:
+    /// any access to it raises SIGBUS from now on.
+    pub unsafe fn poison(&self, addr: u64, len: u64, wake: bool) -> Result<(), UffdError> {
         let mut p = UffdioRangeOp {
             range: UffdioRange { start: addr, len },
             mode: if wake { 0 } else { COPY_MODE_DONTWAKE },

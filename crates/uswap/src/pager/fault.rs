@@ -200,7 +200,8 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
         Err(err) => {
             inner.frames.bounce.put(b);
             // Never zeros: poison the page so an access gets SIGBUS.
-            if let Err(perr) = inner.uffd.poison(addr, PAGE, true) {
+            // SAFETY: a missing page of a region whose claim we hold.
+            if let Err(perr) = unsafe { inner.uffd.poison(addr, PAGE, true) } {
                 // Not even that: leave it swapped, and the access retries
                 // the read.
                 return inner.retry_later(claim, perr.errno());
@@ -341,7 +342,8 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
                 return;
             }
             // Never zeros: poison the whole unit.
-            if let Err(perr) = inner.uffd.poison(base, UNIT, true) {
+            // SAFETY: a missing unit of a region whose claim we hold.
+            if let Err(perr) = unsafe { inner.uffd.poison(base, UNIT, true) } {
                 inner.retry_later(claim, perr.errno());
                 return;
             }

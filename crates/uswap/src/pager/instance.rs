@@ -338,10 +338,12 @@ impl Inner {
             }
         }
         while done < len {
-            match self
-                .uffd
-                .move_pages(dst + done, src + done, len - done, true, false)
-            {
+            // SAFETY: the pager moves only pages it holds the claim of
+            // (region pages, whose contents are the pager's to move while
+            // claimed) to or from its own staging memory, which no one
+            // else refers to.
+            let moved = unsafe { self.uffd.move_pages(dst + done, src + done, len - done, true, false) };
+            match moved {
                 Ok(n) if n > 0 => done += n,
                 Ok(_) => {
                     return Err((
@@ -362,10 +364,12 @@ impl Inner {
     fn move_all_real(&self, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
         let mut done = 0;
         while done < len {
-            match self
-                .uffd
-                .move_pages(dst + done, src + done, len - done, true, false)
-            {
+            // SAFETY: the pager moves only pages it holds the claim of
+            // (region pages, whose contents are the pager's to move while
+            // claimed) to or from its own staging memory, which no one
+            // else refers to.
+            let moved = unsafe { self.uffd.move_pages(dst + done, src + done, len - done, true, false) };
+            match moved {
                 Ok(n) if n > 0 => done += n,
                 Ok(_) => unreachable!("a move that moved nothing succeeded"),
                 Err(e) => return Err((done, e)),
@@ -380,10 +384,13 @@ impl Inner {
     pub fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool) -> Result<(), (u64, UffdError)> {
         let mut done = 0;
         while done < len {
-            match self
-                .uffd
-                .copy(dst + done, src.wrapping_add(done as usize), len - done, wp, true)
-            {
+            // SAFETY: the pager copies only into missing pages it holds
+            // the claim of, from its own frames (readable for `len`).
+            let copied = unsafe {
+                self.uffd
+                    .copy(dst + done, src.wrapping_add(done as usize), len - done, wp, true)
+            };
+            match copied {
                 Ok(n) if n > 0 => done += n,
                 Ok(_) => {
                     let e = UffdError::Ioctl {

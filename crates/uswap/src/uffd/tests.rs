@@ -134,10 +134,12 @@ fn handler_thread_serves_missing_faults_with_copy_and_zeropage() {
     let h = serve(uffd.clone(), stop.clone(), move |u, page, _, _| {
         let i = ((page - base) / PAGE) as u8;
         if i == 3 {
-            u.zeropage(page, PAGE, true).unwrap();
+            // SAFETY: pages of this test's own mappings, which nothing else refers to.
+            unsafe { u.zeropage(page, PAGE, true) }.unwrap();
         } else {
             let p = pattern(i);
-            assert_eq!(u.copy(page, p.as_ptr(), PAGE, false, true).unwrap(), PAGE);
+            // SAFETY: pages of this test's own mappings, which nothing else refers to.
+            assert_eq!(unsafe { u.copy(page, p.as_ptr(), PAGE, false, true) }.unwrap(), PAGE);
         }
     });
     for i in 0..3 {
@@ -149,7 +151,8 @@ fn handler_thread_serves_missing_faults_with_copy_and_zeropage() {
     assert_eq!(m.read(3, 100), 0, "a never-written page reads zero");
     // Installing over a present page is EEXIST: a duplicate fault.
     let p = pattern(9);
-    let e = uffd.copy(m.page(0), p.as_ptr(), PAGE, false, true).unwrap_err();
+    // SAFETY: pages of this test's own mappings, which nothing else refers to.
+    let e = unsafe { uffd.copy(m.page(0), p.as_ptr(), PAGE, false, true) }.unwrap_err();
     assert_eq!(e.errno(), Some(libc::EEXIST));
     stop.store(true, Ordering::Relaxed);
     assert_eq!(h.join().unwrap(), 4, "one fault per page");
@@ -185,10 +188,12 @@ fn move_out_to_staging_and_back_keeps_the_data() {
     let mb = moved_back.clone();
     let h = serve(uffd.clone(), stop.clone(), move |u, page, _, _| {
         if mb.load(Ordering::Relaxed) {
-            assert_eq!(u.move_pages(page, staged, PAGE, true, false).unwrap(), PAGE);
+            // SAFETY: pages of this test's own mappings, which nothing else refers to.
+            assert_eq!(unsafe { u.move_pages(page, staged, PAGE, true, false) }.unwrap(), PAGE);
         } else {
             let p = pattern(1);
-            u.copy(page, p.as_ptr(), PAGE, false, true).unwrap();
+            // SAFETY: pages of this test's own mappings, which nothing else refers to.
+            unsafe { u.copy(page, p.as_ptr(), PAGE, false, true) }.unwrap();
         }
     });
     region.write(0, 7, 0xAB);
@@ -196,7 +201,8 @@ fn move_out_to_staging_and_back_keeps_the_data() {
     // Evict: move the page out; the region's page is missing again.
     moved_back.store(true, Ordering::Relaxed);
     assert_eq!(
-        uffd.move_pages(staged, region.page(0), PAGE, false, false)
+        // SAFETY: pages of this test's own mappings, which nothing else refers to.
+        unsafe { uffd.move_pages(staged, region.page(0), PAGE, false, false) }
             .unwrap(),
         PAGE
     );
@@ -232,7 +238,8 @@ fn write_protect_faults_mark_the_first_write() {
         } else {
             // Installed clean: write-protected until the first write.
             let p = pattern(5);
-            u.copy(page, p.as_ptr(), PAGE, true, true).unwrap();
+            // SAFETY: pages of this test's own mappings, which nothing else refers to.
+            unsafe { u.copy(page, p.as_ptr(), PAGE, true, true) }.unwrap();
         }
     });
     assert_eq!(m.read(0, 3), pattern(5)[3]);
@@ -276,14 +283,17 @@ fn write_protect_survives_move_out_and_back() {
     )
     .unwrap();
     let p = pattern(3);
-    uffd.copy(m.page(0), p.as_ptr(), PAGE, true, false).unwrap();
+    // SAFETY: pages of this test's own mappings, which nothing else refers to.
+    unsafe { uffd.copy(m.page(0), p.as_ptr(), PAGE, true, false) }.unwrap();
     assert_eq!(
-        uffd.move_pages(staging.page(0), m.page(0), PAGE, false, false)
+        // SAFETY: pages of this test's own mappings, which nothing else refers to.
+        unsafe { uffd.move_pages(staging.page(0), m.page(0), PAGE, false, false) }
             .unwrap(),
         PAGE
     );
     assert_eq!(
-        uffd.move_pages(m.page(0), staging.page(0), PAGE, false, false)
+        // SAFETY: pages of this test's own mappings, which nothing else refers to.
+        unsafe { uffd.move_pages(m.page(0), staging.page(0), PAGE, false, false) }
             .unwrap(),
         PAGE
     );

@@ -972,8 +972,8 @@ fn region_drop_spares_what_the_program_mapped_there() {
     // SAFETY: our own new mapping.
     unsafe { std::ptr::write_bytes(base, 0x33, len) };
     drop(region);
-    // SAFETY: mincore only reports, or fails with ENOMEM if unmapped.
     let mut v = vec![0u8; len / PAGE_SIZE];
+    // SAFETY: mincore only reports, or fails with ENOMEM if unmapped.
     let rc = unsafe { libc::mincore(base.cast(), len, v.as_mut_ptr()) };
     assert_eq!(rc, 0, "the program's mapping was unmapped by Region::drop");
     // SAFETY: still our own mapping.
