@@ -154,6 +154,38 @@ unsafe impl Send for Mapping {}
 // SAFETY: as above; `&Mapping` only gives out the address and advice.
 unsafe impl Sync for Mapping {}
 
+/// Map `count` stacks of `size` bytes, each above a guard page of
+/// `guard` bytes (`PROT_NONE`: an overflow faults at once), for the
+/// process's lifetime; returns the base of the first guard.  None when
+/// the mapping fails.  A guard that cannot be set only loses the clean
+/// crash an overflow would give.
+pub fn map_stacks(count: u64, size: u64, guard: u64) -> Option<u64> {
+    let len = (count * (size + guard)) as usize;
+    // SAFETY: a fresh private anonymous mapping at an address of the
+    // kernel's choosing; nothing else refers to it.
+    let p = unsafe {
+        mm::mmap_anonymous(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE | MapFlags::NORESERVE | MapFlags::STACK,
+        )
+    }
+    .ok()?;
+    for i in 0..count {
+        // SAFETY: each guard lies inside the mapping just made, which
+        // nothing uses yet.
+        let _ = unsafe {
+            mm::mprotect(
+                p.cast::<u8>().add((i * (size + guard)) as usize).cast(),
+                guard as usize,
+                mm::MprotectFlags::empty(),
+            )
+        };
+    }
+    Some(p as u64)
+}
+
 /// Whether the page at `page` is mapped, from the page tables.
 pub fn page_mapped(page: u64) -> bool {
     let mut v = 0u8;

@@ -391,7 +391,14 @@ impl Uffd {
     /// owns: the pages that appear there are the caller's to put, and no
     /// one else's expectations of what they hold (a region's pager, say)
     /// are broken by them.
-    pub unsafe fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool, wake: bool) -> Result<u64, UffdError> {
+    pub unsafe fn copy(
+        &self,
+        dst: u64,
+        src: *const u8,
+        len: u64,
+        wp: bool,
+        wake: bool,
+    ) -> Result<u64, UffdError> {
         let mut tries = 0;
         loop {
             let mut c = UffdioCopy {

@@ -45,6 +45,7 @@ mod ram;
 
 use std::io;
 use std::path::PathBuf;
+#[cfg(test)]
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -60,8 +61,9 @@ const PAGE: u64 = PAGE_SIZE as u64;
 
 /// No injected error armed.
 /// For [`IoDevice::inject_error`]: the next IO, whatever slot it is for.
-#[doc(hidden)]
+#[cfg(test)]
 pub const ANY_SLOT: u64 = u64::MAX - 1;
+#[cfg(test)]
 const DISARMED: u64 = u64::MAX;
 
 /// Where a device's pages live.
@@ -256,14 +258,21 @@ pub trait Device: Send + Sync {
 pub struct IoDevice {
     slots: u64,
     store: Box<dyn Device>,
-    /// The slot whose next write fails with EIO, or [`DISARMED`].
+    /// Test hook: the slot whose next write fails with EIO, or
+    /// [`DISARMED`].
+    #[cfg(test)]
     armed_write: AtomicU64,
-    /// The slot whose next read fails with EIO, or [`DISARMED`].
+    /// Test hook: the slot whose next read fails with EIO, or
+    /// [`DISARMED`].
+    #[cfg(test)]
     armed_read: AtomicU64,
     /// Test hook: every write (read) fails with `window_errno` until this
     /// `CLOCK_MONOTONIC` nanosecond; 0 when no window is open.
+    #[cfg(test)]
     window_write: AtomicU64,
+    #[cfg(test)]
     window_read: AtomicU64,
+    #[cfg(test)]
     window_errno: std::sync::atomic::AtomicI32,
     write_pages: Arc<Counter>,
     read_pages: Arc<Counter>,
@@ -395,10 +404,15 @@ impl IoDevice {
         IoDevice {
             slots,
             store,
+            #[cfg(test)]
             armed_write: AtomicU64::new(DISARMED),
+            #[cfg(test)]
             armed_read: AtomicU64::new(DISARMED),
+            #[cfg(test)]
             window_write: AtomicU64::new(0),
+            #[cfg(test)]
             window_read: AtomicU64::new(0),
+            #[cfg(test)]
             window_errno: std::sync::atomic::AtomicI32::new(0),
             write_pages: registry.counter("io_write_pages"),
             read_pages: registry.counter("io_read_pages"),
@@ -448,6 +462,7 @@ impl IoDevice {
 
     /// If an error is armed for a slot in `offset..offset + pages`, disarm
     /// it and return that slot: this call must fail.
+    #[cfg(test)]
     #[inline]
     fn take_injected(armed: &AtomicU64, offset: u64, pages: u64) -> Option<u64> {
         let a = armed.load(Ordering::Relaxed);
@@ -483,6 +498,7 @@ impl IoDevice {
     /// Never allocates.
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
         let pages = self.check(offset, buf.len(), buf.as_ptr() as usize)?;
+        #[cfg(test)]
         if let Some(slot) = Self::take_injected(&self.armed_write, offset, pages) {
             self.write_errors.inc();
             return Err(IoError::Write {
@@ -490,6 +506,7 @@ impl IoDevice {
                 source: io::Error::from_raw_os_error(libc::EIO),
             });
         }
+        #[cfg(test)]
         if let Some(errno) = self.in_window(&self.window_write) {
             self.write_errors.inc();
             return Err(IoError::Write {
@@ -522,6 +539,7 @@ impl IoDevice {
     /// Never allocates.
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
         let pages = self.check(offset, buf.len(), buf.as_ptr() as usize)?;
+        #[cfg(test)]
         if let Some(slot) = Self::take_injected(&self.armed_read, offset, pages) {
             self.read_errors.inc();
             return Err(IoError::Read {
@@ -529,6 +547,7 @@ impl IoDevice {
                 source: io::Error::from_raw_os_error(libc::EIO),
             });
         }
+        #[cfg(test)]
         if let Some(errno) = self.in_window(&self.window_read) {
             self.read_errors.inc();
             return Err(IoError::Read {
@@ -553,7 +572,7 @@ impl IoDevice {
     /// before doing any IO, once.  Arming
     /// again replaces the previous slot for that op.  Lets the pager's
     /// error paths be tested; allocation-free.
-    #[doc(hidden)]
+    #[cfg(test)]
     pub fn inject_error(&self, offset: u64, op: IoOp) {
         let armed = match op {
             IoOp::Read => &self.armed_read,
@@ -564,7 +583,7 @@ impl IoDevice {
 
     /// Test hook: make every write (or read, per `op`) fail with `errno`
     /// for the next `duration`, as a full or failing disk would.
-    #[doc(hidden)]
+    #[cfg(test)]
     pub fn inject_errors_for(&self, op: IoOp, errno: i32, duration: std::time::Duration) {
         self.window_errno.store(errno, Ordering::Relaxed);
         let until = monotonic_ns() + duration.as_nanos() as u64;
@@ -575,6 +594,7 @@ impl IoDevice {
     }
 
     /// The injected errno, while an error window of `window` is open.
+    #[cfg(test)]
     #[inline]
     fn in_window(&self, window: &AtomicU64) -> Option<i32> {
         let until = window.load(Ordering::Acquire);

@@ -742,31 +742,8 @@ mod spare {
     /// Map the stacks, each above a guard page.  A failure leaves none:
     /// faults are then served where the kernel put the handler.
     pub fn map() {
-        let len = u64::from(STACKS) * (SIZE + GUARD);
-        // SAFETY: a fresh private anonymous mapping; the guard pages are
-        // inside it.
-        unsafe {
-            let p = libc::mmap(
-                std::ptr::null_mut(),
-                len as usize,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_STACK,
-                -1,
-                0,
-            );
-            if p == libc::MAP_FAILED {
-                return;
-            }
-            for i in 0..u64::from(STACKS) {
-                // A guard that cannot be set only loses the clean crash
-                // an overflow would give; the stack still works.
-                libc::mprotect(
-                    p.cast::<u8>().add((i * (SIZE + GUARD)) as usize).cast(),
-                    GUARD as usize,
-                    libc::PROT_NONE,
-                );
-            }
-            BASE.store(p as u64, Ordering::Release);
+        if let Some(base) = crate::sys::map_stacks(u64::from(STACKS), SIZE, GUARD) {
+            BASE.store(base, Ordering::Release);
         }
     }
 

@@ -342,7 +342,10 @@ impl Inner {
             // (region pages, whose contents are the pager's to move while
             // claimed) to or from its own staging memory, which no one
             // else refers to.
-            let moved = unsafe { self.uffd.move_pages(dst + done, src + done, len - done, true, false) };
+            let moved = unsafe {
+                self.uffd
+                    .move_pages(dst + done, src + done, len - done, true, false)
+            };
             match moved {
                 Ok(n) if n > 0 => done += n,
                 Ok(_) => {
@@ -368,7 +371,10 @@ impl Inner {
             // (region pages, whose contents are the pager's to move while
             // claimed) to or from its own staging memory, which no one
             // else refers to.
-            let moved = unsafe { self.uffd.move_pages(dst + done, src + done, len - done, true, false) };
+            let moved = unsafe {
+                self.uffd
+                    .move_pages(dst + done, src + done, len - done, true, false)
+            };
             match moved {
                 Ok(n) if n > 0 => done += n,
                 Ok(_) => unreachable!("a move that moved nothing succeeded"),

@@ -579,14 +579,14 @@ impl Swap {
 
     /// Inject a one-shot IO error at slot `offset` of device `device` (for
     /// testing the error paths).
-    #[doc(hidden)]
+    #[cfg(test)]
     pub fn inject_io_error(&self, device: usize, offset: u64, op: crate::io::IoOp) {
         self.inner.backing.devices[device].inject_error(offset, op);
     }
 
     /// Make every IO of `op` on device `device` fail with `errno` for
     /// `duration` (for testing the error paths).
-    #[doc(hidden)]
+    #[cfg(test)]
     pub fn inject_io_errors(
         &self,
         device: usize,

@@ -9,57 +9,28 @@ use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
-/// An anonymous private mapping, unmapped on drop.
-struct Mapping {
-    addr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: the mapping is plain memory; the tests synchronise their use.
-unsafe impl Send for Mapping {}
-// SAFETY: as above.
-unsafe impl Sync for Mapping {}
+/// An anonymous private mapping (the OS layer's), with page accessors.
+struct Mapping(crate::sys::Mapping);
 
 impl Mapping {
     fn new(pages: usize) -> Mapping {
-        let len = pages * PAGE_SIZE;
-        // SAFETY: a fresh anonymous mapping, no address hint.
-        let addr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
-        assert_ne!(addr, libc::MAP_FAILED, "mmap: {}", io::Error::last_os_error());
-        Mapping {
-            addr: addr.cast(),
-            len,
-        }
+        Mapping(crate::sys::Mapping::new(pages * PAGE_SIZE, PAGE_SIZE).expect("mmap"))
     }
 
     fn page(&self, i: usize) -> u64 {
-        self.addr as u64 + (i * PAGE_SIZE) as u64
+        self.0.addr() + (i * PAGE_SIZE) as u64
     }
 
     fn read(&self, i: usize, at: usize) -> u8 {
+        assert!(i * PAGE_SIZE + at < self.0.len());
         // SAFETY: in bounds of the mapping; volatile so the access happens.
-        unsafe { std::ptr::read_volatile(self.addr.add(i * PAGE_SIZE + at)) }
+        unsafe { std::ptr::read_volatile(self.0.as_ptr().add(i * PAGE_SIZE + at)) }
     }
 
     fn write(&self, i: usize, at: usize, v: u8) {
+        assert!(i * PAGE_SIZE + at < self.0.len());
         // SAFETY: in bounds of the mapping; volatile so the access happens.
-        unsafe { std::ptr::write_volatile(self.addr.add(i * PAGE_SIZE + at), v) }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly what `new` mapped.
-        unsafe { libc::munmap(self.addr.cast(), self.len) };
+        unsafe { std::ptr::write_volatile(self.0.as_ptr().add(i * PAGE_SIZE + at), v) }
     }
 }
 
@@ -139,7 +110,10 @@ fn handler_thread_serves_missing_faults_with_copy_and_zeropage() {
         } else {
             let p = pattern(i);
             // SAFETY: pages of this test's own mappings, which nothing else refers to.
-            assert_eq!(unsafe { u.copy(page, p.as_ptr(), PAGE, false, true) }.unwrap(), PAGE);
+            assert_eq!(
+                unsafe { u.copy(page, p.as_ptr(), PAGE, false, true) }.unwrap(),
+                PAGE
+            );
         }
     });
     for i in 0..3 {
@@ -189,7 +163,10 @@ fn move_out_to_staging_and_back_keeps_the_data() {
     let h = serve(uffd.clone(), stop.clone(), move |u, page, _, _| {
         if mb.load(Ordering::Relaxed) {
             // SAFETY: pages of this test's own mappings, which nothing else refers to.
-            assert_eq!(unsafe { u.move_pages(page, staged, PAGE, true, false) }.unwrap(), PAGE);
+            assert_eq!(
+                unsafe { u.move_pages(page, staged, PAGE, true, false) }.unwrap(),
+                PAGE
+            );
         } else {
             let p = pattern(1);
             // SAFETY: pages of this test's own mappings, which nothing else refers to.
@@ -202,8 +179,7 @@ fn move_out_to_staging_and_back_keeps_the_data() {
     moved_back.store(true, Ordering::Relaxed);
     assert_eq!(
         // SAFETY: pages of this test's own mappings, which nothing else refers to.
-        unsafe { uffd.move_pages(staged, region.page(0), PAGE, false, false) }
-            .unwrap(),
+        unsafe { uffd.move_pages(staged, region.page(0), PAGE, false, false) }.unwrap(),
         PAGE
     );
     assert_eq!(staging.read(0, 7), 0xAB, "the page itself moved");
@@ -287,14 +263,12 @@ fn write_protect_survives_move_out_and_back() {
     unsafe { uffd.copy(m.page(0), p.as_ptr(), PAGE, true, false) }.unwrap();
     assert_eq!(
         // SAFETY: pages of this test's own mappings, which nothing else refers to.
-        unsafe { uffd.move_pages(staging.page(0), m.page(0), PAGE, false, false) }
-            .unwrap(),
+        unsafe { uffd.move_pages(staging.page(0), m.page(0), PAGE, false, false) }.unwrap(),
         PAGE
     );
     assert_eq!(
         // SAFETY: pages of this test's own mappings, which nothing else refers to.
-        unsafe { uffd.move_pages(m.page(0), staging.page(0), PAGE, false, false) }
-            .unwrap(),
+        unsafe { uffd.move_pages(m.page(0), staging.page(0), PAGE, false, false) }.unwrap(),
         PAGE
     );
     let stop = Arc::new(AtomicBool::new(false));
