@@ -8,7 +8,7 @@ use anyhow::{anyhow, bail, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 
-use super::report::{Report, Variant};
+use crate::report::{Report, Variant};
 
 /// Refuse a plot path that cannot be written, before the bench runs.
 pub fn check_path(p: &Path) -> Result<()> {
