@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use uswap::io::FileOptions;
 use uswap::pager::{DeviceSpec, FaultMode, Swap};
+use uswap_bench::parse_bytes;
 
 const PAGE: usize = uswap::PAGE_SIZE;
 
@@ -40,13 +41,6 @@ pub struct DemoArgs {
 pub enum Mode {
     Sigbus,
     Handler,
-}
-
-pub fn parse_bytes(s: &str) -> Result<u64, String> {
-    parse_size::Config::new()
-        .with_binary()
-        .parse_size(s)
-        .map_err(|e| format!("{s:?} is not a size ({e}); write e.g. 512M, 4G or 65536"))
 }
 
 fn parse_device(s: &str) -> Result<DeviceSpec, String> {

@@ -1,10 +1,10 @@
 //! The `uswap` command line.
 
-mod bench;
 mod demo;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
+use uswap_bench::{micro, workload};
 
 /// uswap: a swap subsystem in user space, after the Linux swap design.
 ///
@@ -50,7 +50,7 @@ enum BenchCommand {
     /// no-slot-cache (every allocation takes the device lock);
     /// nonfull-clusters (kernel 6.12's cluster lists instead of the linear
     /// scan).  Watch the swap_info and swap_cache_trunk lock columns.
-    Alloc(bench::alloc::AllocArgs),
+    Alloc(micro::alloc::AllocArgs),
     /// Extent lookups: balanced tree vs linear list with a one-entry cache
     /// (seed 004).
     ///
@@ -58,14 +58,14 @@ enum BenchCommand {
     /// consecutive slots from its own start, as swap-out does.  With one
     /// thread the list's one-entry cache always hits; with several, they
     /// move the shared cursor under each other and the list is walked.
-    Extent(bench::extent::ExtentArgs),
+    Extent(micro::extent::ExtentArgs),
     /// LRU activation: per-CPU batches vs one lock per page (seed 002).
     ///
     /// Threads activate and deactivate disjoint slices of --pages pages,
     /// --passes times; the total time is compared.  Variants: default
     /// (batches of 31), batch-15 (the seed's pagevec), unbatched-lru
     /// (before seed 002: the LRU lock for every page).
-    Lru(bench::lru::LruArgs),
+    Lru(micro::lru::LruArgs),
     /// Microseconds per page fault served by uswap (zero fill, swap-in from
     /// RAM and from a file) next to the kernel's own anonymous fault.
     ///
@@ -73,14 +73,14 @@ enum BenchCommand {
     /// --mib region once; swap-in variants write the region first under a
     /// budget a quarter of its size, so the touches read pages back; the
     /// swap-cache-hit variant touches only pages still staged (no IO).
-    Fault(bench::fault::FaultArgs),
+    Fault(micro::fault::FaultArgs),
     /// 2 MB units: one whole cluster vs 512 single slots (seed 003).
     ///
     /// Threads swap 2 MB units out (allocate, add to the swap cache) and
     /// back in (delete, free), keeping --inflight units out each.
     /// no-huge-cluster is the behaviour before seed 003: the unit split
     /// into 512 pages, each allocated, cached and freed alone.  No IO.
-    Huge(bench::huge::HugeArgs),
+    Huge(micro::huge::HugeArgs),
     /// pmbench: random page accesses (80% reads) over a working set well
     /// above the budget; accesses/s, swap GB/s, latency percentiles.
     ///
@@ -91,14 +91,14 @@ enum BenchCommand {
     /// while another swap is on).  --ablate runs uswap once per seed switch
     /// flipped back.  Defaults fit a 2-core, 24 GB machine: 2 GiB working
     /// set, 512 MiB budget, 8 s per run.
-    Pmbench(bench::side_by_side::PmbenchArgs),
+    Pmbench(workload::side_by_side::PmbenchArgs),
     /// seq-write (vm-scalability swap-w-seq): threads write their slices of
     /// the region once, sequentially, through the budget into swap; with
     /// 4 KiB pages and 2 MB units (seed 003).
     ///
     /// Reports write and swap-out GB/s.  Same backends, --compare and
     /// --ablate as pmbench.
-    SeqWrite(bench::side_by_side::SeqWriteArgs),
+    SeqWrite(workload::side_by_side::SeqWriteArgs),
     /// activate (seed 002): each round maps one region, every thread
     /// touches all of it, and it is unmapped; seconds per round and the LRU
     /// lock's statistics.
@@ -106,10 +106,10 @@ enum BenchCommand {
     /// With the budget below the region, pages touched again after
     /// eviction come back and are activated; --ablate --variants
     /// unbatched-lru is the behaviour before seed 002.
-    Activate(bench::side_by_side::ActivateArgs),
+    Activate(workload::side_by_side::ActivateArgs),
     /// Internal: one workload run in its own process.
     #[command(hide = true)]
-    Worker(bench::worker::WorkerArgs),
+    Worker(workload::worker::WorkerArgs),
 }
 
 fn main() {
@@ -125,15 +125,15 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(a) => demo::run(&a),
         Command::Bench(b) => match b {
-            BenchCommand::Alloc(a) => bench::alloc::run(&a),
-            BenchCommand::Extent(a) => bench::extent::run(&a),
-            BenchCommand::Lru(a) => bench::lru::run(&a),
-            BenchCommand::Huge(a) => bench::huge::run(&a),
-            BenchCommand::Fault(a) => bench::fault::run(&a),
-            BenchCommand::Pmbench(a) => bench::side_by_side::pmbench(&a),
-            BenchCommand::SeqWrite(a) => bench::side_by_side::seq_write(&a),
-            BenchCommand::Activate(a) => bench::side_by_side::activate(&a),
-            BenchCommand::Worker(a) => bench::worker::main(&a),
+            BenchCommand::Alloc(a) => micro::alloc::run(&a),
+            BenchCommand::Extent(a) => micro::extent::run(&a),
+            BenchCommand::Lru(a) => micro::lru::run(&a),
+            BenchCommand::Huge(a) => micro::huge::run(&a),
+            BenchCommand::Fault(a) => micro::fault::run(&a),
+            BenchCommand::Pmbench(a) => workload::side_by_side::pmbench(&a),
+            BenchCommand::SeqWrite(a) => workload::side_by_side::seq_write(&a),
+            BenchCommand::Activate(a) => workload::side_by_side::activate(&a),
+            BenchCommand::Worker(a) => workload::worker::main(&a),
         },
     }
 }

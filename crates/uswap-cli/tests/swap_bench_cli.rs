@@ -238,6 +238,37 @@ fn plots_png_and_svg() {
     }
 }
 
+/// A font that cannot be had fails `--plot` in one line before anything
+/// runs (a run would take the 30 s asked for).
+#[test]
+fn plot_without_a_font_fails_before_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = dir.path().join("p.png");
+    let started = Instant::now();
+    let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args([
+            "bench",
+            "pmbench",
+            "--wss",
+            "16M",
+            "--budget",
+            "16M",
+            "--seconds",
+            "30",
+        ])
+        .arg("--plot")
+        .arg(&p)
+        .env("USWAP_PLOT_FONT", dir.path().join("missing.ttf"))
+        .output()
+        .expect("run uswap");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("USWAP_PLOT_FONT="), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(started.elapsed() < Duration::from_secs(10), "it ran first");
+    assert!(!p.exists());
+}
+
 #[test]
 fn bad_input_gets_one_line() {
     let cases: &[(&[&str], &str)] = &[

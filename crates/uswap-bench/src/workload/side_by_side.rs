@@ -16,11 +16,11 @@ use clap::Args;
 use serde_json::json;
 
 use super::kernel_swap::{self, interrupted, KernelSwap, MemCgroup};
-use super::report::{add_stats, median, paired_change, Report, Variant};
+use super::plot;
 use super::worker::{self, Backend, WorkerResult, WorkerSpec, ABLATIONS};
 use super::workload::{DataKind, Unit, Workload, HUGE, PAGE};
-use super::{interleave, plot, Common};
-use crate::demo::parse_bytes;
+use crate::parse_bytes;
+use crate::report::{add_stats, interleave, median, paired_change, Common, Report, Variant};
 
 /// Options shared by the three workloads.
 #[derive(Args, Clone, Debug)]

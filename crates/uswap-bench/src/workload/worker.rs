@@ -158,7 +158,7 @@ pub struct WorkerArgs {
 
 /// The memory a workload runs on: a uswap region or a plain anonymous
 /// mapping, which the kernel pages under the cgroup's limit.
-pub(super) enum Mapping {
+pub(crate) enum Mapping {
     Uswap(Region),
     Kernel {
         ptr: *mut libc::c_void,
@@ -171,7 +171,7 @@ impl Mapping {
     /// A plain private anonymous mapping of `len` bytes, which the kernel
     /// pages (and swaps, under a memory cgroup's limit); for 2 MB units,
     /// 2 MB aligned and advised for transparent huge pages.
-    pub(super) fn kernel(len: usize, unit: Unit) -> Result<Mapping> {
+    pub(crate) fn kernel(len: usize, unit: Unit) -> Result<Mapping> {
         // 2 MB units need a 2 MB-aligned range: over-map by one.
         let maplen = len + if unit == Unit::Huge { HUGE } else { 0 };
         // SAFETY: a fresh private anonymous mapping, owned by the returned
@@ -210,7 +210,7 @@ impl Mapping {
         Ok(m)
     }
 
-    pub(super) fn base(&self) -> usize {
+    pub(crate) fn base(&self) -> usize {
         match self {
             Mapping::Uswap(r) => r.as_ptr() as usize,
             Mapping::Kernel { base, .. } => *base,

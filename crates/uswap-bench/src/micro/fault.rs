@@ -32,7 +32,8 @@ use uswap::io::FileOptions;
 use uswap::pager::{DeviceSpec, FaultMode, Swap};
 use uswap::stats::Snapshot;
 
-use super::{emit, interleave, summarize, threads_by_variant, Common, Report, Round, Variant};
+use super::threads_by_variant;
+use crate::report::{emit, interleave, summarize, Common, Report, Round, Variant};
 
 const PAGE: usize = uswap::PAGE_SIZE;
 
@@ -101,7 +102,7 @@ fn touch_pages(base: usize, pages: &[usize], threads: usize) -> Duration {
 
 fn kernel_anon(len: usize, threads: usize) -> anyhow::Result<Round> {
     // The same plain mapping the workload benches' kernel backends use.
-    let m = super::worker::Mapping::kernel(len, super::workload::Unit::Page)?;
+    let m = crate::workload::worker::Mapping::kernel(len, crate::workload::workload::Unit::Page)?;
     let elapsed = touch_all(m.base(), len, threads);
     drop(m);
     Ok(Round {

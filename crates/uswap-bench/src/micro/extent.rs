@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use clap::Args;
 use uswap::extent::{ExtentMap, ExtentMapKind};
 
-use super::{emit, fresh_registry, interleave, run_timed, same_params_default, summarize};
-use super::{Common, Report, Variant};
+use super::{fresh_registry, run_timed};
+use crate::report::{emit, interleave, same_params_default, summarize, Common, Report, Variant};
 
 /// Slots on the device: the seed's 20G swapfile in 4 KiB pages.
 const TOTAL_SLOTS: u64 = 5_242_880;

@@ -1,5 +1,7 @@
 //! What every benchmark prints: a progress bar while it runs, then a summary
-//! table, or one JSON object with `--json`.
+//! table, or one JSON object with `--json`; and what every bench shares to
+//! get there: the options it takes ([`Common`]) and the interleaved,
+//! rotated rounds its variants run in ([`interleave`]).
 //!
 //! The JSON shape is shared by all benches:
 //! `{"bench": NAME, "variants": [{"name", "threads", "throughput",
@@ -9,6 +11,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use uswap::stats::{LockStats, Snapshot};
@@ -62,6 +65,110 @@ impl Round {
         let thread_ns = self.elapsed.as_nanos() as f64 * self.threads.max(1) as f64;
         self.stats.total_wait_ns() as f64 / thread_ns.max(1.0)
     }
+}
+
+/// Options every bench takes.
+#[derive(Args, Clone, Debug)]
+pub struct Common {
+    /// Worker thread counts to measure, comma separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub threads: Vec<usize>,
+    /// Seconds each variant runs per round.
+    #[arg(long, default_value_t = 1.0)]
+    pub seconds: f64,
+    /// Rounds: each variant runs this many times, interleaved with the others.
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// Print one JSON object instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Also write the JSON report to this file (the table still prints).
+    #[arg(long, value_name = "FILE")]
+    pub json_out: Option<std::path::PathBuf>,
+    /// Run only these variants (comma separated; default: all).
+    #[arg(long, value_delimiter = ',')]
+    pub variants: Vec<String>,
+}
+
+impl Common {
+    pub fn duration(&self) -> Duration {
+        Duration::from_secs_f64(self.seconds.max(0.01))
+    }
+
+    /// The indices in `names` of the variants `--variants` asks for, in
+    /// the order given; all of them when it is not given.
+    pub fn selected(&self, names: &[&str]) -> anyhow::Result<Vec<usize>> {
+        if self.variants.is_empty() {
+            return Ok((0..names.len()).collect());
+        }
+        self.variants
+            .iter()
+            .map(|v| {
+                names.iter().position(|n| n == v).ok_or_else(|| {
+                    anyhow::anyhow!("unknown variant {v:?}; this bench has: {}", names.join(", "))
+                })
+            })
+            .collect()
+    }
+
+    /// Write `report` to `--json-out`, when given.
+    pub fn save(&self, report: &Report) -> anyhow::Result<()> {
+        if let Some(path) = &self.json_out {
+            let text = serde_json::to_string_pretty(report)?;
+            std::fs::write(path, text + "\n")
+                .map_err(|e| anyhow::anyhow!("cannot write --json-out {}: {e}", path.display()))?;
+        }
+        Ok(())
+    }
+
+    /// Reject option values that cannot run, with the reason.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(!self.threads.is_empty(), "--threads needs at least one count");
+        anyhow::ensure!(
+            self.threads.iter().all(|&t| (1..=1024).contains(&t)),
+            "--threads counts must be between 1 and 1024, got {:?}",
+            self.threads
+        );
+        anyhow::ensure!(self.rounds >= 1, "--rounds must be at least 1");
+        anyhow::ensure!(
+            self.seconds.is_finite() && self.seconds > 0.0 && self.seconds <= 3600.0,
+            "--seconds must be in (0, 3600], got {}",
+            self.seconds
+        );
+        Ok(())
+    }
+}
+
+/// Run every combination (of thread count, variant, and whatever else a
+/// bench varies) `--rounds` times, interleaved round by round and rotated
+/// (A B C, B C A, ...), under a progress bar labelled by `label`.  `run(round, combo)`
+/// does one timed run.  Returns each combination's rounds, in the order of
+/// `combos`.
+pub fn interleave<C, R>(
+    common: &Common,
+    bench: &str,
+    combos: &[C],
+    label: impl Fn(&C) -> String,
+    mut run: impl FnMut(usize, &C) -> anyhow::Result<R>,
+) -> anyhow::Result<Vec<Vec<R>>> {
+    let pb = progress((combos.len() * common.rounds) as u64, bench, common.json);
+    let mut out: Vec<Vec<R>> = combos.iter().map(|_| Vec::with_capacity(common.rounds)).collect();
+    for round in 0..common.rounds {
+        // Each round starts one combination further on (A B C, B C A,
+        // C A B, ...): a run that suffers from the one before it (memory
+        // the previous process left to be freed, a device still writing
+        // back) is then not always the same variant.
+        let n = combos.len();
+        for k in 0..n {
+            let i = (k + round) % n;
+            let combo = &combos[i];
+            pb.set_message(label(combo));
+            out[i].push(run(round, combo)?);
+            pb.inc(1);
+        }
+    }
+    pb.finish_and_clear();
+    Ok(out)
 }
 
 /// The median of `v` (0 when empty).

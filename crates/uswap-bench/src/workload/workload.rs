@@ -95,6 +95,9 @@ impl Rng {
         Rng((z ^ (z >> 31)) | 1)
     }
 
+    // Not an `Iterator`: the stream never ends, and `next` is its name in
+    // every xorshift.
+    #[allow(clippy::should_implement_trait)]
     #[inline]
     pub fn next(&mut self) -> u64 {
         let mut x = self.0;

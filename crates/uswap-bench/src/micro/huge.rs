@@ -26,7 +26,8 @@ use uswap::swap_space::{
     DeviceConfig, SwapEntry, SwapError, SwapSpace, Switches, CLUSTER_SLOTS, TRUNK_SLOTS,
 };
 
-use super::{emit, interleave, run_timed, summarize, threads_by_variant, Common, Report};
+use super::{run_timed, threads_by_variant};
+use crate::report::{emit, interleave, summarize, Common, Report};
 
 #[derive(Args, Debug)]
 pub struct HugeArgs {

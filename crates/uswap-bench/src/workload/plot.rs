@@ -1,16 +1,109 @@
 //! `--plot FILE.png|svg`: three panels from a workload report: the latency
 //! CDF of every variant, throughput over time, and each variant's
 //! throughput against its baseline (the ablation or comparison bars).
+//!
+//! Text is drawn with a TrueType font read from a file (plotters'
+//! `ab_glyph`, pure Rust: no fontconfig to build against): the file in
+//! `USWAP_PLOT_FONT`, else the first of the usual DejaVu or Liberation
+//! paths, else the first `*.ttf` under /usr/share/fonts.
 
-use std::path::Path;
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use anyhow::{anyhow, bail, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::register_font;
 
-use super::report::{Report, Variant};
+use crate::report::{Report, Variant};
 
-/// Refuse a plot path that cannot be written, before the bench runs.
+/// The environment variable that names the font file to draw text with.
+pub const FONT_ENV: &str = "USWAP_PLOT_FONT";
+
+/// Where the usual sans-serif fonts are, tried in this order when
+/// [`FONT_ENV`] is not set.
+const FONT_PATHS: [&str; 4] = [
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+/// Searched for any `*.ttf` when none of [`FONT_PATHS`] exists.
+const FONT_DIR: &str = "/usr/share/fonts";
+
+/// The font file to draw with: `env` (the value of [`FONT_ENV`]) when set
+/// and not empty, else the first of `paths` that is a file, else the first
+/// `*.ttf` found walking `dir` in name order.  The error is one line
+/// saying what to do.
+fn find_font(env: Option<OsString>, paths: &[&Path], dir: &Path) -> Result<PathBuf, String> {
+    if let Some(v) = env.filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(v);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!(
+                "--plot: {FONT_ENV}={} is not a file; set it to a TrueType font (.ttf), or unset it to use one from {}",
+                p.display(),
+                dir.display()
+            ))
+        };
+    }
+    if let Some(p) = paths.iter().find(|p| p.is_file()) {
+        return Ok(p.to_path_buf());
+    }
+    first_ttf(dir, 8).ok_or_else(|| {
+        format!(
+            "--plot needs a TrueType font and found none (no *.ttf under {}): install fonts-dejavu-core (apt-get install fonts-dejavu-core), or set {FONT_ENV}=path/to/font.ttf",
+            dir.display()
+        )
+    })
+}
+
+/// The first `*.ttf` file under `dir`, entries in name order, at most
+/// `depth` directories down (a bound, should a link loop).
+fn first_ttf(dir: &Path, depth: usize) -> Option<PathBuf> {
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(dir).ok()?.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    entries.into_iter().find_map(|p| {
+        if p.is_dir() {
+            depth.checked_sub(1).and_then(|d| first_ttf(&p, d))
+        } else {
+            let ttf = p.extension().is_some_and(|e| e.eq_ignore_ascii_case("ttf"));
+            (ttf && p.is_file()).then_some(p)
+        }
+    })
+}
+
+/// Find the font, read it, and register it as plotters' sans-serif: once
+/// per process (plotters keeps it for good, so its bytes are leaked).
+fn load_font() -> Result<()> {
+    static LOADED: OnceLock<Result<(), String>> = OnceLock::new();
+    LOADED
+        .get_or_init(|| {
+            let paths = FONT_PATHS.map(Path::new);
+            let path = find_font(std::env::var_os(FONT_ENV), &paths, Path::new(FONT_DIR))?;
+            let bytes = std::fs::read(&path).map_err(|e| {
+                format!(
+                    "--plot: cannot read the font {}: {e}; set {FONT_ENV}=path/to/font.ttf",
+                    path.display()
+                )
+            })?;
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| {
+                format!(
+                    "--plot: {} is not a TrueType font that can be read; set {FONT_ENV}=path/to/font.ttf",
+                    path.display()
+                )
+            })
+        })
+        .clone()
+        .map_err(|e| anyhow!(e))
+}
+
+/// Refuse a plot that cannot be drawn, before the bench runs: a path that
+/// cannot be written, or no font to draw text with.
 pub fn check_path(p: &Path) -> Result<()> {
     match p.extension().and_then(|e| e.to_str()) {
         Some("png") | Some("svg") => {}
@@ -27,11 +120,12 @@ pub fn check_path(p: &Path) -> Result<()> {
             dir.display()
         );
     }
-    Ok(())
+    load_font()
 }
 
 /// Draw `report` to `path`, as PNG or SVG by its extension.
 pub fn draw(report: &Report, path: &Path) -> Result<()> {
+    load_font()?;
     let size = (1100, 1300);
     if path.extension().is_some_and(|e| e == "svg") {
         let root = SVGBackend::new(path, size).into_drawing_area();
@@ -198,4 +292,55 @@ fn panels<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Report) ->
         )
         .map_err(err)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(p: &Path) {
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, b"").unwrap();
+    }
+
+    #[test]
+    fn font_search_order() {
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("fonts");
+        let (a, b) = (root.path().join("a.ttf"), root.path().join("b.ttf"));
+        let nested = dir.join("x/y/Some.TTF");
+        touch(&b);
+        touch(&nested);
+        touch(&dir.join("z/Later.ttf"));
+        touch(&dir.join("notes.txt"));
+        let paths = [a.as_path(), b.as_path()];
+        // The environment variable first, then the usual paths in order,
+        // then the walk, in name order.
+        let env = Some(OsString::from(root.path().join("env.ttf")));
+        touch(&root.path().join("env.ttf"));
+        assert_eq!(find_font(env, &paths, &dir), Ok(root.path().join("env.ttf")));
+        assert_eq!(find_font(Some(OsString::new()), &paths, &dir), Ok(b.clone()));
+        assert_eq!(find_font(None, &paths, &dir), Ok(b.clone()));
+        assert_eq!(find_font(None, &paths[..1], &dir), Ok(nested));
+    }
+
+    #[test]
+    fn no_font_is_one_line_saying_what_to_do() {
+        let root = tempfile::tempdir().unwrap();
+        let missing = root.path().join("none.ttf");
+        let e = find_font(None, &[missing.as_path()], root.path()).unwrap_err();
+        assert!(!e.contains('\n'), "{e}");
+        assert!(
+            e.contains("fonts-dejavu-core") && e.contains("USWAP_PLOT_FONT="),
+            "{e}"
+        );
+        let e = find_font(Some(missing.clone().into()), &[], root.path()).unwrap_err();
+        assert!(
+            !e.contains('\n') && e.contains("USWAP_PLOT_FONT=") && e.contains("none.ttf"),
+            "{e}"
+        );
+        // A set variable is not silently passed over for another font.
+        touch(&root.path().join("other.ttf"));
+        assert!(find_font(Some(missing.into()), &[], root.path()).is_err());
+    }
 }

@@ -23,10 +23,8 @@ use clap::Args;
 use uswap::lru::{Lru, LruBatch, LruConfig, PageId};
 use uswap::stats::Registry;
 
-use super::{
-    emit, fresh_registry, interleave, run_timed, same_params_default, summarize, threads_by_variant, Common,
-    Report, Round, Variant,
-};
+use super::{fresh_registry, run_timed, threads_by_variant};
+use crate::report::{emit, interleave, same_params_default, summarize, Common, Report, Round, Variant};
 
 #[derive(Args, Debug)]
 pub struct LruArgs {
@@ -154,7 +152,7 @@ fn run_once(threads: usize, batch: LruBatch, pages: u32, passes: u32) -> anyhow:
 }
 
 fn median_ms(rounds: &[Round]) -> f64 {
-    super::report::median(rounds.iter().map(|r| r.elapsed.as_secs_f64() * 1e3).collect())
+    crate::report::median(rounds.iter().map(|r| r.elapsed.as_secs_f64() * 1e3).collect())
 }
 
 /// Baseline: [`same_params_default`] over the parameters only, i.e. with

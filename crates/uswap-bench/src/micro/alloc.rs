@@ -28,9 +28,8 @@ use uswap::stats::Registry;
 use uswap::swap_cache::SwapCache;
 use uswap::swap_space::{DeviceConfig, ScanBase, SwapEntry, SwapSpace, Switches, TRUNK_SLOTS};
 
-use super::{
-    emit, interleave, run_timed, same_params_default, summarize, threads_by_variant, Common, Report,
-};
+use super::{run_timed, threads_by_variant};
+use crate::report::{emit, interleave, same_params_default, summarize, Common, Report};
 
 #[derive(Args, Debug)]
 pub struct AllocArgs {

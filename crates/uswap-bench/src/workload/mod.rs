@@ -1,0 +1,20 @@
+//! The workload benches beside kernel swap: `pmbench`, `seq-write` and
+//! `activate`, the same loops over memory paged by uswap or by the kernel
+//! (zram, a swap file) under the same budget, each run in a fresh worker
+//! process, and uswap with each seed switch flipped back (`--ablate`).
+//!
+//! - [`side_by_side`]: the benches' options, combinations, table and ratios.
+//! - [`worker`]: one run in its own process (`uswap bench worker`).
+//! - [`workload`]: the access loops themselves, the data they write, the
+//!   latency histograms.
+//! - [`kernel_swap`]: the memory cgroup and the kernel swap device of a
+//!   kernel run, set up and torn down around it.
+//! - [`plot`]: `--plot FILE.png|svg`.
+
+pub mod kernel_swap;
+pub mod plot;
+pub mod side_by_side;
+pub mod worker;
+// `workload::workload`: the loops themselves, beside the benches that run them.
+#[allow(clippy::module_inception)]
+pub mod workload;
