@@ -387,12 +387,8 @@ fn refuses_while_another_swap_is_on() {
         }
     }
     // SAFETY: a valid path string.
-    assert_eq!(
-        unsafe { libc::swapon(c.as_ptr(), 0) },
-        0,
-        "{}",
-        std::io::Error::last_os_error()
-    );
+    let rc = unsafe { libc::swapon(c.as_ptr(), 0) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
     let off = Off(c);
     let out = uswap(&[
         "bench",

@@ -97,9 +97,11 @@ impl Mapping {
         self.len == 0
     }
 
-    /// Ask for transparent huge pages.  Failure only means none.
-    pub fn advise_huge(&self) -> bool {
-        self.advise(self.addr, self.len, Advice::LinuxHugepage)
+    /// Ask for transparent huge pages (`MADV_HUGEPAGE`).  An error means
+    /// none: THP disabled, or no kernel support.
+    pub fn advise_huge(&self) -> io::Result<()> {
+        // SAFETY: advice on our own whole mapping; it changes no contents.
+        Ok(unsafe { mm::madvise(self.addr as *mut _, self.len, Advice::LinuxHugepage) }?)
     }
 
     /// Drop the pages of `[addr, addr + len)` (inside this mapping): they

@@ -160,11 +160,7 @@ pub struct WorkerArgs {
 /// mapping, which the kernel pages under the cgroup's limit.
 pub(crate) enum Mapping {
     Uswap(Region),
-    Kernel {
-        ptr: *mut libc::c_void,
-        len: usize,
-        base: usize,
-    },
+    Kernel(uswap::sys::Mapping),
 }
 
 impl Mapping {
@@ -172,57 +168,19 @@ impl Mapping {
     /// pages (and swaps, under a memory cgroup's limit); for 2 MB units,
     /// 2 MB aligned and advised for transparent huge pages.
     pub(crate) fn kernel(len: usize, unit: Unit) -> Result<Mapping> {
-        // 2 MB units need a 2 MB-aligned range: over-map by one.
-        let maplen = len + if unit == Unit::Huge { HUGE } else { 0 };
-        // SAFETY: a fresh private anonymous mapping, owned by the returned
-        // Mapping, which unmaps it.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                maplen,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
-                -1,
-                0,
-            )
-        };
-        if ptr == libc::MAP_FAILED {
-            bail!("mmap of {maplen} bytes: {}", std::io::Error::last_os_error());
-        }
-        let mut m = Mapping::Kernel {
-            ptr,
-            len: maplen,
-            base: ptr as usize,
-        };
+        let align = if unit == Unit::Huge { HUGE } else { PAGE };
+        let m = uswap::sys::Mapping::new(len, align).with_context(|| format!("mmap of {len} bytes"))?;
         if unit == Unit::Huge {
-            let b = (ptr as usize + HUGE - 1) & !(HUGE - 1);
-            // SAFETY: inside the mapping made above.
-            if unsafe { libc::madvise(b as *mut _, len, libc::MADV_HUGEPAGE) } != 0 {
-                bail!(
-                    "madvise(MADV_HUGEPAGE): {}; is transparent_hugepage disabled?",
-                    std::io::Error::last_os_error()
-                );
-            }
-            if let Mapping::Kernel { base, .. } = &mut m {
-                *base = b;
-            }
+            m.advise_huge()
+                .context("madvise(MADV_HUGEPAGE); is transparent_hugepage disabled?")?;
         }
-        Ok(m)
+        Ok(Mapping::Kernel(m))
     }
 
     pub(crate) fn base(&self) -> usize {
         match self {
             Mapping::Uswap(r) => r.as_ptr() as usize,
-            Mapping::Kernel { base, .. } => *base,
-        }
-    }
-}
-
-impl Drop for Mapping {
-    fn drop(&mut self) {
-        if let Mapping::Kernel { ptr, len, .. } = *self {
-            // SAFETY: unmaps exactly what `map` mapped.
-            unsafe { libc::munmap(ptr, len) };
+            Mapping::Kernel(m) => m.addr() as usize,
         }
     }
 }

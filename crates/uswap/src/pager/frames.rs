@@ -104,7 +104,8 @@ pub(crate) struct UnitPool {
 impl UnitPool {
     pub fn new(units: u32, registry: &Registry, site: &'static str) -> std::io::Result<UnitPool> {
         let map = Mapping::new(units as usize * UNIT_BYTES, UNIT_BYTES)?;
-        map.advise_huge();
+        // Without THP, units still go whole, just as 512 small pages.
+        let _ = map.advise_huge();
         Ok(UnitPool {
             map,
             free: StatMutex::new((0..units).rev().collect(), registry.lock_site(site)),

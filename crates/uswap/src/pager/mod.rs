@@ -500,7 +500,8 @@ impl Swap {
             }
         };
         if huge {
-            map.advise_huge();
+            // Without THP, units still go whole, just as 512 small pages.
+            let _ = map.advise_huge();
         }
         for i in 0..pages {
             let head = huge && i % page::UNIT_PAGES == 0;

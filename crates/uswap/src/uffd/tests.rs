@@ -110,10 +110,8 @@ fn handler_thread_serves_missing_faults_with_copy_and_zeropage() {
         } else {
             let p = pattern(i);
             // SAFETY: pages of this test's own mappings, which nothing else refers to.
-            assert_eq!(
-                unsafe { u.copy(page, p.as_ptr(), PAGE, false, true) }.unwrap(),
-                PAGE
-            );
+            let n = unsafe { u.copy(page, p.as_ptr(), PAGE, false, true) }.unwrap();
+            assert_eq!(n, PAGE);
         }
     });
     for i in 0..3 {
@@ -163,10 +161,8 @@ fn move_out_to_staging_and_back_keeps_the_data() {
     let h = serve(uffd.clone(), stop.clone(), move |u, page, _, _| {
         if mb.load(Ordering::Relaxed) {
             // SAFETY: pages of this test's own mappings, which nothing else refers to.
-            assert_eq!(
-                unsafe { u.move_pages(page, staged, PAGE, true, false) }.unwrap(),
-                PAGE
-            );
+            let n = unsafe { u.move_pages(page, staged, PAGE, true, false) }.unwrap();
+            assert_eq!(n, PAGE);
         } else {
             let p = pattern(1);
             // SAFETY: pages of this test's own mappings, which nothing else refers to.
