@@ -23,6 +23,7 @@
 //! can be measured against the behaviour before it.
 
 pub mod extent;
+mod index_list;
 pub mod io;
 pub mod lru;
 pub mod pager;

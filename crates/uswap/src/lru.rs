@@ -59,6 +59,7 @@ use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
+use crate::index_list::{IndexLists, NIL};
 use crate::percpu::{possible_cpus, PerCpu};
 use crate::stats::{Counter, Registry, StatMutex};
 use crate::table::{self, TableError};
@@ -160,7 +161,6 @@ fn departed(word: u64) -> u64 {
     (gen_of(word).wrapping_add(1) as u64) << GEN_SHIFT
 }
 
-const NIL: u32 = u32::MAX;
 const INACTIVE_LIST: usize = 0;
 const ACTIVE_LIST: usize = 1;
 
@@ -173,82 +173,13 @@ fn list_of(word: u64) -> usize {
     }
 }
 
-/// The two lists, protected by the LRU lock.
+/// The two lists (`INACTIVE_LIST`, `ACTIVE_LIST`), protected by the LRU
+/// lock, links committed as pages are first linked.
 ///
 /// Invariant whenever the lock is free: a page is linked on list `l` iff
-/// its word has `LRU` set and `list_of(word) == l`; `head`/`tail`/`len`
-/// describe the lists exactly; an unlinked page has `prev == next == NIL`.
-struct Lists {
-    prev: Links,
-    next: Links,
-    head: [u32; 2],
-    tail: [u32; 2],
-    len: [usize; 2],
-}
-
-impl Lists {
-    fn new(capacity: usize) -> Result<Self, TableError> {
-        Ok(Lists {
-            prev: Links(table::zeroed(capacity, "LRU links")?),
-            next: Links(table::zeroed(capacity, "LRU links")?),
-            head: [NIL; 2],
-            tail: [NIL; 2],
-            len: [0; 2],
-        })
-    }
-
-    #[inline]
-    fn push_head(&mut self, list: usize, page: u32) {
-        let p = page as usize;
-        let old = self.head[list];
-        self.prev.set(p, NIL);
-        self.next.set(p, old);
-        if old == NIL {
-            self.tail[list] = page;
-        } else {
-            self.prev.set(old as usize, page);
-        }
-        self.head[list] = page;
-        self.len[list] += 1;
-    }
-
-    #[inline]
-    fn unlink(&mut self, list: usize, page: u32) {
-        let p = page as usize;
-        let (prev, next) = (self.prev.at(p), self.next.at(p));
-        if prev == NIL {
-            self.head[list] = next;
-        } else {
-            self.next.set(prev as usize, next);
-        }
-        if next == NIL {
-            self.tail[list] = prev;
-        } else {
-            self.prev.set(next as usize, prev);
-        }
-        self.prev.set(p, NIL);
-        self.next.set(p, NIL);
-        self.len[list] -= 1;
-    }
-}
-
-/// One link per page, stored complemented so that the zeroed memory a
-/// fresh table starts as (`table::zeroed`, committed only where written)
-/// reads as `NIL`: an LRU for millions of pages costs memory only for the
-/// pages that have been on it.
-struct Links(Box<[u32]>);
-
-impl Links {
-    #[inline]
-    fn at(&self, p: usize) -> u32 {
-        !self.0[p]
-    }
-
-    #[inline]
-    fn set(&mut self, p: usize, v: u32) {
-        self.0[p] = !v;
-    }
-}
+/// its word has `LRU` set and `list_of(word) == l`; an unlinked page has
+/// both links `NIL`.
+type Lists = IndexLists<2>;
 
 /// One queued operation: the page and the generation it was queued under.
 #[derive(Clone, Copy, Debug, Default)]
@@ -380,7 +311,10 @@ impl Lru {
             capacity: config.capacity,
             batch,
             pages: table::zeroed(cap, "LRU page words")?,
-            lists: CachePadded::new(StatMutex::new(Lists::new(cap)?, registry.lock_site("lru"))),
+            lists: CachePadded::new(StatMutex::new(
+                Lists::new_lazy(cap, "LRU links")?,
+                registry.lock_site("lru"),
+            )),
             nr: CachePadded::new([AtomicUsize::new(0), AtomicUsize::new(0)]),
             cpu: PerCpu::new(slots, |_| {
                 StatMutex::new(
@@ -427,8 +361,8 @@ impl Lru {
     /// releasing the LRU lock after changing the lists.
     #[inline]
     fn publish(&self, l: &Lists) {
-        self.nr[INACTIVE_LIST].store(l.len[INACTIVE_LIST], Ordering::Relaxed);
-        self.nr[ACTIVE_LIST].store(l.len[ACTIVE_LIST], Ordering::Relaxed);
+        self.nr[INACTIVE_LIST].store(l.len(INACTIVE_LIST), Ordering::Relaxed);
+        self.nr[ACTIVE_LIST].store(l.len(ACTIVE_LIST), Ordering::Relaxed);
     }
 
     /// `lru_cache_add`: page `page` becomes resident and joins the inactive
@@ -797,10 +731,9 @@ impl Lru {
         let mut l = self.lists.lock();
         let (mut isolated, mut rotated, mut scanned) = (0, 0u64, 0);
         while scanned < nr_to_scan && isolated < victims.len() {
-            let page = l.tail[INACTIVE_LIST];
-            if page == NIL {
+            let Some(page) = l.tail(INACTIVE_LIST) else {
                 break;
-            }
+            };
             scanned += 1;
             let old = self
                 .word(page)
@@ -836,10 +769,12 @@ impl Lru {
     pub fn age_active(&self, nr_to_scan: usize) -> usize {
         self.drain_all();
         let mut l = self.lists.lock();
-        let n = nr_to_scan.min(l.len[ACTIVE_LIST]);
+        let n = nr_to_scan.min(l.len(ACTIVE_LIST));
         let (mut rotated, mut deactivated) = (0u64, 0usize);
         for _ in 0..n {
-            let page = l.tail[ACTIVE_LIST];
+            let page = l
+                .tail(ACTIVE_LIST)
+                .expect("n is at most the active list's length");
             let old = self
                 .word(page)
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |x| {
@@ -908,46 +843,26 @@ impl Lru {
         let cap = self.capacity as usize;
         let mut seen = vec![u8::MAX; cap];
         for (list, name) in [(INACTIVE_LIST, "inactive"), (ACTIVE_LIST, "active")] {
-            let mut prev = NIL;
-            let mut page = l.head[list];
-            let mut n = 0usize;
-            while page != NIL {
-                let p = page as usize;
-                if p >= cap {
-                    return Err(format!("{name} list: link to page {page} >= capacity {cap}"));
-                }
-                if n >= cap {
-                    return Err(format!("{name} list: more than {cap} nodes (cycle)"));
-                }
-                if seen[p] != u8::MAX {
-                    return Err(format!("page {page} linked twice (second time on {name})"));
-                }
-                seen[p] = list as u8;
-                if l.prev.at(p) != prev {
-                    return Err(format!(
-                        "{name} list: page {page} prev {} but reached from {prev}",
-                        l.prev.at(p)
-                    ));
-                }
-                let w = self.pages[p].load(Ordering::Acquire);
-                // After a drain no request is pending: every queued entry
-                // was applied (clearing its flag) or found stale.
-                if w & LRU == 0 || w & (ADD_QUEUED | ACT_QUEUED | DEACT_QUEUED) != 0 || list_of(w) != list {
-                    return Err(format!(
-                        "page {page} on the {name} list has flags {:#x}",
-                        w & FLAGS
-                    ));
-                }
-                prev = page;
-                page = l.next.at(p);
-                n += 1;
-            }
-            if l.tail[list] != prev {
-                return Err(format!("{name} list: tail {} but last node {prev}", l.tail[list]));
-            }
-            if l.len[list] != n {
-                return Err(format!("{name} list: length {} but {n} nodes", l.len[list]));
-            }
+            let n = l
+                .check(list, |page| {
+                    let p = page as usize;
+                    if seen[p] != u8::MAX {
+                        return Err(format!("page {page} linked twice (second time on {name})"));
+                    }
+                    seen[p] = list as u8;
+                    let w = self.pages[p].load(Ordering::Acquire);
+                    // After a drain no request is pending: every queued
+                    // entry was applied (clearing its flag) or found stale.
+                    if w & LRU == 0 || w & (ADD_QUEUED | ACT_QUEUED | DEACT_QUEUED) != 0 || list_of(w) != list
+                    {
+                        return Err(format!(
+                            "page {page} on the {name} list has flags {:#x}",
+                            w & FLAGS
+                        ));
+                    }
+                    Ok(())
+                })
+                .map_err(|e| format!("{name} {e}"))?;
             let published = self.nr[list].load(Ordering::Relaxed);
             if published != n {
                 return Err(format!("{name} list: published length {published} but {n} nodes"));
@@ -969,7 +884,7 @@ impl Lru {
                     }
                 ));
             }
-            if l.prev.at(p) != NIL || l.next.at(p) != NIL {
+            if l.prev(p as u32) != NIL || l.next(p as u32) != NIL {
                 return Err(format!("page {p} on no list has links"));
             }
         }
@@ -981,15 +896,7 @@ impl Lru {
     fn lists_snapshot(&self) -> (Vec<PageId>, Vec<PageId>) {
         self.drain_all();
         let l = self.lists.lock();
-        let walk = |list: usize| {
-            let mut v = Vec::new();
-            let mut p = l.head[list];
-            while p != NIL {
-                v.push(p);
-                p = l.next.at(p as usize);
-            }
-            v
-        };
+        let walk = |list: usize| l.iter(list).collect::<Vec<_>>();
         (walk(INACTIVE_LIST), walk(ACTIVE_LIST))
     }
 }

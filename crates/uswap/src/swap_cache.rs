@@ -29,9 +29,6 @@ use crate::table::{self, TableError};
 /// staged page (the pager's frame number plus one, say).
 pub type PageHandle = NonZeroU64;
 
-/// The trunk size of the seeds: 64 MB of 4 KiB slots.
-pub const DEFAULT_TRUNK_SLOTS: u64 = 16384;
-
 /// Swap-cache errors.
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SwapCacheError {

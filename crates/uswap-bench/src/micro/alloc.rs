@@ -114,7 +114,7 @@ fn setup(args: &AllocArgs, sw: Switches, threads: usize, reg: &Registry, seed: u
         b = b.device(DeviceConfig::new(args.slots));
     }
     let space = b.build(reg).context("building the swap space")?;
-    let cache = SwapCache::new(&vec![args.slots; args.devices], args.trunk_slots, reg)
+    let cache = SwapCache::new(&vec![args.slots; args.devices], space.trunk_slots(), reg)
         .context("building the swap cache")?;
     // Fill: slots taken straight from the devices, not via slot caches, so
     // every slot is in use and none is parked.

@@ -22,9 +22,7 @@ use anyhow::Context;
 use clap::Args;
 use uswap::stats::Registry;
 use uswap::swap_cache::{PageHandle, SwapCache};
-use uswap::swap_space::{
-    DeviceConfig, SwapEntry, SwapError, SwapSpace, Switches, CLUSTER_SLOTS, TRUNK_SLOTS,
-};
+use uswap::swap_space::{DeviceConfig, SwapEntry, SwapError, SwapSpace, Switches, CLUSTER_SLOTS};
 
 use super::{run_timed, threads_by_variant};
 use crate::report::{emit, interleave, summarize, Common, Report};
@@ -163,14 +161,14 @@ pub fn run(args: &HugeArgs) -> anyhow::Result<()> {
         |(threads, (name, _))| format!("{name} x{threads}"),
         |_, &(threads, (name, sw))| {
             let reg = Arc::new(Registry::default());
-            let s = Setup {
-                space: SwapSpace::builder()
-                    .switches(sw)
-                    .device(DeviceConfig::new(args.slots))
-                    .build(&reg)
-                    .context("building the swap space")?,
-                cache: SwapCache::new(&[args.slots], TRUNK_SLOTS, &reg).context("building the swap cache")?,
-            };
+            let space = SwapSpace::builder()
+                .switches(sw)
+                .device(DeviceConfig::new(args.slots))
+                .build(&reg)
+                .context("building the swap space")?;
+            let cache = SwapCache::new(&[args.slots], space.trunk_slots(), &reg)
+                .context("building the swap cache")?;
+            let s = Setup { space, cache };
             let r = run_timed(threads, c.duration(), &reg, |_, stop| {
                 work(&s, args.inflight, stop)
             });

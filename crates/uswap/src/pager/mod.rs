@@ -70,7 +70,7 @@ use std::thread::JoinHandle;
 use crate::io::{FileOptions, IoDevice, IoError};
 use crate::lru::{Lru, LruBatch, LruConfig, LruError};
 use crate::stats::{Registry, Snapshot, StatMutex};
-use crate::swap_cache::{SwapCache, DEFAULT_TRUNK_SLOTS};
+use crate::swap_cache::SwapCache;
 use crate::swap_space::{DeviceConfig, SwapError, SwapSpace, Switches};
 use crate::table::{self, TableError};
 use crate::uffd::{Features, RegisterMode, Uffd, UffdError};
@@ -315,7 +315,7 @@ impl SwapBuilder {
 
         let device_slots: Vec<u64> = devices.iter().map(|d| d.slots()).collect();
         let swap_cache =
-            SwapCache::new(&device_slots, DEFAULT_TRUNK_SLOTS, &registry).map_err(|e| match e {
+            SwapCache::new(&device_slots, space.trunk_slots(), &registry).map_err(|e| match e {
                 crate::swap_cache::SwapCacheError::Table(t) => PagerError::Metadata(t),
                 e => PagerError::Config(e.to_string()),
             })?;

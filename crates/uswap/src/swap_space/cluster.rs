@@ -15,15 +15,14 @@
 //!   `frag_clusters`).
 //! - `Full`: count == 512.
 //!
-//! The lists are intrusive (links in arrays indexed by cluster number), so
-//! moving a cluster is O(1) and never allocates.  They are protected by the
+//! The lists are intrusive (`index_list.rs`: links in arrays indexed by
+//! cluster number), so moving a cluster is O(1) and never allocates.  They are protected by the
 //! device lock.
 
 /// Slots per cluster: one 2 MB unit of 4 KiB pages (`SWAPFILE_CLUSTER`).
 pub const CLUSTER_SLOTS: u64 = 512;
 
-/// Cluster indices are u32; this marks "no cluster" in links.
-const NIL: u32 = u32::MAX;
+use crate::index_list::IndexLists;
 
 /// Which list a cluster is on.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -38,14 +37,11 @@ impl ListId {
     pub const ALL: [ListId; 4] = [ListId::Free, ListId::Nonfull, ListId::Frag, ListId::Full];
 }
 
-/// The four cluster lists of one device, sharing one set of link arrays.
+/// The four cluster lists of one device, sharing one set of link arrays,
+/// and which list each cluster is on.
 pub struct ClusterLists {
-    next: Box<[u32]>,
-    prev: Box<[u32]>,
+    lists: IndexLists<4>,
     on: Box<[ListId]>,
-    head: [u32; 4],
-    tail: [u32; 4],
-    len: [u32; 4],
 }
 
 impl ClusterLists {
@@ -53,15 +49,11 @@ impl ClusterLists {
     /// ones that are not free).
     pub fn new(n: u32) -> Self {
         let mut l = ClusterLists {
-            next: vec![NIL; n as usize].into_boxed_slice(),
-            prev: vec![NIL; n as usize].into_boxed_slice(),
+            lists: IndexLists::new(n as usize),
             on: vec![ListId::Free; n as usize].into_boxed_slice(),
-            head: [NIL; 4],
-            tail: [NIL; 4],
-            len: [0; 4],
         };
         for c in 0..n {
-            l.link_tail(ListId::Free, c);
+            l.lists.push_tail(ListId::Free as usize, c);
         }
         l
     }
@@ -75,21 +67,21 @@ impl ClusterLists {
     /// The first cluster of `list`.
     #[inline]
     pub fn head(&self, list: ListId) -> Option<u32> {
-        let h = self.head[list as usize];
-        (h != NIL).then_some(h)
+        self.lists.head(list as usize)
     }
 
     /// Clusters on `list`.
     #[inline]
     pub fn len(&self, list: ListId) -> u32 {
-        self.len[list as usize]
+        self.lists.len(list as usize) as u32
     }
 
     /// Move `c` to the tail of `to` (a no-op relink when already there
     /// moves it to the tail, which rotates a list).
     pub fn move_tail(&mut self, c: u32, to: ListId) {
-        self.unlink(c);
-        self.link_tail(to, c);
+        self.lists.unlink(self.on[c as usize] as usize, c);
+        self.lists.push_tail(to as usize, c);
+        self.on[c as usize] = to;
     }
 
     /// Move `c` to `to` unless it is already on it (keeps its position).
@@ -102,85 +94,28 @@ impl ClusterLists {
 
     /// Iterate over the clusters of `list`, head first.
     pub fn iter(&self, list: ListId) -> impl Iterator<Item = u32> + '_ {
-        let mut cur = self.head[list as usize];
-        std::iter::from_fn(move || {
-            if cur == NIL {
-                return None;
-            }
-            let c = cur;
-            cur = self.next[c as usize];
-            Some(c)
-        })
-    }
-
-    fn unlink(&mut self, c: u32) {
-        let l = self.on[c as usize] as usize;
-        let (p, n) = (self.prev[c as usize], self.next[c as usize]);
-        if p == NIL {
-            self.head[l] = n;
-        } else {
-            self.next[p as usize] = n;
-        }
-        if n == NIL {
-            self.tail[l] = p;
-        } else {
-            self.prev[n as usize] = p;
-        }
-        self.len[l] -= 1;
-    }
-
-    fn link_tail(&mut self, list: ListId, c: u32) {
-        let l = list as usize;
-        let t = self.tail[l];
-        self.prev[c as usize] = t;
-        self.next[c as usize] = NIL;
-        if t == NIL {
-            self.head[l] = c;
-        } else {
-            self.next[t as usize] = c;
-        }
-        self.tail[l] = c;
-        self.on[c as usize] = list;
-        self.len[l] += 1;
+        self.lists.iter(list as usize)
     }
 
     /// Check that every list is well formed and the membership array agrees
     /// with the links.
     pub fn check(&self) -> Result<(), String> {
-        let n = self.on.len();
-        let mut seen = vec![false; n];
+        let mut seen = vec![false; self.on.len()];
         for list in ListId::ALL {
-            let mut count = 0u32;
-            let mut prev = NIL;
-            for c in self.iter(list) {
-                if seen[c as usize] {
-                    return Err(format!("cluster {c} reached twice walking the lists"));
-                }
-                seen[c as usize] = true;
-                if self.on[c as usize] != list {
-                    return Err(format!(
-                        "cluster {c} linked on {list:?} but marked {:?}",
-                        self.on[c as usize]
-                    ));
-                }
-                if self.prev[c as usize] != prev {
-                    return Err(format!("cluster {c} on {list:?}: prev link broken"));
-                }
-                prev = c;
-                count += 1;
-                if count as usize > n {
-                    return Err(format!("{list:?} list has a cycle"));
-                }
-            }
-            if prev != self.tail[list as usize] {
-                return Err(format!("{list:?} tail is stale"));
-            }
-            if count != self.len[list as usize] {
-                return Err(format!(
-                    "{list:?} holds {count} clusters but counts {}",
-                    self.len[list as usize]
-                ));
-            }
+            self.lists
+                .check(list as usize, |c| {
+                    if std::mem::replace(&mut seen[c as usize], true) {
+                        return Err(format!("cluster {c} reached twice walking the lists"));
+                    }
+                    if self.on[c as usize] != list {
+                        return Err(format!(
+                            "cluster {c} linked on {list:?} but marked {:?}",
+                            self.on[c as usize]
+                        ));
+                    }
+                    Ok(())
+                })
+                .map_err(|e| format!("{list:?}: {e}"))?;
         }
         if let Some(c) = seen.iter().position(|s| !s) {
             return Err(format!("cluster {c} is on no list"));

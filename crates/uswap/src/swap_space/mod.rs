@@ -153,17 +153,9 @@ pub struct Switches {
 }
 
 impl Switches {
-    /// The shipped configuration.
+    /// The shipped configuration: every seed mechanism on, nothing past
+    /// them (Linux 5.8's swap).
     pub const DEFAULT: Switches = Switches {
-        slot_cache: true,
-        fragmented_scan: true,
-        scan_base: ScanBase::PerCpu,
-        huge_cluster: true,
-        nonfull_clusters: false,
-    };
-
-    /// All seed mechanisms on, nothing past them: Linux 5.8.
-    pub const SEEDS: Switches = Switches {
         slot_cache: true,
         fragmented_scan: true,
         scan_base: ScanBase::PerCpu,
@@ -323,6 +315,7 @@ impl SwapSpaceBuilder {
             devices,
             shared,
             switches: self.switches,
+            trunk_slots: self.trunk_slots,
             total_slots,
             counters: Counters::new(registry),
         })
@@ -422,6 +415,9 @@ pub struct SwapSpace {
     /// low (see slot_cache.rs).
     cache_active: AtomicBool,
     switches: Switches,
+    /// The swap-cache trunk size the scan bases spread CPUs over: the
+    /// swap cache built beside this space takes it from here.
+    trunk_slots: u64,
     total_slots: u64,
     counters: Counters,
 }
@@ -446,6 +442,13 @@ impl SwapSpace {
     /// The devices, by index.
     pub fn devices(&self) -> &[SwapDevice] {
         &self.devices
+    }
+
+    /// Slots per swap-cache trunk (`SWAP_ADDRESS_SPACE_PAGES`): a swap
+    /// cache for this space must use the same, or the per-CPU scan bases
+    /// no longer keep CPUs in different trunks.
+    pub fn trunk_slots(&self) -> u64 {
+        self.trunk_slots
     }
 
     /// Usable slots over all devices.
@@ -507,19 +510,13 @@ impl SwapSpace {
         self.counters.alloc.inc();
         let cpu = self.caches.this_index();
         if self.cache_active() {
-            let mut c = self.caches.get(cpu).alloc.lock();
-            if c.nr == 0 {
-                let got = self.get_swap_pages(cpu, SWAP_HAS_CACHE, &mut c.slots);
+            let refill = |slots: &mut [SwapEntry]| {
+                let got = self.get_swap_pages(cpu, SWAP_HAS_CACHE, slots);
                 self.counters.refill.inc();
                 self.counters.refill_slots.add(got as u64);
-                c.cur = 0;
-                c.nr = got;
-            }
-            if c.nr > 0 {
-                let e = c.slots[c.cur];
-                c.cur += 1;
-                c.nr -= 1;
-                drop(c);
+                got
+            };
+            if let Some(e) = self.caches.get(cpu).alloc(refill) {
                 self.devices[e.device() as usize].claim_reserved(e.offset());
                 return Ok(e);
             }
@@ -654,15 +651,7 @@ impl SwapSpace {
     /// or straight back when the caches are off.
     fn free_swap_slot(&self, e: SwapEntry) {
         if self.cache_active() {
-            let mut r = self.caches.this().ret.lock();
-            if r.n == SLOTS_CACHE_SIZE {
-                let n = r.n;
-                self.free_entries(&mut r.slots[..n]);
-                r.n = 0;
-            }
-            let n = r.n;
-            r.slots[n] = e;
-            r.n += 1;
+            self.caches.this().free(e, |full| self.free_entries(full));
             return;
         }
         self.free_entries(&mut [e]);
@@ -693,23 +682,10 @@ impl SwapSpace {
     /// allocation that would otherwise fail.
     pub fn drain_slot_caches(&self) -> usize {
         self.counters.cache_drain.inc();
-        let mut total = 0;
-        for c in self.caches.iter() {
-            {
-                let mut a = c.alloc.lock();
-                let (cur, nr) = (a.cur, a.nr);
-                self.free_entries(&mut a.slots[cur..cur + nr]);
-                total += nr;
-                a.nr = 0;
-                a.cur = 0;
-            }
-            let mut r = c.ret.lock();
-            let n = r.n;
-            self.free_entries(&mut r.slots[..n]);
-            total += n;
-            r.n = 0;
-        }
-        total
+        self.caches
+            .iter()
+            .map(|c| c.drain(|slots| self.free_entries(slots)))
+            .sum()
     }
 
     /// Quiescent consistency check of everything: call with no operation in
@@ -719,14 +695,7 @@ impl SwapSpace {
     pub fn check_invariants(&self) -> Result<(), String> {
         let mut reserved: Vec<Vec<u64>> = vec![Vec::new(); self.devices.len()];
         for c in self.caches.iter() {
-            let a = c.alloc.lock();
-            for e in &a.slots[a.cur..a.cur + a.nr] {
-                reserved[e.device() as usize].push(e.offset());
-            }
-            let r = c.ret.lock();
-            for e in &r.slots[..r.n] {
-                reserved[e.device() as usize].push(e.offset());
-            }
+            c.for_each_parked(|e| reserved[e.device() as usize].push(e.offset()));
         }
         let mut free_total = 0u64;
         let mut not_full = Vec::new();
