@@ -8,7 +8,7 @@ use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use uswap::io::FileOptions;
-use uswap::pager::{DeviceSpec, FaultMode, Swap};
+use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
 use uswap_bench::parse_bytes;
 
 const PAGE: usize = uswap::PAGE_SIZE;
@@ -24,7 +24,7 @@ pub struct DemoArgs {
     /// Swap device: `ram:SIZE`, or `file:PATH:SIZE` (created with mode
     /// 0600 and preallocated if missing; O_DIRECT).  Repeat for several.
     #[arg(long = "swap", default_value = "ram:512M", value_parser = parse_device)]
-    pub swap: Vec<DeviceSpec>,
+    pub swap: Vec<SwapDeviceSpec>,
     /// Who serves faults: the faulting thread (sigbus) or handler threads.
     #[arg(long, value_enum, default_value_t = Mode::Sigbus)]
     pub mode: Mode,
@@ -43,17 +43,17 @@ pub enum Mode {
     Handler,
 }
 
-fn parse_device(s: &str) -> Result<DeviceSpec, String> {
+fn parse_device(s: &str) -> Result<SwapDeviceSpec, String> {
     let page = PAGE as u64;
     if let Some(size) = s.strip_prefix("ram:") {
-        return Ok(DeviceSpec::ram(parse_bytes(size)?));
+        return Ok(SwapDeviceSpec::ram(parse_bytes(size)?));
     }
     if let Some(rest) = s.strip_prefix("file:") {
         let (path, size) = rest
             .rsplit_once(':')
             .ok_or_else(|| format!("{s:?}: write file:PATH:SIZE, e.g. file:/var/tmp/uswap.swap:4G"))?;
         let bytes = parse_bytes(size)?;
-        return Ok(DeviceSpec::file(FileOptions::new(
+        return Ok(SwapDeviceSpec::file(FileOptions::new(
             PathBuf::from(path),
             bytes / page,
         )));

@@ -9,10 +9,10 @@ use std::num::NonZeroU64;
 
 use uswap::extent::{ExtentMap, ExtentMapKind};
 use uswap::lru::{Lru, LruBatch, LruConfig};
-use uswap::pager::{DeviceSpec, Swap};
+use uswap::pager::{Swap, SwapDeviceSpec};
 use uswap::stats::Registry;
 use uswap::swap_cache::SwapCache;
-use uswap::swap_space::{DeviceConfig, SwapEntry, SwapSpace, Switches};
+use uswap::swap_space::{SlotDeviceConfig, SwapEntry, SwapSpace, Switches};
 
 struct Counting;
 
@@ -65,8 +65,8 @@ fn swap_space_and_swap_cache_do_not_allocate() {
     for sw in Switches::all() {
         let space = SwapSpace::builder()
             .switches(sw)
-            .device(DeviceConfig::new(1 << 14).priority(1))
-            .device(DeviceConfig::new(1 << 13).priority(1).rotational(true))
+            .device(SlotDeviceConfig::new(1 << 14).priority(1))
+            .device(SlotDeviceConfig::new(1 << 13).priority(1).rotational(true))
             .build(&reg)
             .unwrap();
         let cache = SwapCache::new(&[1 << 14, 1 << 13], 1024, &reg).unwrap();
@@ -159,7 +159,7 @@ fn extent_lookup_does_not_allocate() {
 fn fault_path_does_not_allocate() {
     let swap = Swap::builder()
         .budget(1 << 20)
-        .device(DeviceSpec::ram(32 << 20))
+        .device(SwapDeviceSpec::ram(32 << 20))
         .background_reclaim(false)
         .build()
         .unwrap();
@@ -189,7 +189,7 @@ fn fault_path_does_not_allocate() {
     drop(swap);
     let swap = Swap::builder()
         .budget(4 << 20)
-        .device(DeviceSpec::ram(64 << 20))
+        .device(SwapDeviceSpec::ram(64 << 20))
         .background_reclaim(false)
         .build()
         .unwrap();

@@ -26,7 +26,7 @@ use anyhow::Context;
 use clap::Args;
 use uswap::stats::Registry;
 use uswap::swap_cache::SwapCache;
-use uswap::swap_space::{DeviceConfig, ScanBase, SwapEntry, SwapSpace, Switches, TRUNK_SLOTS};
+use uswap::swap_space::{ScanBase, SlotDeviceConfig, SwapEntry, SwapSpace, Switches, TRUNK_SLOTS};
 
 use super::{run_timed, threads_by_variant};
 use crate::report::{emit, interleave, same_params_default, summarize, Common, Report};
@@ -111,7 +111,7 @@ fn setup(args: &AllocArgs, sw: Switches, threads: usize, reg: &Registry, seed: u
         .trunk_slots(args.trunk_slots)
         .seed(seed);
     for _ in 0..args.devices {
-        b = b.device(DeviceConfig::new(args.slots));
+        b = b.device(SlotDeviceConfig::new(args.slots));
     }
     let space = b.build(reg).context("building the swap space")?;
     let cache = SwapCache::new(&vec![args.slots; args.devices], space.trunk_slots(), reg)

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use clap::Args;
 use uswap::io::FileOptions;
-use uswap::pager::{DeviceSpec, FaultMode, Swap};
+use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
 use uswap::stats::Snapshot;
 
 use super::threads_by_variant;
@@ -123,12 +123,12 @@ fn uswap_run(
     let dir = tempfile::tempdir().context("temp dir for the swap file")?;
     let swap_bytes = (len as u64) * 2;
     let device = if variant.starts_with("swapin-file") {
-        DeviceSpec::file(FileOptions::new(
+        SwapDeviceSpec::file(FileOptions::new(
             dir.path().join("swap"),
             swap_bytes / PAGE as u64,
         ))
     } else {
-        DeviceSpec::ram(swap_bytes)
+        SwapDeviceSpec::ram(swap_bytes)
     };
     let hit = variant == "swapcache-hit";
     let huge = variant.ends_with("-2m");

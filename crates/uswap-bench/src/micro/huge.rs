@@ -22,7 +22,7 @@ use anyhow::Context;
 use clap::Args;
 use uswap::stats::Registry;
 use uswap::swap_cache::{PageHandle, SwapCache};
-use uswap::swap_space::{DeviceConfig, SwapEntry, SwapError, SwapSpace, Switches, CLUSTER_SLOTS};
+use uswap::swap_space::{SlotDeviceConfig, SwapEntry, SwapError, SwapSpace, Switches, CLUSTER_SLOTS};
 
 use super::{run_timed, threads_by_variant};
 use crate::report::{emit, interleave, summarize, Common, Report};
@@ -163,7 +163,7 @@ pub fn run(args: &HugeArgs) -> anyhow::Result<()> {
             let reg = Arc::new(Registry::default());
             let space = SwapSpace::builder()
                 .switches(sw)
-                .device(DeviceConfig::new(args.slots))
+                .device(SlotDeviceConfig::new(args.slots))
                 .build(&reg)
                 .context("building the swap space")?;
             let cache = SwapCache::new(&[args.slots], space.trunk_slots(), &reg)

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use uswap::extent::ExtentMapKind;
 use uswap::io::FileOptions;
 use uswap::lru::LruBatch;
-use uswap::pager::{DeviceSpec, Region, Swap};
+use uswap::pager::{Region, Swap, SwapDeviceSpec};
 use uswap::stats::LockStats;
 use uswap::swap_space::{ScanBase, Switches};
 
@@ -201,10 +201,10 @@ impl Pager {
         }
         let (switches, lru, extent) = ablation(&spec.ablation)?;
         let device = match spec.backend {
-            Backend::UswapFile => DeviceSpec::file(
+            Backend::UswapFile => SwapDeviceSpec::file(
                 FileOptions::new(uswap_file(spec), spec.swap_bytes / PAGE as u64).extent_kind(extent),
             ),
-            _ => DeviceSpec::ram(spec.swap_bytes),
+            _ => SwapDeviceSpec::ram(spec.swap_bytes),
         };
         let swap = Swap::builder()
             .budget(spec.budget)

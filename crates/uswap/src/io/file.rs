@@ -8,14 +8,14 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::{BackendKind, Device, IoError};
+use super::{BackendKind, IoError, PageStore};
 use crate::extent::ExtentMap;
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
 /// A file device: its backings and the map from slot to backing.
-pub(crate) struct FileDevice {
+pub(crate) struct FileStore {
     /// The path of each backing, for messages.
     pub paths: Vec<PathBuf>,
     /// One open file per backing, indexed by the map's backing numbers.
@@ -66,7 +66,7 @@ enum RunError {
     Eof,
 }
 
-impl FileDevice {
+impl FileStore {
     /// Cut slots `offset..offset + pages` into runs contiguous on one
     /// backing and call `io(file, byte position, buffer byte range)` for
     /// each, in order.  `io` returns the bytes done before a failure with
@@ -125,7 +125,7 @@ fn read_exact_at(file: &File, buf: &mut [u8], pos: u64) -> Result<(), (usize, Ru
     Ok(())
 }
 
-impl Device for FileDevice {
+impl PageStore for FileStore {
     fn kind(&self) -> BackendKind {
         BackendKind::File
     }

@@ -1,6 +1,6 @@
 //! The IO backend of one swap device: store and fetch page contents by slot.
 //!
-//! `ram.rs` and `file.rs` are the two stores ([`Device`]s) there are;
+//! `ram.rs` and `file.rs` are the two stores ([`PageStore`]s) there are;
 //! `backing.rs` opens and maps the files and block devices a file device
 //! lives on.
 //!
@@ -54,8 +54,8 @@ use crate::stats::{Counter, Registry};
 use crate::PAGE_SIZE;
 pub use backing::{from_sources, BackingInfo, ExtentSource};
 use backing::{Access, Backing};
-use file::FileDevice;
-use ram::RamDevice;
+use file::FileStore;
+use ram::RamStore;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
@@ -235,7 +235,7 @@ impl FileOptions {
 /// `read` get whole pages at slots `offset..` within its size (and
 /// 4096-byte aligned buffers where `needs_alignment`), never allocate,
 /// and may be called from any thread at once, for different slots.
-pub trait Device: Send + Sync {
+pub trait PageStore: Send + Sync {
     /// Where the pages live.
     fn kind(&self) -> BackendKind;
     /// Write `buf` (whole pages) at slot `offset`.
@@ -257,7 +257,7 @@ pub trait Device: Send + Sync {
 /// The page store of one swap device.  See the module documentation.
 pub struct IoDevice {
     slots: u64,
-    store: Box<dyn Device>,
+    store: Box<dyn PageStore>,
     /// Test hook: the slot whose next write fails with EIO, or
     /// [`DISARMED`].
     #[cfg(test)]
@@ -299,11 +299,7 @@ impl IoDevice {
         if slots == 0 {
             return Err(IoError::ZeroSize);
         }
-        Ok(Self::with_store(
-            slots,
-            Box::new(RamDevice::new(slots)?),
-            registry,
-        ))
+        Ok(Self::with_store(slots, Box::new(RamStore::new(slots)?), registry))
     }
 
     /// A file device of `opts.slots` pages at `opts.path`.
@@ -395,12 +391,12 @@ impl IoDevice {
         let (paths, files) = backings.into_iter().map(|b| (b.path, b.file)).unzip();
         Ok(Self::with_store(
             slots,
-            Box::new(FileDevice { paths, files, map }),
+            Box::new(FileStore { paths, files, map }),
             registry,
         ))
     }
 
-    fn with_store(slots: u64, store: Box<dyn Device>, registry: &Registry) -> IoDevice {
+    fn with_store(slots: u64, store: Box<dyn PageStore>, registry: &Registry) -> IoDevice {
         IoDevice {
             slots,
             store,

@@ -4,7 +4,7 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{BackendKind, Device, IoError};
+use super::{BackendKind, IoError, PageStore};
 use crate::sys::Mapping;
 use crate::PAGE_SIZE;
 
@@ -15,12 +15,12 @@ use crate::PAGE_SIZE;
 ///
 /// Invariant: every access to the mapping goes through the atomic word
 /// copies in [`ram_write`] and [`ram_read`].
-pub(crate) struct RamDevice {
+pub(crate) struct RamStore {
     map: Mapping,
 }
 
-impl RamDevice {
-    pub fn new(slots: u64) -> Result<RamDevice, IoError> {
+impl RamStore {
+    pub fn new(slots: u64) -> Result<RamStore, IoError> {
         let len = slots
             .checked_mul(PAGE_SIZE as u64)
             .and_then(|b| usize::try_from(b).ok())
@@ -29,11 +29,11 @@ impl RamDevice {
                 source: io::Error::new(io::ErrorKind::InvalidInput, "size overflows the address space"),
             })?;
         let map = Mapping::new(len, PAGE_SIZE).map_err(|source| IoError::Mmap { source })?;
-        Ok(RamDevice { map })
+        Ok(RamStore { map })
     }
 }
 
-impl Device for RamDevice {
+impl PageStore for RamStore {
     fn kind(&self) -> BackendKind {
         BackendKind::Ram
     }
@@ -62,7 +62,7 @@ fn ram_write(region: &Mapping, at: usize, src: &[u8]) {
         // SAFETY: `at + 8 * i + 8 <= len` (asserted above), so the word is
         // inside the live mapping; the base is page aligned and `at` a
         // multiple of 8, so it is aligned for AtomicU64; the region is only
-        // ever accessed atomically (RamDevice's invariant).
+        // ever accessed atomically (RamStore's invariant).
         let word = unsafe { AtomicU64::from_ptr(region.as_ptr().add(at + 8 * i).cast::<u64>()) };
         word.store(v, Ordering::Relaxed);
     }

@@ -2,11 +2,11 @@
 //! transparently, under a memory budget (userfaultfd).
 //!
 //! ```no_run
-//! use uswap::pager::{DeviceSpec, Swap};
+//! use uswap::pager::{SwapDeviceSpec, Swap};
 //!
 //! let swap = Swap::builder()
 //!     .budget(64 << 20)                          // 64 MiB resident at most
-//!     .device(DeviceSpec::ram(256 << 20))        // 256 MiB of RAM-backed swap
+//!     .device(SwapDeviceSpec::ram(256 << 20))        // 256 MiB of RAM-backed swap
 //!     .build()?;
 //! let mut region = swap.map(128 << 20)?;         // twice the budget
 //! region.as_mut_slice().fill(7);                 // pages go out and come back
@@ -71,7 +71,7 @@ use crate::io::{FileOptions, IoDevice, IoError};
 use crate::lru::{Lru, LruBatch, LruConfig, LruError};
 use crate::stats::{Registry, Snapshot, StatMutex};
 use crate::swap_cache::SwapCache;
-use crate::swap_space::{DeviceConfig, SwapError, SwapSpace, Switches};
+use crate::swap_space::{SlotDeviceConfig, SwapError, SwapSpace, Switches};
 use crate::table::{self, TableError};
 use crate::uffd::{Features, RegisterMode, Uffd, UffdError};
 use crate::PAGE_SIZE;
@@ -122,29 +122,29 @@ pub enum PagerError {
 
 /// A swap device of an instance.
 #[derive(Clone, Debug)]
-pub enum DeviceSpec {
+pub enum SwapDeviceSpec {
     /// RAM: like the ram disks of the seeds' tests.
     Ram { bytes: u64, priority: i32 },
     /// A file or block device (`O_DIRECT` by default).
     File { options: FileOptions, priority: i32 },
 }
 
-impl DeviceSpec {
+impl SwapDeviceSpec {
     /// A RAM device of `bytes` (whole pages), priority 0.
     pub fn ram(bytes: u64) -> Self {
-        DeviceSpec::Ram { bytes, priority: 0 }
+        SwapDeviceSpec::Ram { bytes, priority: 0 }
     }
 
     /// A file device, priority 0.
     pub fn file(options: FileOptions) -> Self {
-        DeviceSpec::File { options, priority: 0 }
+        SwapDeviceSpec::File { options, priority: 0 }
     }
 
     /// Set the priority (higher is used first).
     pub fn priority(self, p: i32) -> Self {
         match self {
-            DeviceSpec::Ram { bytes, .. } => DeviceSpec::Ram { bytes, priority: p },
-            DeviceSpec::File { options, .. } => DeviceSpec::File { options, priority: p },
+            SwapDeviceSpec::Ram { bytes, .. } => SwapDeviceSpec::Ram { bytes, priority: p },
+            SwapDeviceSpec::File { options, .. } => SwapDeviceSpec::File { options, priority: p },
         }
     }
 }
@@ -153,7 +153,7 @@ impl DeviceSpec {
 #[derive(Clone, Debug)]
 pub struct SwapBuilder {
     budget: u64,
-    devices: Vec<DeviceSpec>,
+    devices: Vec<SwapDeviceSpec>,
     mode: FaultMode,
     handler_threads: usize,
     max_mapped: Option<u64>,
@@ -172,7 +172,7 @@ impl SwapBuilder {
     }
 
     /// Add a swap device.
-    pub fn device(mut self, d: DeviceSpec) -> Self {
+    pub fn device(mut self, d: SwapDeviceSpec) -> Self {
         self.devices.push(d);
         self
     }
@@ -230,7 +230,7 @@ impl SwapBuilder {
         let page = PAGE_SIZE as u64;
         if self.devices.is_empty() {
             return Err(PagerError::Config(
-                "no swap device: add one with `.device(DeviceSpec::ram(bytes))` or a file".into(),
+                "no swap device: add one with `.device(SwapDeviceSpec::ram(bytes))` or a file".into(),
             ));
         }
         if self.budget < 64 * page {
@@ -265,10 +265,14 @@ impl SwapBuilder {
         let mut space = SwapSpace::builder().switches(self.switches);
         for d in &self.devices {
             let (dev, prio) = match d {
-                DeviceSpec::Ram { bytes, priority } => (IoDevice::ram(bytes / page, &registry)?, *priority),
-                DeviceSpec::File { options, priority } => (IoDevice::file(options, &registry)?, *priority),
+                SwapDeviceSpec::Ram { bytes, priority } => {
+                    (IoDevice::ram(bytes / page, &registry)?, *priority)
+                }
+                SwapDeviceSpec::File { options, priority } => {
+                    (IoDevice::file(options, &registry)?, *priority)
+                }
             };
-            space = space.device(DeviceConfig::new(dev.slots()).priority(prio));
+            space = space.device(SlotDeviceConfig::new(dev.slots()).priority(prio));
             devices.push(dev);
         }
         let space = space.build(&registry)?;

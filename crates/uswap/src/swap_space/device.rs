@@ -24,7 +24,7 @@ use std::sync::{Arc, MutexGuard};
 use crossbeam_utils::CachePadded;
 
 use super::cluster::{ClusterLists, ListId, CLUSTER_SLOTS};
-use super::{DeviceConfig, ScanBase, SpaceShared, SwapEntry, SwapError, SwapSpaceBuilder, Switches};
+use super::{ScanBase, SlotDeviceConfig, SpaceShared, SwapEntry, SwapError, SwapSpaceBuilder, Switches};
 use crate::stats::{Counter, Registry, StatMutex};
 use crate::table::{self, TableError};
 
@@ -103,7 +103,7 @@ struct DeviceCounters {
 }
 
 /// A swap device.
-pub struct SwapDevice {
+pub struct SlotDevice {
     index: u16,
     priority: i32,
     rotational: bool,
@@ -131,10 +131,10 @@ fn xorshift(state: &mut u64) -> u64 {
     x
 }
 
-impl SwapDevice {
+impl SlotDevice {
     pub(crate) fn new(
         index: u16,
-        cfg: &DeviceConfig,
+        cfg: &SlotDeviceConfig,
         space: &SwapSpaceBuilder,
         shared: Arc<SpaceShared>,
         registry: &Registry,
@@ -196,7 +196,7 @@ impl SwapDevice {
             cluster_next_cpu,
             rng,
         };
-        Ok(SwapDevice {
+        Ok(SlotDevice {
             index,
             priority: cfg.priority,
             rotational: cfg.rotational,

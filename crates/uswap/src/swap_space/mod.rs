@@ -2,12 +2,12 @@
 //! (mm/swapfile.c and mm/swap_slots.c).
 //!
 //! ```
-//! use uswap::swap_space::{DeviceConfig, SwapSpace};
+//! use uswap::swap_space::{SlotDeviceConfig, SwapSpace};
 //! use uswap::stats::Registry;
 //!
 //! let space = SwapSpace::builder()
-//!     .device(DeviceConfig::new(4096).priority(10))
-//!     .device(DeviceConfig::new(2048).priority(5))
+//!     .device(SlotDeviceConfig::new(4096).priority(10))
+//!     .device(SlotDeviceConfig::new(2048).priority(5))
 //!     .build(&Registry::new())?;
 //! let slot = space.alloc()?;
 //! assert_eq!(space.count(slot)?, 1);
@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 pub use cluster::{ListId, CLUSTER_SLOTS};
-pub use device::{SwapDevice, LATENCY_LIMIT, SWAP_MAP_MAX};
+pub use device::{SlotDevice, LATENCY_LIMIT, SWAP_MAP_MAX};
 pub use slot_cache::SLOTS_CACHE_SIZE;
 
 use crate::percpu::{possible_cpus, PerCpu};
@@ -187,7 +187,7 @@ impl Default for Switches {
 
 /// One device of a swap space.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DeviceConfig {
+pub struct SlotDeviceConfig {
     /// Slots, the header slot 0 included (so `slots - 1` pages of swap).
     pub slots: u64,
     /// Higher priorities are used first; equal priorities round-robin.
@@ -196,10 +196,10 @@ pub struct DeviceConfig {
     pub rotational: bool,
 }
 
-impl DeviceConfig {
+impl SlotDeviceConfig {
     /// A solid-state device of `slots` slots, priority 0.
     pub fn new(slots: u64) -> Self {
-        DeviceConfig {
+        SlotDeviceConfig {
             slots,
             priority: 0,
             rotational: false,
@@ -222,7 +222,7 @@ impl DeviceConfig {
 /// Builds a [`SwapSpace`].
 #[derive(Clone, Debug)]
 pub struct SwapSpaceBuilder {
-    devices: Vec<DeviceConfig>,
+    devices: Vec<SlotDeviceConfig>,
     switches: Switches,
     cpus: usize,
     trunk_slots: u64,
@@ -231,7 +231,7 @@ pub struct SwapSpaceBuilder {
 
 impl SwapSpaceBuilder {
     /// Add a device.
-    pub fn device(mut self, d: DeviceConfig) -> Self {
+    pub fn device(mut self, d: SlotDeviceConfig) -> Self {
         self.devices.push(d);
         self
     }
@@ -298,11 +298,11 @@ impl SwapSpaceBuilder {
             nr_free: AtomicI64::new(0),
             priorities: self.devices.iter().map(|d| d.priority).collect(),
         });
-        let devices: Vec<SwapDevice> = self
+        let devices: Vec<SlotDevice> = self
             .devices
             .iter()
             .enumerate()
-            .map(|(i, d)| SwapDevice::new(i as u16, d, &self, shared.clone(), registry))
+            .map(|(i, d)| SlotDevice::new(i as u16, d, &self, shared.clone(), registry))
             .collect::<Result<_, _>>()?;
         for d in &devices {
             shared.nr_free.fetch_add(d.pages() as i64, Ordering::Relaxed);
@@ -408,7 +408,7 @@ impl Counters {
 
 /// A swap space: one or more devices, allocated by priority.
 pub struct SwapSpace {
-    devices: Vec<SwapDevice>,
+    devices: Vec<SlotDevice>,
     shared: Arc<SpaceShared>,
     caches: PerCpu<SlotCache>,
     /// `swap_slot_cache_active`: the caches switch off when free slots run
@@ -440,7 +440,7 @@ impl SwapSpace {
     }
 
     /// The devices, by index.
-    pub fn devices(&self) -> &[SwapDevice] {
+    pub fn devices(&self) -> &[SlotDevice] {
         &self.devices
     }
 
@@ -461,7 +461,7 @@ impl SwapSpace {
         self.shared.nr_free.load(Ordering::Relaxed).max(0) as u64
     }
 
-    fn device(&self, e: SwapEntry) -> Result<&SwapDevice, SwapError> {
+    fn device(&self, e: SwapEntry) -> Result<&SlotDevice, SwapError> {
         self.devices.get(e.device() as usize).ok_or(SwapError::BadEntry {
             device: e.device(),
             offset: e.offset(),

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::*;
 
-fn space(devs: &[DeviceConfig], sw: Switches, cpus: usize) -> SwapSpace {
+fn space(devs: &[SlotDeviceConfig], sw: Switches, cpus: usize) -> SwapSpace {
     let mut b = SwapSpace::builder().switches(sw).cpus(cpus).trunk_slots(1024);
     for d in devs {
         b = b.device(d.clone());
@@ -20,7 +20,7 @@ fn space(devs: &[DeviceConfig], sw: Switches, cpus: usize) -> SwapSpace {
 #[test]
 fn alloc_free_roundtrip_every_switch() {
     for sw in Switches::all() {
-        let s = space(&[DeviceConfig::new(5000)], sw, 2);
+        let s = space(&[SlotDeviceConfig::new(5000)], sw, 2);
         let mut got = HashSet::new();
         for _ in 0..3000 {
             let e = s.alloc().unwrap();
@@ -44,7 +44,7 @@ fn alloc_batch_takes_a_batch_per_device_lock() {
         let reg = Registry::new();
         let s = SwapSpace::builder()
             .switches(sw)
-            .device(DeviceConfig::new(3000))
+            .device(SlotDeviceConfig::new(3000))
             .build(&reg)
             .unwrap();
         let mut out = [SwapEntry::NONE; 64];
@@ -83,7 +83,7 @@ fn alloc_batch_takes_a_batch_per_device_lock() {
 #[test]
 fn device_smaller_than_a_cluster() {
     for sw in Switches::all() {
-        let s = space(&[DeviceConfig::new(100)], sw, 2);
+        let s = space(&[SlotDeviceConfig::new(100)], sw, 2);
         let mut all = Vec::new();
         for _ in 0..99 {
             all.push(s.alloc().unwrap());
@@ -108,7 +108,7 @@ fn size_not_a_multiple_of_the_cluster() {
     // unit, but its 7 slots are usable.
     let n = 3 * CLUSTER_SLOTS + 7;
     for sw in Switches::all() {
-        let s = space(&[DeviceConfig::new(n)], sw, 2);
+        let s = space(&[SlotDeviceConfig::new(n)], sw, 2);
         let mut huge = Vec::new();
         while let Ok(h) = s.alloc_huge() {
             assert_eq!(h.offset() % CLUSTER_SLOTS, 0);
@@ -139,7 +139,7 @@ fn size_not_a_multiple_of_the_cluster() {
 
 #[test]
 fn full_device_is_a_clean_error_and_recovers() {
-    let s = space(&[DeviceConfig::new(2 * CLUSTER_SLOTS)], Switches::DEFAULT, 4);
+    let s = space(&[SlotDeviceConfig::new(2 * CLUSTER_SLOTS)], Switches::DEFAULT, 4);
     let mut all = Vec::new();
     loop {
         match s.alloc() {
@@ -174,7 +174,7 @@ fn full_device_is_a_clean_error_and_recovers() {
 
 #[test]
 fn count_overflow_and_continuation() {
-    let s = space(&[DeviceConfig::new(1000)], Switches::DEFAULT, 1);
+    let s = space(&[SlotDeviceConfig::new(1000)], Switches::DEFAULT, 1);
     let e = s.alloc().unwrap();
     // Past SWAP_MAP_MAX the count continues in the continuation array.
     for i in 2..=200u32 {
@@ -207,31 +207,31 @@ fn bad_input_is_refused_with_a_reason() {
     let r = Registry::new();
     assert_eq!(SwapSpace::builder().build(&r).err(), Some(SwapError::NoDevices));
     let e = SwapSpace::builder()
-        .device(DeviceConfig::new(0))
+        .device(SlotDeviceConfig::new(0))
         .build(&r)
         .err()
         .unwrap();
     assert!(e.to_string().contains("0 slots is too small"), "{e}");
     let e = SwapSpace::builder()
-        .device(DeviceConfig::new(MAX_DEVICE_SLOTS + 1))
+        .device(SlotDeviceConfig::new(MAX_DEVICE_SLOTS + 1))
         .build(&r)
         .err()
         .unwrap();
     assert!(e.to_string().contains("too large"), "{e}");
     let mut b = SwapSpace::builder();
     for _ in 0..=MAX_DEVICES {
-        b = b.device(DeviceConfig::new(10));
+        b = b.device(SlotDeviceConfig::new(10));
     }
     assert_eq!(
         b.build(&r).err(),
         Some(SwapError::TooManyDevices(MAX_DEVICES + 1))
     );
     assert!(SwapSpace::builder()
-        .device(DeviceConfig::new(10))
+        .device(SlotDeviceConfig::new(10))
         .cpus(0)
         .build(&r)
         .is_err());
-    let s = space(&[DeviceConfig::new(10)], Switches::DEFAULT, 1);
+    let s = space(&[SlotDeviceConfig::new(10)], Switches::DEFAULT, 1);
     assert!(matches!(
         s.free(SwapEntry::new(3, 1)),
         Err(SwapError::BadEntry {
@@ -253,9 +253,9 @@ fn bad_input_is_refused_with_a_reason() {
 fn priorities_and_round_robin() {
     let s = space(
         &[
-            DeviceConfig::new(CLUSTER_SLOTS * 2).priority(1),
-            DeviceConfig::new(CLUSTER_SLOTS * 2).priority(9),
-            DeviceConfig::new(CLUSTER_SLOTS * 2).priority(9),
+            SlotDeviceConfig::new(CLUSTER_SLOTS * 2).priority(1),
+            SlotDeviceConfig::new(CLUSTER_SLOTS * 2).priority(9),
+            SlotDeviceConfig::new(CLUSTER_SLOTS * 2).priority(9),
         ],
         Switches {
             slot_cache: false,
@@ -291,7 +291,7 @@ fn priorities_and_round_robin() {
 
 #[test]
 fn huge_units_take_whole_clusters_and_fall_back() {
-    let s = space(&[DeviceConfig::new(4 * CLUSTER_SLOTS)], Switches::DEFAULT, 2);
+    let s = space(&[SlotDeviceConfig::new(4 * CLUSTER_SLOTS)], Switches::DEFAULT, 2);
     let h = s.alloc_huge().unwrap();
     assert_eq!(h.offset() % CLUSTER_SLOTS, 0);
     for o in h.offset()..h.offset() + CLUSTER_SLOTS {
@@ -366,7 +366,7 @@ impl Model {
     }
 }
 
-fn run_model(devs: &[DeviceConfig], sw: Switches, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run_model(devs: &[SlotDeviceConfig], sw: Switches, ops: &[Op]) -> Result<(), TestCaseError> {
     let s = space(devs, sw, 3);
     let total: u64 = devs.iter().map(|d| d.slots - 1).sum();
     let mut m = Model::default();
@@ -501,10 +501,10 @@ fn run_model(devs: &[DeviceConfig], sw: Switches, ops: &[Op]) -> Result<(), Test
     Ok(())
 }
 
-fn devices() -> impl Strategy<Value = Vec<DeviceConfig>> {
+fn devices() -> impl Strategy<Value = Vec<SlotDeviceConfig>> {
     prop::collection::vec(
         ((2u64..5 * CLUSTER_SLOTS), 0i32..3, any::<bool>())
-            .prop_map(|(n, p, r)| DeviceConfig::new(n).priority(p).rotational(r)),
+            .prop_map(|(n, p, r)| SlotDeviceConfig::new(n).priority(p).rotational(r)),
         1..4,
     )
 }
@@ -527,9 +527,9 @@ proptest! {
 /// claimed in a side table, so a slot handed out twice is caught at once.
 fn stress(sw: Switches, threads: usize, ops_total: usize) {
     let devs = [
-        DeviceConfig::new(6 * CLUSTER_SLOTS + 100).priority(2),
-        DeviceConfig::new(3 * CLUSTER_SLOTS).priority(2),
-        DeviceConfig::new(2 * CLUSTER_SLOTS + 1)
+        SlotDeviceConfig::new(6 * CLUSTER_SLOTS + 100).priority(2),
+        SlotDeviceConfig::new(3 * CLUSTER_SLOTS).priority(2),
+        SlotDeviceConfig::new(2 * CLUSTER_SLOTS + 1)
             .priority(1)
             .rotational(true),
     ];

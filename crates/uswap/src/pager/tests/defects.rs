@@ -119,7 +119,7 @@ fn pinned_pages_stay_resident() {
     for mode in both_modes() {
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(32 * MIB))
+            .device(SwapDeviceSpec::ram(32 * MIB))
             .fault_mode(mode)
             .build()
             .unwrap();
@@ -161,12 +161,12 @@ fn unit_scenario(arg: &str) {
     let mode = mode_from(arg);
     let dir = tempfile::tempdir().unwrap();
     let device = if arg.contains("file") {
-        DeviceSpec::file(FileOptions::new(
+        SwapDeviceSpec::file(FileOptions::new(
             dir.path().join("swap"),
             64 * MIB / PAGE_SIZE as u64,
         ))
     } else {
-        DeviceSpec::ram(64 * MIB)
+        SwapDeviceSpec::ram(64 * MIB)
     };
     let swap = Swap::builder()
         .budget(4 * MIB)
@@ -245,7 +245,7 @@ fn units_with_a_hole_or_a_pin_are_handled() {
 fn dontneed_scenario(mode: FaultMode) {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(16 * MIB))
+        .device(SwapDeviceSpec::ram(16 * MIB))
         .fault_mode(mode)
         .build()
         .unwrap();
@@ -334,7 +334,7 @@ fn discarded_resident_pages_read_as_zeros() {
 fn fork_scenario(mode: FaultMode) {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(32 * MIB))
+        .device(SwapDeviceSpec::ram(32 * MIB))
         .fault_mode(mode)
         .build()
         .unwrap();
@@ -426,7 +426,7 @@ fn block_sigbus() {
 fn map_refuses_when_sigbus_is_blocked() {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(16 * MIB))
+        .device(SwapDeviceSpec::ram(16 * MIB))
         .build()
         .unwrap();
     let e = std::thread::scope(|s| {
@@ -442,7 +442,7 @@ fn map_refuses_when_sigbus_is_blocked() {
     // Handler-thread mode serves such threads.
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(16 * MIB))
+        .device(SwapDeviceSpec::ram(16 * MIB))
         .fault_mode(FaultMode::HandlerThread)
         .build()
         .unwrap();
@@ -464,7 +464,7 @@ fn a_thread_blocking_sigbus_is_reported() {
     if child::scenario().is_some() {
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(16 * MIB))
+            .device(SwapDeviceSpec::ram(16 * MIB))
             .build()
             .unwrap();
         let mut region = swap.map((2 * MIB) as usize).unwrap();
@@ -545,7 +545,7 @@ fn a_later_sigbus_handler_is_chained() {
     if child::scenario().is_some() {
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(16 * MIB))
+            .device(SwapDeviceSpec::ram(16 * MIB))
             .build()
             .unwrap();
         let mut region = swap.map((4 * MIB) as usize).unwrap();
@@ -629,7 +629,7 @@ fn alarm_read() {
 fn alarm_scenario(mode: FaultMode) {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(32 * MIB))
+        .device(SwapDeviceSpec::ram(32 * MIB))
         .fault_mode(mode)
         .build()
         .unwrap();
@@ -715,7 +715,7 @@ fn uswap_threads_block_every_signal() {
     for mode in both_modes() {
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(16 * MIB))
+            .device(SwapDeviceSpec::ram(16 * MIB))
             .fault_mode(mode)
             .build()
             .unwrap();
@@ -768,7 +768,7 @@ fn check_uswap_thread_masks(mode: FaultMode) -> usize {
 fn faults_preserve_errno() {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(32 * MIB))
+        .device(SwapDeviceSpec::ram(32 * MIB))
         .build()
         .unwrap();
     let mut region = swap.map((8 * MIB) as usize).unwrap();
@@ -800,7 +800,7 @@ fn faults_preserve_errno() {
 fn transient_write_errors_retire_nothing() {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(16 * MIB))
+        .device(SwapDeviceSpec::ram(16 * MIB))
         .build()
         .unwrap();
     let mut region = swap.map((8 * MIB) as usize).unwrap();
@@ -853,7 +853,7 @@ fn metadata_costs_memory_only_as_used() {
             }
             let r = Swap::builder()
                 .budget(MIB)
-                .device(DeviceSpec::ram(16 * MIB))
+                .device(SwapDeviceSpec::ram(16 * MIB))
                 .max_mapped(4 << 40)
                 .build();
             match r {
@@ -865,7 +865,7 @@ fn metadata_costs_memory_only_as_used() {
         let before = vm_rss_kib();
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(64 << 30))
+            .device(SwapDeviceSpec::ram(64 << 30))
             .build()
             .unwrap();
         let after = vm_rss_kib();
@@ -897,7 +897,7 @@ fn metadata_costs_memory_only_as_used() {
 fn map_huge_refuses_a_budget_under_two_units() {
     let swap = Swap::builder()
         .budget(3 * MIB)
-        .device(DeviceSpec::ram(64 * MIB))
+        .device(SwapDeviceSpec::ram(64 * MIB))
         .build()
         .unwrap();
     let e = swap.map_huge(16 * MIB as usize).err().expect("refused");
@@ -915,7 +915,7 @@ fn map_huge_refuses_a_budget_under_two_units() {
 fn concurrent_read_faults_leave_pages_clean() {
     let swap = Swap::builder()
         .budget(4 * MIB)
-        .device(DeviceSpec::ram(64 * MIB))
+        .device(SwapDeviceSpec::ram(64 * MIB))
         .build()
         .unwrap();
     let mut region = swap.map((16 * MIB) as usize).unwrap();
@@ -948,7 +948,7 @@ fn concurrent_read_faults_leave_pages_clean() {
 fn region_drop_spares_what_the_program_mapped_there() {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(16 * MIB))
+        .device(SwapDeviceSpec::ram(16 * MIB))
         .build()
         .unwrap();
     let mut region = swap.map((4 * MIB) as usize).unwrap();
@@ -993,7 +993,7 @@ fn kill_bus_is_not_a_fault() {
     if child::scenario().is_some() {
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(16 * MIB))
+            .device(SwapDeviceSpec::ram(16 * MIB))
             .build()
             .unwrap();
         let mut region = swap.map((4 * MIB) as usize).unwrap();
@@ -1029,7 +1029,7 @@ fn locked_and_read_only_pages_are_unevictable() {
     if let Some(arg) = child::scenario() {
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(32 * MIB))
+            .device(SwapDeviceSpec::ram(32 * MIB))
             .fault_mode(mode_from(&arg))
             .build()
             .unwrap();
@@ -1128,9 +1128,9 @@ fn faults_fit_in_a_small_alternate_stack() {
         let used = std::thread::spawn(move || {
             altstack_use(256 << 10, || {
                 let dev = if file {
-                    DeviceSpec::file(FileOptions::new(path, 64 * MIB / PAGE_SIZE as u64))
+                    SwapDeviceSpec::file(FileOptions::new(path, 64 * MIB / PAGE_SIZE as u64))
                 } else {
-                    DeviceSpec::ram(64 * MIB)
+                    SwapDeviceSpec::ram(64 * MIB)
                 };
                 // Direct reclaim and IO on the faulting thread.
                 let swap = Swap::builder()
@@ -1205,7 +1205,7 @@ fn a_region_can_be_a_coroutine_stack() {
     if child::scenario().is_some() {
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(32 * MIB))
+            .device(SwapDeviceSpec::ram(32 * MIB))
             .build()
             .unwrap();
         let mut stack = swap.map((2 * MIB) as usize).unwrap();
@@ -1301,7 +1301,7 @@ fn a_realtime_waiter_sleeps_on_a_claim() {
     if child::scenario().is_some() {
         let swap = Swap::builder()
             .budget(4 * MIB)
-            .device(DeviceSpec::ram(16 * MIB))
+            .device(SwapDeviceSpec::ram(16 * MIB))
             .build()
             .unwrap();
         let mut region = swap.map((MIB) as usize).unwrap();

@@ -75,7 +75,7 @@ fn assert_states_true(region: &Region, huge: bool) {
 fn swap(mode: FaultMode, budget: u64) -> Swap {
     Swap::builder()
         .budget(budget)
-        .device(DeviceSpec::ram(64 * MIB))
+        .device(SwapDeviceSpec::ram(64 * MIB))
         .fault_mode(mode)
         .background_reclaim(false)
         .build()

@@ -127,7 +127,7 @@ fn integrity(swap: Swap, region_bytes: usize) {
 fn integrity_ram_sigbus_mode() {
     let swap = Swap::builder()
         .budget(4 * MIB)
-        .device(DeviceSpec::ram(64 * MIB))
+        .device(SwapDeviceSpec::ram(64 * MIB))
         .build()
         .unwrap();
     assert_eq!(swap.fault_mode(), FaultMode::Sigbus);
@@ -138,7 +138,7 @@ fn integrity_ram_sigbus_mode() {
 fn integrity_ram_handler_thread_mode() {
     let swap = Swap::builder()
         .budget(4 * MIB)
-        .device(DeviceSpec::ram(64 * MIB))
+        .device(SwapDeviceSpec::ram(64 * MIB))
         .fault_mode(FaultMode::HandlerThread)
         .handler_threads(2)
         .build()
@@ -151,7 +151,7 @@ fn integrity_file_backend() {
     let dir = tempfile::tempdir().unwrap();
     let swap = Swap::builder()
         .budget(4 * MIB)
-        .device(DeviceSpec::file(FileOptions::new(
+        .device(SwapDeviceSpec::file(FileOptions::new(
             dir.path().join("swapfile"),
             64 * MIB / PAGE_SIZE as u64,
         )))
@@ -164,7 +164,7 @@ fn integrity_file_backend() {
 fn never_written_pages_are_zero_without_io_or_slots() {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(16 * MIB))
+        .device(SwapDeviceSpec::ram(16 * MIB))
         .build()
         .unwrap();
     let region = swap.map((8 * MIB) as usize).unwrap();
@@ -188,7 +188,7 @@ fn never_written_pages_are_zero_without_io_or_slots() {
 fn written_zero_pages_are_dropped_without_io() {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(16 * MIB))
+        .device(SwapDeviceSpec::ram(16 * MIB))
         .build()
         .unwrap();
     let mut region = swap.map((8 * MIB) as usize).unwrap();
@@ -225,7 +225,7 @@ fn no_write_is_lost_to_eviction() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
         let swap = Swap::builder()
             .budget(256 * 1024)
-            .device(DeviceSpec::ram(16 * MIB))
+            .device(SwapDeviceSpec::ram(16 * MIB))
             .fault_mode(mode)
             .build()
             .unwrap();
@@ -248,7 +248,7 @@ fn no_write_is_lost_to_eviction() {
 fn read_syscall_into_a_swapped_out_region() {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(32 * MIB))
+        .device(SwapDeviceSpec::ram(32 * MIB))
         .fault_mode(FaultMode::HandlerThread)
         .build()
         .unwrap();
@@ -279,7 +279,7 @@ fn read_syscall_into_a_swapped_out_region() {
 fn full_swap_keeps_pages_resident() {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(MIB))
+        .device(SwapDeviceSpec::ram(MIB))
         .max_mapped(4 * MIB)
         .build()
         .unwrap();
@@ -301,14 +301,14 @@ fn bad_configuration_is_refused() {
     assert!(e.to_string().contains("no swap device"), "{e}");
     let e = Swap::builder()
         .budget(4096)
-        .device(DeviceSpec::ram(MIB))
+        .device(SwapDeviceSpec::ram(MIB))
         .build()
         .err()
         .unwrap();
     assert!(e.to_string().contains("too small"), "{e}");
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(MIB))
+        .device(SwapDeviceSpec::ram(MIB))
         .max_mapped(MIB)
         .build()
         .unwrap();
@@ -327,7 +327,7 @@ fn read_error_poisons_the_page() {
     if child::scenario().is_some() {
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(16 * MIB))
+            .device(SwapDeviceSpec::ram(16 * MIB))
             .build()
             .unwrap();
         let mut region = swap.map((4 * MIB) as usize).unwrap();
@@ -366,7 +366,7 @@ fn read_error_poisons_the_page() {
 fn write_error_keeps_the_page_and_retires_the_slot() {
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(16 * MIB))
+        .device(SwapDeviceSpec::ram(16 * MIB))
         .build()
         .unwrap();
     let mut region = swap.map((4 * MIB) as usize).unwrap();
@@ -400,7 +400,7 @@ fn touches_of_staged_pages_hit_the_swap_cache() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
         let swap = Swap::builder()
             .budget(MIB)
-            .device(DeviceSpec::ram(16 * MIB))
+            .device(SwapDeviceSpec::ram(16 * MIB))
             .fault_mode(mode)
             .build()
             .unwrap();
@@ -440,8 +440,8 @@ fn stress_many_threads_and_regions() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
         let swap = Swap::builder()
             .budget(2 * MIB)
-            .device(DeviceSpec::ram(32 * MIB).priority(1))
-            .device(DeviceSpec::ram(32 * MIB).priority(1))
+            .device(SwapDeviceSpec::ram(32 * MIB).priority(1))
+            .device(SwapDeviceSpec::ram(32 * MIB).priority(1))
             .fault_mode(mode)
             .handler_threads(2)
             .build()
@@ -527,7 +527,7 @@ fn regions_outlive_the_swap_handle() {
     let before = uswap_threads();
     let swap = Swap::builder()
         .budget(MIB)
-        .device(DeviceSpec::ram(16 * MIB))
+        .device(SwapDeviceSpec::ram(16 * MIB))
         .fault_mode(FaultMode::HandlerThread)
         .handler_threads(3)
         .build()
@@ -605,7 +605,7 @@ fn huge_integrity(swap: Swap, expect_fallback: bool) {
 fn huge_units_sigbus_mode() {
     let swap = Swap::builder()
         .budget(8 * MIB)
-        .device(DeviceSpec::ram(64 * MIB))
+        .device(SwapDeviceSpec::ram(64 * MIB))
         .build()
         .unwrap();
     huge_integrity(swap, false);
@@ -615,7 +615,7 @@ fn huge_units_sigbus_mode() {
 fn huge_units_handler_thread_mode() {
     let swap = Swap::builder()
         .budget(8 * MIB)
-        .device(DeviceSpec::ram(64 * MIB))
+        .device(SwapDeviceSpec::ram(64 * MIB))
         .fault_mode(FaultMode::HandlerThread)
         .build()
         .unwrap();
@@ -626,7 +626,7 @@ fn huge_units_handler_thread_mode() {
 fn huge_units_fall_back_to_single_slots() {
     let swap = Swap::builder()
         .budget(8 * MIB)
-        .device(DeviceSpec::ram(64 * MIB))
+        .device(SwapDeviceSpec::ram(64 * MIB))
         .switches(crate::swap_space::Switches {
             huge_cluster: false,
             ..crate::swap_space::Switches::DEFAULT
@@ -641,7 +641,7 @@ fn huge_units_on_a_file() {
     let dir = tempfile::tempdir().unwrap();
     let swap = Swap::builder()
         .budget(8 * MIB)
-        .device(DeviceSpec::file(FileOptions::new(
+        .device(SwapDeviceSpec::file(FileOptions::new(
             dir.path().join("swap"),
             64 * MIB / PAGE_SIZE as u64,
         )))
@@ -659,7 +659,7 @@ fn refused_moves_keep_pages_resident() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
         let swap = Swap::builder()
             .budget(256 * 1024)
-            .device(DeviceSpec::ram(16 * MIB))
+            .device(SwapDeviceSpec::ram(16 * MIB))
             .fault_mode(mode)
             .build()
             .unwrap();
@@ -684,7 +684,7 @@ fn integrity_file_backend_handler_thread_mode() {
     let dir = tempfile::tempdir().unwrap();
     let swap = Swap::builder()
         .budget(4 * MIB)
-        .device(DeviceSpec::file(FileOptions::new(
+        .device(SwapDeviceSpec::file(FileOptions::new(
             dir.path().join("swapfile"),
             64 * MIB / PAGE_SIZE as u64,
         )))
@@ -699,7 +699,7 @@ fn huge_units_on_a_file_handler_thread_mode() {
     let dir = tempfile::tempdir().unwrap();
     let swap = Swap::builder()
         .budget(8 * MIB)
-        .device(DeviceSpec::file(FileOptions::new(
+        .device(SwapDeviceSpec::file(FileOptions::new(
             dir.path().join("swap"),
             64 * MIB / PAGE_SIZE as u64,
         )))
@@ -718,7 +718,7 @@ fn many_threads_fault_on_one_page() {
         for huge in [false, true] {
             let swap = Swap::builder()
                 .budget(4 * MIB)
-                .device(DeviceSpec::ram(64 * MIB))
+                .device(SwapDeviceSpec::ram(64 * MIB))
                 .fault_mode(mode)
                 .build()
                 .unwrap();
