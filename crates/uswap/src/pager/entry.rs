@@ -7,7 +7,10 @@
 //!
 //! # The SIGBUS handler
 //!
-//! It serves faults in SIGBUS mode, shares SIGBUS with the program, and
+//! It serves faults in SIGBUS mode and shares SIGBUS with the program
+//! (below: the program's disposition, emulated).  The signal masks that
+//! keep the pager's locks out of reach of the program's signal handlers
+//! are `signals.rs`'s.
 //!
 //! # The rule for the handler
 //!
@@ -23,7 +26,7 @@
 //!   returns, with every lock released (and a fault of the handler's own,
 //!   which would be a uswap bug, kills the process at once);
 //! - uswap's own threads (the reclaimer, handler threads) block every
-//!   signal from birth ([`spawn`]): a process-directed signal is delivered
+//!   signal from birth ([`signals::spawn`]): a process-directed signal is delivered
 //!   to a program thread instead;
 //! - the two calls that take them on a program's thread, `Swap::map` and
 //!   `Region::drop`, block asynchronous signals for their duration
