@@ -67,7 +67,9 @@ enum BenchCommand {
     /// (before seed 002: the LRU lock for every page).
     Lru(micro::lru::LruArgs),
     /// Microseconds per page fault served by uswap (zero fill, swap-in from
-    /// RAM and from a file) next to the kernel's own anonymous fault.
+    /// RAM and from a file) next to the kernel's own anonymous fault and
+    /// the floor of userfaultfd itself (bare-uffd: a SIGBUS handler doing
+    /// one UFFDIO_COPY and nothing else).
     ///
     /// Needs userfaultfd (root).  Each run touches every page of a fresh
     /// --mib region once; swap-in variants write the region first under a

@@ -275,6 +275,7 @@ fn bench_fault_json() {
         "fault",
         &[
             "kernel-anon",
+            "bare-uffd",
             "zero-fill",
             "zero-fill-2m",
             "swapcache-hit",
@@ -301,6 +302,9 @@ fn bench_fault_json() {
             assert!(c["swapcache_hits"].as_u64().unwrap() > 500, "{x}");
             assert_eq!(c["swapcache_hits"], c["faults"], "{x}");
             assert_eq!(c["swapins"].as_u64().unwrap_or(0), 0, "{x}");
+        } else if name == "bare-uffd" {
+            // The floor: every uswap variant is given as a multiple of it.
+            assert!(x.get("vs_kernel").is_some(), "{x}");
         } else if x["name"] != "kernel-anon" {
             // The faults really went through uswap: every page but the
             // (at most 512, the 2 MiB budget) still resident ones.
@@ -308,6 +312,9 @@ fn bench_fault_json() {
         }
         if name.starts_with("swapin") && !name.ends_with("-2m") {
             assert!(x["counters"]["swapins"].as_u64().unwrap() > 1024, "{x}");
+        }
+        if name != "kernel-anon" {
+            assert!(x["vs_bare_uffd"].as_f64().unwrap() > 0.0, "{x}");
         }
     }
 }

@@ -8,6 +8,10 @@
 //!
 //! - `kernel-anon`: an ordinary anonymous mapping, no uswap: the kernel maps
 //!   its zero page.  The baseline.
+//! - `bare-uffd`: the floor under every uswap variant: a mapping registered
+//!   with a userfaultfd in SIGBUS mode whose handler does nothing but one
+//!   `UFFDIO_COPY` of a prepared page.  What userfaultfd itself costs; each
+//!   uswap variant is also given as a multiple of it.
 //! - `zero-fill`: a uswap region never written: a zero page installed.
 //! - `swapin-ram`: every page written once beforehand (untimed) under a
 //!   budget a quarter of the region, so most of them are on a RAM
@@ -23,6 +27,7 @@
 //!   background reclaimer, so they stay staged until touched.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
@@ -31,6 +36,7 @@ use clap::Args;
 use uswap::io::FileOptions;
 use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
 use uswap::stats::Snapshot;
+use uswap::uffd::{Features, RegisterMode, Uffd};
 
 use super::threads_by_variant;
 use crate::report::{emit, interleave, summarize, Common, Report, Round, Variant};
@@ -53,8 +59,9 @@ pub struct FaultArgs {
     pub no_background_reclaim: bool,
 }
 
-const VARIANTS: [&str; 8] = [
+const VARIANTS: [&str; 9] = [
     "kernel-anon",
+    "bare-uffd",
     "zero-fill",
     "zero-fill-2m",
     "swapcache-hit",
@@ -105,6 +112,79 @@ fn kernel_anon(len: usize, threads: usize) -> anyhow::Result<Round> {
     let m = crate::workload::worker::Mapping::kernel(len, crate::workload::workload::Unit::Page)?;
     let elapsed = touch_all(m.base(), len, threads);
     drop(m);
+    Ok(Round {
+        ops: (len / PAGE) as u64,
+        elapsed,
+        threads,
+        stats: Snapshot::default(),
+    })
+}
+
+/// The uffd and the source page of the `bare-uffd` run in progress, for
+/// its SIGBUS handler (null between runs).
+static BARE_UFFD: AtomicPtr<Uffd> = AtomicPtr::new(std::ptr::null_mut());
+static BARE_SRC: AtomicU64 = AtomicU64::new(0);
+
+/// The whole of `bare-uffd`'s fault service: one `UFFDIO_COPY` of the
+/// prepared page at the faulting page.
+extern "C" fn on_bare_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: an SA_SIGINFO handler gets a valid siginfo.
+    let addr = unsafe { (*info).si_addr() } as u64 & !(PAGE as u64 - 1);
+    let uffd = BARE_UFFD.load(Ordering::Acquire);
+    if uffd.is_null() {
+        // Not ours: nothing to serve, and returning would fault forever.
+        std::process::abort();
+    }
+    // SAFETY: the Uffd lives while the run that published it does; the
+    // destination is a missing page of the run's own registered mapping,
+    // the source the run's prepared page.
+    let _ = unsafe {
+        (*uffd).copy(
+            addr,
+            BARE_SRC.load(Ordering::Acquire) as *const u8,
+            PAGE as u64,
+            false,
+            false,
+        )
+    };
+}
+
+fn bare_uffd(len: usize, threads: usize) -> anyhow::Result<Round> {
+    let uffd = Uffd::open(Features::SIGBUS, false)
+        .context("userfaultfd (needs root, or vm.unprivileged_userfaultfd=1)")?;
+    let region = uswap::sys::Mapping::new(len, PAGE).context("mapping the region")?;
+    let src = uswap::sys::Mapping::new(PAGE, PAGE).context("mapping the source page")?;
+    // SAFETY: our own fresh page.
+    unsafe { src.as_ptr().write_volatile(1) };
+    uffd.register(
+        region.addr(),
+        len as u64,
+        RegisterMode {
+            missing: true,
+            wp: false,
+        },
+    )
+    .context("registering the region")?;
+    BARE_SRC.store(src.addr(), Ordering::Release);
+    BARE_UFFD.store(&uffd as *const Uffd as *mut Uffd, Ordering::Release);
+    // SAFETY: zeroed is a valid sigaction; the fields are filled in.
+    let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
+    sa.sa_sigaction = on_bare_sigbus as *const () as usize;
+    sa.sa_flags = libc::SA_SIGINFO;
+    // SAFETY: fills a local set.
+    unsafe { libc::sigfillset(&mut sa.sa_mask) };
+    // SAFETY: zeroed is a valid sigaction, filled by the call.
+    let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+    // No uswap instance is alive between the runs of other variants, so
+    // taking SIGBUS over for this run and giving it back after takes
+    // nothing from anyone.
+    // SAFETY: installs a valid action and saves the old one.
+    unsafe { libc::sigaction(libc::SIGBUS, &sa, &mut old) };
+    let elapsed = touch_all(region.addr() as usize, len, threads);
+    // SAFETY: puts back the action saved above.
+    unsafe { libc::sigaction(libc::SIGBUS, &old, std::ptr::null_mut()) };
+    BARE_UFFD.store(std::ptr::null_mut(), Ordering::Release);
+    drop(uffd);
     Ok(Round {
         ops: (len / PAGE) as u64,
         elapsed,
@@ -192,6 +272,7 @@ pub fn run(args: &FaultArgs) -> anyhow::Result<()> {
         |&(t, v)| format!("{} x{t}", VARIANTS[v]),
         |_, &(threads, v)| match VARIANTS[v] {
             "kernel-anon" => kernel_anon(len, threads),
+            "bare-uffd" => bare_uffd(len, threads),
             name => uswap_run(name, len, threads, mode, !args.no_background_reclaim),
         },
     )?;
@@ -221,6 +302,15 @@ pub fn run(args: &FaultArgs) -> anyhow::Result<()> {
                 .extra
                 .insert("vs_kernel".into(), serde_json::json!(ratio));
         }
+        let bare = variants
+            .iter()
+            .find(|x| x.name == "bare-uffd" && x.threads == variants[i].threads);
+        if let Some(b) = bare {
+            let ratio = b.throughput / variants[i].throughput.max(1e-9);
+            variants[i]
+                .extra
+                .insert("vs_bare_uffd".into(), serde_json::json!(ratio));
+        }
     }
     let report = Report {
         bench: "fault".into(),
@@ -232,11 +322,23 @@ pub fn run(args: &FaultArgs) -> anyhow::Result<()> {
             .position(|x| x.name == "kernel-anon" && x.threads == v.threads)
     });
     if !c.json {
-        println!("microseconds per fault, per thread (x: times the kernel's anonymous fault):");
+        println!("microseconds per fault, per thread (times the kernel's anonymous fault; times bare userfaultfd):");
         for v in &report.variants {
             let us = v.extra["us_per_fault"].as_f64().unwrap_or(0.0);
-            let x = v.extra.get("vs_kernel").and_then(|r| r.as_f64()).unwrap_or(0.0);
-            println!("  {:<14} x{:<2} {:>7.2} us  ({:.1}x)", v.name, v.threads, us, x);
+            let ratio = |k: &str, what: &str| {
+                v.extra
+                    .get(k)
+                    .and_then(|r| r.as_f64())
+                    .map_or(String::new(), |x| format!("  {x:.1}x {what}"))
+            };
+            println!(
+                "  {:<14} x{:<2} {:>7.2} us{}{}",
+                v.name,
+                v.threads,
+                us,
+                ratio("vs_kernel", "kernel"),
+                ratio("vs_bare_uffd", "bare uffd")
+            );
         }
     }
     Ok(())
