@@ -319,6 +319,38 @@ fn bench_fault_json() {
     }
 }
 
+/// `--mode sigbus,handler` runs each uswap variant under both fault modes
+/// side by side; the floors run once.
+#[test]
+fn bench_fault_both_modes() {
+    let v = bench_json(&[
+        "bench",
+        "fault",
+        "--json",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+        "--mib",
+        "8",
+        "--mode",
+        "sigbus,handler",
+        "--variants",
+        "bare-uffd,swapin-ram",
+    ]);
+    check_shape(&v, "fault", &["bare-uffd", "swapin-ram", "swapin-ram/handler"]);
+    for x in v["variants"].as_array().unwrap() {
+        match x["name"].as_str().unwrap() {
+            "bare-uffd" => assert!(x.get("mode").is_none(), "{x}"),
+            "swapin-ram" => assert_eq!(x["mode"], "Sigbus", "{x}"),
+            _ => assert_eq!(x["mode"], "HandlerThread", "{x}"),
+        }
+        if x["name"] != "bare-uffd" {
+            assert!(x["counters"]["swapins"].as_u64().unwrap() > 1024, "{x}");
+        }
+    }
+}
+
 /// Without permission for userfaultfd (an ordinary user, with the default
 /// `vm.unprivileged_userfaultfd=0` and a root-only /dev/userfaultfd), one
 /// line says what is missing and what to do.

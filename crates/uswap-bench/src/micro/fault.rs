@@ -51,12 +51,47 @@ pub struct FaultArgs {
     /// Region size in MiB per run.
     #[arg(long, default_value_t = 64)]
     pub mib: usize,
-    /// Serve faults in handler threads instead of the faulting thread.
-    #[arg(long)]
+    /// Who serves uswap's faults, one or both side by side: the faulting
+    /// thread in a SIGBUS handler (`sigbus`), or handler threads reading
+    /// the userfaultfd (`handler`, which programs not written against
+    /// uswap may need).  Handler-mode variants are named `NAME/handler`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "sigbus")]
+    pub mode: Vec<ModeArg>,
+    /// The same as `--mode handler`.
+    #[arg(long, hide = true, conflicts_with = "mode")]
     pub handler_threads: bool,
     /// Reclaim only in faulting threads (no background reclaimer thread).
     #[arg(long)]
     pub no_background_reclaim: bool,
+}
+
+/// Who serves faults (`--mode`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, clap::ValueEnum)]
+pub enum ModeArg {
+    Sigbus,
+    Handler,
+}
+
+impl ModeArg {
+    fn fault_mode(self) -> FaultMode {
+        match self {
+            ModeArg::Sigbus => FaultMode::Sigbus,
+            ModeArg::Handler => FaultMode::HandlerThread,
+        }
+    }
+}
+
+/// Variants that do not go through uswap, run once whatever `--mode`.
+fn mode_free(name: &str) -> bool {
+    matches!(name, "kernel-anon" | "bare-uffd")
+}
+
+/// A variant's name in a report: handler mode's carry `/handler`.
+fn variant_name(name: &str, mode: ModeArg) -> String {
+    match mode {
+        ModeArg::Handler if !mode_free(name) => format!("{name}/handler"),
+        _ => name.to_string(),
+    }
 }
 
 const VARIANTS: [&str; 9] = [
@@ -258,32 +293,49 @@ pub fn run(args: &FaultArgs) -> anyhow::Result<()> {
         args.mib
     );
     let len = args.mib << 20;
-    let mode = if args.handler_threads {
-        FaultMode::HandlerThread
+    let mut modes = if args.handler_threads {
+        vec![ModeArg::Handler]
     } else {
-        FaultMode::Sigbus
+        args.mode.clone()
     };
+    modes.sort();
+    modes.dedup();
     let chosen = c.selected(&VARIANTS)?;
-    let combos = threads_by_variant(c, &chosen);
+    let combos: Vec<(usize, usize, ModeArg)> = threads_by_variant(c, &chosen)
+        .into_iter()
+        .flat_map(|(t, v)| {
+            let ms = if mode_free(VARIANTS[v]) {
+                &modes[..1]
+            } else {
+                &modes[..]
+            };
+            ms.iter().map(move |&m| (t, v, m))
+        })
+        .collect();
     let rounds = interleave(
         c,
         "fault",
         &combos,
-        |&(t, v)| format!("{} x{t}", VARIANTS[v]),
-        |_, &(threads, v)| match VARIANTS[v] {
+        |&(t, v, m)| format!("{} x{t}", variant_name(VARIANTS[v], m)),
+        |_, &(threads, v, m)| match VARIANTS[v] {
             "kernel-anon" => kernel_anon(len, threads),
             "bare-uffd" => bare_uffd(len, threads),
-            name => uswap_run(name, len, threads, mode, !args.no_background_reclaim),
+            name => uswap_run(name, len, threads, m.fault_mode(), !args.no_background_reclaim),
         },
     )?;
     let mut variants: Vec<Variant> = combos
         .iter()
         .zip(&rounds)
-        .map(|(&(_, v), r)| {
+        .map(|(&(_, v, m), r)| {
             let mut extra = BTreeMap::new();
             extra.insert("mib".to_string(), serde_json::json!(args.mib));
-            extra.insert("mode".to_string(), serde_json::json!(format!("{mode:?}")));
-            summarize(VARIANTS[v], r, extra)
+            if !mode_free(VARIANTS[v]) {
+                extra.insert(
+                    "mode".to_string(),
+                    serde_json::json!(format!("{:?}", m.fault_mode())),
+                );
+            }
+            summarize(&variant_name(VARIANTS[v], m), r, extra)
         })
         .collect();
     // Microseconds per fault, per thread (a thread's own fault latency),
@@ -332,7 +384,7 @@ pub fn run(args: &FaultArgs) -> anyhow::Result<()> {
                     .map_or(String::new(), |x| format!("  {x:.1}x {what}"))
             };
             println!(
-                "  {:<14} x{:<2} {:>7.2} us{}{}",
+                "  {:<22} x{:<2} {:>7.2} us{}{}",
                 v.name,
                 v.threads,
                 us,
