@@ -109,8 +109,44 @@ fn pmbench_on_uswap_swaps_and_reports() {
         "{x}"
     );
     assert_eq!(x["read_pct"], 80);
+    assert_eq!(x["pattern"], "uniform");
     assert!(num(x, "populate_s") > 0.0);
     assert!(x["locks"]["lru"]["acquisitions"].as_u64().unwrap() > 0, "{x}");
+}
+
+/// `--pattern`: a linear walk over a working set four times the budget
+/// faults on nearly every new page; a zipf hot set mostly stays resident,
+/// so it faults far less per access than the walk.
+#[test]
+fn pmbench_patterns() {
+    let run = |pattern: &str| {
+        let v = json_of(&[
+            "bench",
+            "pmbench",
+            "--json",
+            "--wss",
+            "64M",
+            "--budget",
+            "16M",
+            "--seconds",
+            "0.5",
+            "--rounds",
+            "1",
+            "--threads",
+            "1",
+            "--pattern",
+            pattern,
+        ]);
+        let x = variant(&v, "uswap").clone();
+        check_variant(&x);
+        assert_eq!(x["pattern"], pattern);
+        counter(&x, "faults") as f64 / num(&x, "throughput").max(1.0)
+    };
+    let (linear, zipf) = (run("linear"), run("zipf"));
+    assert!(
+        zipf < linear / 2.0,
+        "faults per access/s: zipf {zipf}, linear {linear}"
+    );
 }
 
 #[test]

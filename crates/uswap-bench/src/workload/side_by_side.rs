@@ -18,7 +18,7 @@ use serde_json::json;
 use super::kernel_swap::{self, interrupted, KernelSwap, MemCgroup};
 use super::plot;
 use super::worker::{self, Backend, WorkerResult, WorkerSpec, ABLATIONS};
-use super::workload::{DataKind, Unit, Workload, HUGE, PAGE};
+use super::workload::{DataKind, Pattern, Unit, Workload, HUGE, PAGE};
 use crate::parse_bytes;
 use crate::report::{add_stats, interleave, median, paired_change, Common, Report, Variant};
 
@@ -83,6 +83,11 @@ pub struct PmbenchArgs {
     /// Percent of accesses that read (the rest write one word).
     #[arg(long, default_value_t = 80)]
     pub read_pct: u32,
+    /// Which pages the accesses go to: uniform (every page alike), linear
+    /// (each thread walks the pages in order: readahead's case), zipf
+    /// (a skewed hot set, YCSB's zipfian with theta 0.99).
+    #[arg(long, value_enum, default_value_t = Pattern::Uniform)]
+    pub pattern: Pattern,
 }
 
 #[derive(Args, Debug)]
@@ -138,7 +143,14 @@ pub fn pmbench(a: &PmbenchArgs) -> Result<()> {
         "--read-pct must be 0..=100, got {}",
         a.read_pct
     );
-    run(&a.opts, Workload::Pmbench { read_pct: a.read_pct }, &[Unit::Page])
+    run(
+        &a.opts,
+        Workload::Pmbench {
+            read_pct: a.read_pct,
+            pattern: a.pattern,
+        },
+        &[Unit::Page],
+    )
 }
 
 pub fn seq_write(a: &SeqWriteArgs) -> Result<()> {
@@ -374,8 +386,9 @@ fn summarize(
     extra.insert("swap_size".into(), json!(swap_bytes));
     extra.insert("data".into(), json!(o.data));
     extra.insert("seconds".into(), json!(o.common.seconds));
-    if let Workload::Pmbench { read_pct } = workload {
+    if let Workload::Pmbench { read_pct, pattern } = workload {
         extra.insert("read_pct".into(), json!(read_pct));
+        extra.insert("pattern".into(), json!(pattern));
         extra.insert("populate_s".into(), json!(med(&|r| r.populate_s)));
     }
     extra.insert("elapsed_s".into(), json!(med(&|r| r.elapsed_s)));
@@ -496,8 +509,8 @@ fn print_table(report: &Report, workload: Workload, o: &SwapOpts) {
         o.wss >> 20,
         o.budget >> 20,
         o.data,
-        if let Workload::Pmbench { read_pct } = workload {
-            format!(", {read_pct}% reads")
+        if let Workload::Pmbench { read_pct, pattern } = workload {
+            format!(", {read_pct}% reads, {pattern:?} pages")
         } else {
             String::new()
         }

@@ -310,10 +310,19 @@ pub fn main(args: &WorkerArgs) -> Result<()> {
     let (in0, out0) = pager.io_bytes();
     let before = pager.snapshot();
     let timed: Timed = match spec.workload {
-        Workload::Pmbench { read_pct } => {
+        Workload::Pmbench { read_pct, pattern } => {
             let base = region.as_ref().expect("mapped").base();
             workload::run_threads(threads, duration, sample, |t, p, h| {
-                workload::pmbench_thread(Area { base, len: wss }, read_pct, spec.seed, t, &filler, p, h)
+                workload::pmbench_thread(
+                    Area { base, len: wss },
+                    read_pct,
+                    pattern,
+                    spec.seed,
+                    (t, threads),
+                    &filler,
+                    p,
+                    h,
+                )
             })
         }
         Workload::SeqWrite => {

@@ -63,11 +63,31 @@ impl Unit {
     }
 }
 
+/// Which pages pmbench's accesses go to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Pattern {
+    /// Every page equally likely (pmbench's default).
+    #[default]
+    Uniform,
+    /// Each thread walks the pages in order from its own start, one page
+    /// a step, wrapping: what swap-in readahead is for.
+    Linear,
+    /// Page popularity by rank `1/rank^0.99` (YCSB's zipfian), the ranks
+    /// scattered over the region: a hot set much smaller than the budget
+    /// and a long cold tail.
+    Zipf,
+}
+
 /// Which workload, with its own parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Workload {
-    Pmbench { read_pct: u32 },
+    Pmbench {
+        read_pct: u32,
+        #[serde(default)]
+        pattern: Pattern,
+    },
     SeqWrite,
     Activate,
 }
@@ -329,25 +349,111 @@ pub fn write_slice(
     p.done[t].store(done, Ordering::Relaxed);
 }
 
-/// pmbench's access loop: random pages of the region, `read_pct` percent
-/// reads, the rest writes of one word, until `stop`.  Each access is timed.
+/// YCSB's zipfian generator over ranks `0..n` (Gray et al., "Quickly
+/// generating billion-record synthetic databases"): O(n) set-up once, O(1)
+/// per draw.
+#[derive(Clone, Copy, Debug)]
+pub struct Zipf {
+    n: f64,
+    theta: f64,
+    alpha: f64,
+    zetan: f64,
+    eta: f64,
+}
+
+impl Zipf {
+    pub const THETA: f64 = 0.99;
+
+    pub fn new(n: u64) -> Zipf {
+        let theta = Self::THETA;
+        let zeta = |n: u64| (1..=n).map(|i| 1.0 / (i as f64).powf(theta)).sum::<f64>();
+        let (zetan, zeta2) = (zeta(n), zeta(2.min(n)));
+        let nf = n as f64;
+        Zipf {
+            n: nf,
+            theta,
+            alpha: 1.0 / (1.0 - theta),
+            zetan,
+            eta: (1.0 - (2.0 / nf).powf(1.0 - theta)) / (1.0 - zeta2 / zetan),
+        }
+    }
+
+    /// A rank, 0 the most popular, from a uniform 64-bit draw.
+    pub fn rank(&self, r: u64) -> u64 {
+        let u = (r >> 11) as f64 / (1u64 << 53) as f64;
+        let uz = u * self.zetan;
+        if uz < 1.0 {
+            return 0;
+        }
+        if uz < 1.0 + 0.5f64.powf(self.theta) {
+            return 1.min(self.n as u64 - 1);
+        }
+        ((self.n * (self.eta * u - self.eta + 1.0).powf(self.alpha)) as u64).min(self.n as u64 - 1)
+    }
+}
+
+/// Which page access `i` of thread `t` goes to, for `pattern`.
+#[derive(Clone, Copy, Debug)]
+pub struct PageChooser {
+    pattern: Pattern,
+    pages: u64,
+    next: u64,
+    zipf: Option<Zipf>,
+}
+
+impl PageChooser {
+    pub fn new(pattern: Pattern, pages: u64, t: usize, threads: usize) -> PageChooser {
+        PageChooser {
+            pattern,
+            pages,
+            // Linear walkers start spread over the region.
+            next: pages * t as u64 / threads.max(1) as u64,
+            zipf: (pattern == Pattern::Zipf).then(|| Zipf::new(pages)),
+        }
+    }
+
+    #[inline]
+    pub fn page(&mut self, r: u64) -> u64 {
+        match self.pattern {
+            Pattern::Uniform => r % self.pages,
+            Pattern::Linear => {
+                let p = self.next;
+                self.next = if p + 1 == self.pages { 0 } else { p + 1 };
+                p
+            }
+            Pattern::Zipf => {
+                let rank = self.zipf.expect("set for zipf").rank(r);
+                // Scatter the ranks (a fixed hash): the hot pages are not
+                // neighbours, as hot data in a heap is not.
+                rank.wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29) % self.pages
+            }
+        }
+    }
+}
+
+/// pmbench's access loop: pages of the region chosen by `pattern`,
+/// `read_pct` percent reads, the rest writes of one word, until `stop`.
+/// Each access is timed.
+#[allow(clippy::too_many_arguments)]
 pub fn pmbench_thread(
     area: Area,
     read_pct: u32,
+    pattern: Pattern,
     seed: u64,
-    t: usize,
+    (t, threads): (usize, usize),
     filler: &Filler,
     p: &Progress,
     h: &mut Histogram<u64>,
 ) {
     let (base, pages) = (area.base, (area.len / PAGE) as u64);
     let mut rng = Rng::new(seed, 1 + t as u64);
+    let mut chooser = PageChooser::new(pattern, pages, t, threads);
     let mut done = 0u64;
     let mut sum = 0u64;
     while !p.stop.load(Ordering::Relaxed) {
         for _ in 0..64 {
             let r = rng.next();
-            let page = r % pages;
+            let page = chooser.page(r);
             let word = (r >> 52) as usize % (PAGE / 8);
             let addr = base + page as usize * PAGE + word * 8;
             let read = (rng.next() % 100) < read_pct as u64;
@@ -407,6 +513,38 @@ mod tests {
         unsafe { f.fill(addr, index) };
         let off = addr - buf.as_ptr() as usize;
         buf[off..off + PAGE].to_vec()
+    }
+
+    /// Draws of each pattern over 10,000 pages: uniform is flat, linear
+    /// walks in order from each thread's start and wraps, zipf puts most
+    /// accesses on a few pages.
+    #[test]
+    fn patterns_choose_the_pages_they_say() {
+        let pages = 10_000u64;
+        let draws = 200_000;
+        let counts = |pattern| {
+            let mut rng = Rng::new(7, 1);
+            let mut c = PageChooser::new(pattern, pages, 0, 1);
+            let mut n = vec![0u32; pages as usize];
+            for _ in 0..draws {
+                let p = c.page(rng.next());
+                assert!(p < pages);
+                n[p as usize] += 1;
+            }
+            n.sort_unstable_by(|a, b| b.cmp(a));
+            n
+        };
+        // The hottest 1% of pages: about 1% of uniform's accesses, most of
+        // zipf's.
+        let top = |n: &[u32]| n[..100].iter().map(|&x| x as f64).sum::<f64>() / draws as f64;
+        let (uniform, zipf) = (counts(Pattern::Uniform), counts(Pattern::Zipf));
+        assert!(top(&uniform) < 0.02, "uniform's top 1%: {}", top(&uniform));
+        assert!(top(&zipf) > 0.4, "zipf's top 1%: {}", top(&zipf));
+        assert!(zipf.iter().filter(|&&x| x > 0).count() > 1000, "zipf has a tail");
+        let mut c = PageChooser::new(Pattern::Linear, pages, 1, 2);
+        let walk: Vec<u64> = (0..pages + 2).map(|_| c.page(0)).collect();
+        assert_eq!(walk[0], pages / 2, "the second of two threads starts half way");
+        assert!(walk.windows(2).all(|w| w[1] == (w[0] + 1) % pages));
     }
 
     #[test]
