@@ -290,3 +290,52 @@ fn write_protect_survives_move_out_and_back() {
     assert_eq!(m.read(0, 9), 0x77);
     assert_eq!(m.read(0, 10), p[10]);
 }
+
+/// What batched eviction's copy step rests on (docs/DESIGN.md, "Batched
+/// eviction"): in SIGBUS mode, a read through the kernel
+/// (`process_vm_readv` on our own pid) of a missing registered page fails
+/// with `EFAULT` or stops short, raising no signal; present pages read.
+#[test]
+fn kernel_reads_of_missing_pages_fail_in_sigbus_mode() {
+    let uffd = Uffd::open(Features::SIGBUS, false).unwrap();
+    let m = Mapping::new(3);
+    uffd.register(
+        m.page(0),
+        3 * PAGE,
+        RegisterMode {
+            missing: true,
+            wp: false,
+        },
+    )
+    .unwrap();
+    let p = pattern(5);
+    // SAFETY: pages of this test's own mappings, which nothing else refers to.
+    unsafe { uffd.copy(m.page(0), p.as_ptr(), PAGE, false, false) }.unwrap();
+    // Page 0 present, page 1 missing.
+    let mut buf = vec![0u8; 2 * PAGE as usize];
+    let local = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    let remote = libc::iovec {
+        iov_base: m.page(0) as *mut libc::c_void,
+        iov_len: 2 * PAGE as usize,
+    };
+    // SAFETY: one local iovec over `buf`, one remote over our own mapping;
+    // the kernel writes only into `buf`.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    assert_eq!(
+        n, PAGE as isize,
+        "the present page reads, the missing one stops the read"
+    );
+    assert_eq!(&buf[..PAGE as usize], &p[..]);
+    // Only the missing page: EFAULT.
+    let remote = libc::iovec {
+        iov_base: m.page(1) as *mut libc::c_void,
+        iov_len: PAGE as usize,
+    };
+    // SAFETY: as above.
+    let n = unsafe { libc::process_vm_readv(libc::getpid(), &local, 1, &remote, 1, 0) };
+    assert_eq!(n, -1);
+    assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EFAULT));
+}
