@@ -74,7 +74,8 @@ pub enum BackendKind {
     File,
 }
 
-/// Which direction of IO an injected error hits ([`IoDevice::inject_error`]).
+/// Which direction of IO an injected error hits (the test hooks).
+#[cfg(test)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum IoOp {
     /// Reads (swap-in).
