@@ -316,6 +316,11 @@ fn bench_fault_json() {
         if name != "kernel-anon" {
             assert!(x["vs_bare_uffd"].as_f64().unwrap() > 0.0, "{x}");
         }
+        if !matches!(name, "kernel-anon" | "bare-uffd") {
+            // How often a fault reclaimed first: a share of the faults.
+            let pct = x["direct_reclaim_pct"].as_f64().unwrap();
+            assert!((0.0..=100.0).contains(&pct), "{x}");
+        }
     }
 }
 
