@@ -175,12 +175,13 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         args.size as f64 / (1 << 20) as f64 / verify.as_secs_f64()
     );
     println!(
-        "faults {}: {} zero fills, {} swap-ins, {} swap-cache hits (no IO), {} first writes to clean pages",
+        "faults {}: {} zero fills, {} swap-ins, {} swap-cache hits (no IO), {} first writes to clean pages; {} pages read ahead",
         c("faults"),
         c("zero_fills"),
         c("swapins"),
         c("swapcache_hits"),
-        c("wp_faults")
+        c("wp_faults"),
+        c("readahead")
     );
     println!(
         "evictions {}: {} written to swap ({}), {} clean, dropped without IO; {} direct reclaims",

@@ -37,8 +37,9 @@ pub struct SwapOpts {
     /// interleaved, and print ratios against uswap.
     #[arg(long, conflicts_with_all = ["backend", "ablate"])]
     pub compare: bool,
-    /// Run uswap once per seed switch, each flipped back to the behaviour
-    /// before its seed (pick some with --variants), against the default.
+    /// Run uswap once per switch, each flipped back to the behaviour before
+    /// it (every seed's, and no-readahead; pick some with --variants),
+    /// against the default.
     #[arg(long)]
     pub ablate: bool,
     /// Working-set size: the region the workload maps.

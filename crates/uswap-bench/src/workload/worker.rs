@@ -64,8 +64,9 @@ impl Backend {
     }
 }
 
-/// The seed switches a run flips back: "default" or one ablation.
-pub const ABLATIONS: [&str; 7] = [
+/// The switches a run flips back: "default" or one ablation (the seeds',
+/// and the pager's readahead).
+pub const ABLATIONS: [&str; 8] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -73,14 +74,16 @@ pub const ABLATIONS: [&str; 7] = [
     "unbatched-lru",
     "no-huge-cluster",
     "extent-list",
+    "no-readahead",
 ];
 
-/// What an ablation sets: the swap-space switches, the LRU batching and
-/// the extent map kind of a swap file.
-pub fn ablation(name: &str) -> Result<(Switches, LruBatch, ExtentMapKind)> {
+/// What an ablation sets: the swap-space switches, the LRU batching, the
+/// extent map kind of a swap file, and swap-in readahead.
+pub fn ablation(name: &str) -> Result<(Switches, LruBatch, ExtentMapKind, bool)> {
     let mut s = Switches::DEFAULT;
     let mut lru = LruBatch::default();
     let mut extent = ExtentMapKind::Tree;
+    let mut readahead = true;
     match name {
         "default" => {}
         "no-slot-cache" => s.slot_cache = false,
@@ -89,9 +92,10 @@ pub fn ablation(name: &str) -> Result<(Switches, LruBatch, ExtentMapKind)> {
         "unbatched-lru" => lru = LruBatch::Unbatched,
         "no-huge-cluster" => s.huge_cluster = false,
         "extent-list" => extent = ExtentMapKind::List,
+        "no-readahead" => readahead = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
-    Ok((s, lru, extent))
+    Ok((s, lru, extent, readahead))
 }
 
 /// Everything one run needs.
@@ -199,7 +203,7 @@ impl Pager {
                 .with_context(|| format!("joining the memory cgroup {}", cg.display()))?;
             return Ok(Pager::Kernel);
         }
-        let (switches, lru, extent) = ablation(&spec.ablation)?;
+        let (switches, lru, extent, readahead) = ablation(&spec.ablation)?;
         let device = match spec.backend {
             Backend::UswapFile => SwapDeviceSpec::file(
                 FileOptions::new(uswap_file(spec), spec.swap_bytes / PAGE as u64).extent_kind(extent),
@@ -211,6 +215,7 @@ impl Pager {
             .device(device)
             .switches(switches)
             .lru_batch(lru)
+            .readahead(readahead)
             .build()
             .context("starting uswap (needs root, or vm.unprivileged_userfaultfd=1, and Linux 6.8+)")?;
         Ok(Pager::Uswap(swap))

@@ -45,6 +45,7 @@ pub(crate) struct Counters {
     pub discarded: Arc<Counter>,
     pub swapout_retries: Arc<Counter>,
     pub swapin_retries: Arc<Counter>,
+    pub readahead: Arc<Counter>,
 }
 
 impl Counters {
@@ -75,6 +76,7 @@ impl Counters {
             discarded: r.counter("discarded"),
             swapout_retries: r.counter("swapout_retries"),
             swapin_retries: r.counter("swapin_retries"),
+            readahead: r.counter("readahead"),
         }
     }
 }
@@ -94,6 +96,8 @@ pub(crate) struct Inner {
     pub frames: Frames,
     pub budget: Budget,
     pub backing: Backing,
+    /// Swap-in readahead on (`SwapBuilder::readahead`).
+    pub readahead: bool,
     /// Set when the last handle (the `Swap` or a region) goes: the threads
     /// stop.  A thread's own reference cannot tell, as several threads
     /// holding one each would keep each other alive forever.

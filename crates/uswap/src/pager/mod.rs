@@ -161,6 +161,7 @@ pub struct SwapBuilder {
     switches: Switches,
     lru_batch: LruBatch,
     background: bool,
+    readahead: bool,
 }
 
 impl SwapBuilder {
@@ -222,6 +223,15 @@ impl SwapBuilder {
     /// threads reclaim, when the budget is exhausted.
     pub fn background_reclaim(mut self, on: bool) -> Self {
         self.background = on;
+        self
+    }
+
+    /// Swap-in readahead (default on): a fault that reads a page back also
+    /// reads the swapped-out pages after it, as many as a window that
+    /// doubles (to 32) while faults come in order and halves when they do
+    /// not (the kernel's `swap_vma_readahead`).  Off: one page per fault.
+    pub fn readahead(mut self, on: bool) -> Self {
+        self.readahead = on;
         self
     }
 
@@ -373,6 +383,7 @@ impl SwapBuilder {
                 ),
                 writeback: Backoff::default(),
             },
+            readahead: self.readahead,
             shutdown: AtomicBool::new(false),
             users: AtomicUsize::new(1),
             reports: Reports::default(),
@@ -423,6 +434,7 @@ impl Swap {
             switches: Switches::DEFAULT,
             lru_batch: LruBatch::default(),
             background: true,
+            readahead: true,
         }
     }
 

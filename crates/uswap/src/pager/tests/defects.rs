@@ -945,7 +945,7 @@ fn concurrent_read_faults_leave_pages_clean() {
         "reads were taken for writes: {:?}",
         st.counters
     );
-    assert!(st.counter("swapins") > 100);
+    assert!(st.counter("swapins") + st.counter("readahead") > 100);
 }
 
 /// A page whose region the program unmapped and replaced: dropping the

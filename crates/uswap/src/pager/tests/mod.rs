@@ -109,7 +109,12 @@ fn integrity(swap: Swap, region_bytes: usize) {
     assert!(st.counter("evictions") > pages as u64 / 2, "{:?}", st.counters);
     verify(&region, 1);
     let st = swap.stats();
-    assert!(st.counter("swapins") > pages as u64 / 2, "{:?}", st.counters);
+    // Read back by faults, or ahead of them.
+    assert!(
+        st.counter("swapins") + st.counter("readahead") > pages as u64 / 2,
+        "{:?}",
+        st.counters
+    );
     assert!(st.counter("swapin_errors") == 0 && st.counter("swapout_errors") == 0);
     // Resident stays near the budget (faults overrun it only while
     // nothing is evictable).
@@ -239,6 +244,76 @@ fn no_write_is_lost_to_eviction() {
             st.counters
         );
         assert!(st.counter("wp_faults") > 0);
+    }
+}
+
+/// Swap-in readahead: reading a swapped-out region in order reads pages
+/// ahead (fewer faults than pages), every byte comes back, and switched
+/// off it reads none.  Two regions side by side: the walk of the first
+/// runs into its end (and, where the second follows it in memory, on
+/// into that one's pages, which is as good a read), both verify.
+#[test]
+fn readahead_reads_ahead_in_order_and_loses_nothing() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        for on in [true, false] {
+            let swap = Swap::builder()
+                .budget(MIB)
+                .device(SwapDeviceSpec::ram(32 * MIB))
+                .fault_mode(mode)
+                .readahead(on)
+                .build()
+                .unwrap();
+            let mut a = swap.map((4 * MIB) as usize).unwrap();
+            let mut b = swap.map((4 * MIB) as usize).unwrap();
+            fill(&mut a, 11);
+            fill(&mut b, 12);
+            let before = swap.stats();
+            verify(&a, 11);
+            verify(&b, 12);
+            let st = swap.stats().since(&before);
+            let pages = (a.len() + b.len()) / PAGE_SIZE;
+            let (ra, faults) = (st.counter("readahead"), st.counter("faults"));
+            if on && mode == FaultMode::Sigbus {
+                // Each verifying thread's walk is its own stream.
+                assert!(ra > pages as u64 / 4, "{mode:?}: {ra} read ahead of {pages}");
+                assert!(
+                    faults < pages as u64 * 3 / 4,
+                    "{mode:?}: {faults} faults for {pages} pages"
+                );
+            } else if on {
+                // One handler thread sees the four walks interleaved, and
+                // the window follows one stream per serving thread.
+                assert!(ra > 0, "{mode:?}: nothing read ahead");
+            } else {
+                assert_eq!(ra, 0, "{mode:?}: readahead off");
+            }
+            drop((a, b));
+            assert_all_returned(&swap, &format!("{mode:?} readahead {on}"));
+        }
+    }
+}
+
+/// Writers racing readahead: each thread walks its quarter in order,
+/// reading a page and then writing it (so it comes in clean, often read
+/// ahead, and the write is a write-protect fault), while the reclaimer
+/// evicts; no increment is lost, in either mode.
+#[test]
+fn writes_racing_readahead_are_kept() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = Swap::builder()
+            .budget(2 * MIB)
+            .device(SwapDeviceSpec::ram(32 * MIB))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
+        let mut region = swap.map((8 * MIB) as usize).unwrap();
+        hammer_counters(&mut region, 12, &format!("{mode:?} readahead"));
+        assert!(
+            swap.stats().counter("readahead") > 0,
+            "{mode:?}: nothing read ahead"
+        );
+        drop(region);
+        assert_all_returned(&swap, &format!("{mode:?}"));
     }
 }
 
@@ -750,7 +825,10 @@ fn many_threads_fault_on_one_page() {
                 }
             });
             let st = swap.stats();
-            let ins = st.counter("swapins") + st.counter("huge_swapins") * 512 + st.counter("swapcache_hits");
+            let ins = st.counter("swapins")
+                + st.counter("readahead")
+                + st.counter("huge_swapins") * 512
+                + st.counter("swapcache_hits");
             assert!(ins > 1000, "{mode:?} huge={huge}: {:?}", st.counters);
         }
     }
