@@ -26,6 +26,7 @@ use super::page::{self, PageClaim, UNIT_PAGES};
 use super::reclaim;
 use crate::io::BackendKind;
 use crate::swap_space::SwapEntry;
+use crate::sys::page_mapped;
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -41,12 +42,6 @@ pub(super) struct Access {
     pub write: bool,
 }
 
-/// Whether the page at `page` is mapped, from the page tables: for the
-/// architectures whose fault context does not say.
-pub(super) fn mapped(page: u64) -> bool {
-    crate::sys::page_mapped(page)
-}
-
 /// Serve a fault at `addr` (page id `id`).  Returns whether the caller
 /// must wake the faulting thread (handler mode): the ioctls that resolve
 /// a fault wake it themselves, the paths that leave it to retry do not.
@@ -58,7 +53,8 @@ pub(super) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
         let w = page::wait_unbusy(st, &mut || inner.counters.busy_waits.inc());
         match page::kind(w) {
             page::RESIDENT => {
-                let present = access.present.unwrap_or_else(|| mapped(page));
+                // The page tables answer where the fault context does not.
+                let present = access.present.unwrap_or_else(|| page_mapped(page));
                 let Some(claim) = PageClaim::try_claim(st, w) else {
                     continue;
                 };
@@ -284,7 +280,7 @@ pub(super) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access:
                 // The unit is in: a duplicate fault, or a page of it the
                 // program discarded (MADV_DONTNEED), which reads as zeros.
                 let page = addr & !(PAGE - 1);
-                if access.present.unwrap_or_else(|| mapped(page)) {
+                if access.present.unwrap_or_else(|| page_mapped(page)) {
                     return;
                 }
                 let Some(claim) = PageClaim::try_claim(st, w) else {

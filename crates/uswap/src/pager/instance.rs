@@ -320,7 +320,6 @@ impl Inner {
     // `dir` picks the injected failure, in tests only.
     #[cfg_attr(not(test), allow(unused_variables))]
     fn move_all(&self, dir: Dir, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
-        let mut done = 0;
         #[cfg(test)]
         {
             let f = match dir {
@@ -330,7 +329,7 @@ impl Inner {
             if let Some((partial, errno)) = Inject::take_move(f) {
                 let partial = partial.min(len);
                 if partial > 0 {
-                    self.move_all_real(dst, src, partial)?;
+                    self.move_run(dst, src, partial)?;
                 }
                 return Err((
                     partial,
@@ -341,6 +340,12 @@ impl Inner {
                 ));
             }
         }
+        self.move_run(dst, src, len)
+    }
+
+    /// `UFFDIO_MOVE` of `len` bytes, continued past partial moves.
+    fn move_run(&self, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
+        let mut done = 0;
         while done < len {
             // SAFETY: the pager moves only pages it holds the claim of
             // (region pages, whose contents are the pager's to move while
@@ -361,27 +366,6 @@ impl Inner {
                         },
                     ))
                 }
-                Err(e) => return Err((done, e)),
-            }
-        }
-        Ok(())
-    }
-
-    #[cfg(test)]
-    fn move_all_real(&self, dst: u64, src: u64, len: u64) -> Result<(), (u64, UffdError)> {
-        let mut done = 0;
-        while done < len {
-            // SAFETY: the pager moves only pages it holds the claim of
-            // (region pages, whose contents are the pager's to move while
-            // claimed) to or from its own staging memory, which no one
-            // else refers to.
-            let moved = unsafe {
-                self.uffd
-                    .move_pages(dst + done, src + done, len - done, true, false)
-            };
-            match moved {
-                Ok(n) if n > 0 => done += n,
-                Ok(_) => unreachable!("a move that moved nothing succeeded"),
                 Err(e) => return Err((done, e)),
             }
         }

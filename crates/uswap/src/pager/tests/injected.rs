@@ -28,7 +28,7 @@ fn check_page(region: &Region, p: usize) {
 }
 
 fn present(region: &Region, p: usize) -> bool {
-    super::super::fault::mapped(region.as_ptr() as u64 + (p * PAGE_SIZE) as u64)
+    crate::sys::page_mapped(region.as_ptr() as u64 + (p * PAGE_SIZE) as u64)
 }
 
 /// The state word of page `p`.
