@@ -196,6 +196,18 @@ pub fn page_mapped(page: u64) -> bool {
     unsafe { libc::mincore(page as *mut libc::c_void, PAGE_SIZE, &mut v) == 0 && v & 1 != 0 }
 }
 
+/// Drop the pages of `[addr, addr + len)` (`MADV_DONTNEED`), whoever's
+/// memory it is.  `EINVAL` says the range is locked (`mlock`) or not
+/// ordinary memory; `ENOMEM` that it is not mapped.
+///
+/// # Safety
+/// The range's contents must be the caller's to drop: nothing may read
+/// them again expecting what was there (they read as missing after).
+pub unsafe fn discard_pages(addr: u64, len: usize) -> io::Result<()> {
+    // SAFETY: the caller owns the contents; madvise reads no memory.
+    unsafe { mm::madvise(addr as *mut _, len, Advice::LinuxDontNeed) }.map_err(io::Error::from)
+}
+
 /// Most ranges one [`Discarder::discard`] takes: the kernel's `UIO_FASTIOV`
 /// is 8, anything to `IOV_MAX` works; 64 keeps the vector on the stack.
 pub const DISCARD_BATCH: usize = 64;

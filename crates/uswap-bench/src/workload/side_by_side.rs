@@ -38,7 +38,8 @@ pub struct SwapOpts {
     #[arg(long, conflicts_with_all = ["backend", "ablate"])]
     pub compare: bool,
     /// Run uswap once per switch, each flipped back to the behaviour before
-    /// it (every seed's, and no-readahead; pick some with --variants),
+    /// it (every seed's, no-readahead and per-page-evict; pick some with
+    /// --variants),
     /// against the default.
     #[arg(long)]
     pub ablate: bool,

@@ -65,8 +65,8 @@ impl Backend {
 }
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
-/// and the pager's readahead).
-pub const ABLATIONS: [&str; 8] = [
+/// and the pager's readahead and batched eviction).
+pub const ABLATIONS: [&str; 9] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -75,27 +75,45 @@ pub const ABLATIONS: [&str; 8] = [
     "no-huge-cluster",
     "extent-list",
     "no-readahead",
+    "per-page-evict",
 ];
 
-/// What an ablation sets: the swap-space switches, the LRU batching, the
-/// extent map kind of a swap file, and swap-in readahead.
-pub fn ablation(name: &str) -> Result<(Switches, LruBatch, ExtentMapKind, bool)> {
-    let mut s = Switches::DEFAULT;
-    let mut lru = LruBatch::default();
-    let mut extent = ExtentMapKind::Tree;
-    let mut readahead = true;
+/// What an ablation sets.
+pub struct Ablation {
+    /// The swap space's seed switches.
+    pub switches: Switches,
+    /// LRU batching (seed 002).
+    pub lru: LruBatch,
+    /// The extent map of a swap file (seed 004).
+    pub extent: ExtentMapKind,
+    /// Swap-in readahead.
+    pub readahead: bool,
+    /// One `UFFDIO_MOVE` per evicted page instead of batches.
+    pub per_page_evict: bool,
+}
+
+/// The settings of ablation `name`.
+pub fn ablation(name: &str) -> Result<Ablation> {
+    let mut a = Ablation {
+        switches: Switches::DEFAULT,
+        lru: LruBatch::default(),
+        extent: ExtentMapKind::Tree,
+        readahead: true,
+        per_page_evict: false,
+    };
     match name {
         "default" => {}
-        "no-slot-cache" => s.slot_cache = false,
-        "no-fragmented-scan" => s.fragmented_scan = false,
-        "shared-scan-base" => s.scan_base = ScanBase::Shared,
-        "unbatched-lru" => lru = LruBatch::Unbatched,
-        "no-huge-cluster" => s.huge_cluster = false,
-        "extent-list" => extent = ExtentMapKind::List,
-        "no-readahead" => readahead = false,
+        "no-slot-cache" => a.switches.slot_cache = false,
+        "no-fragmented-scan" => a.switches.fragmented_scan = false,
+        "shared-scan-base" => a.switches.scan_base = ScanBase::Shared,
+        "unbatched-lru" => a.lru = LruBatch::Unbatched,
+        "no-huge-cluster" => a.switches.huge_cluster = false,
+        "extent-list" => a.extent = ExtentMapKind::List,
+        "no-readahead" => a.readahead = false,
+        "per-page-evict" => a.per_page_evict = true,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
-    Ok((s, lru, extent, readahead))
+    Ok(a)
 }
 
 /// Everything one run needs.
@@ -203,19 +221,20 @@ impl Pager {
                 .with_context(|| format!("joining the memory cgroup {}", cg.display()))?;
             return Ok(Pager::Kernel);
         }
-        let (switches, lru, extent, readahead) = ablation(&spec.ablation)?;
+        let a = ablation(&spec.ablation)?;
         let device = match spec.backend {
             Backend::UswapFile => SwapDeviceSpec::file(
-                FileOptions::new(uswap_file(spec), spec.swap_bytes / PAGE as u64).extent_kind(extent),
+                FileOptions::new(uswap_file(spec), spec.swap_bytes / PAGE as u64).extent_kind(a.extent),
             ),
             _ => SwapDeviceSpec::ram(spec.swap_bytes),
         };
         let swap = Swap::builder()
             .budget(spec.budget)
             .device(device)
-            .switches(switches)
-            .lru_batch(lru)
-            .readahead(readahead)
+            .switches(a.switches)
+            .lru_batch(a.lru)
+            .readahead(a.readahead)
+            .per_page_evict(a.per_page_evict)
             .build()
             .context("starting uswap (needs root, or vm.unprivileged_userfaultfd=1, and Linux 6.8+)")?;
         Ok(Pager::Uswap(swap))

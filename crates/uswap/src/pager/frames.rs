@@ -13,18 +13,97 @@ use crate::PAGE_SIZE;
 
 const UNIT: u64 = UNIT_BYTES as u64;
 
-/// A fixed pool of page frames in one mapping, handed out by index.
-/// The free list has room for every frame, so push and pop never allocate.
+/// A fixed pool of page frames in one mapping, handed out by index, one
+/// at a time or as a run of neighbours (a batch of evicted neighbours is
+/// moved into a run with one `UFFDIO_MOVE`).  The free set is a bitmap
+/// sized for every frame at creation, so taking and returning never
+/// allocate.
 pub(crate) struct FramePool {
     map: Mapping,
-    free: StatMutex<Vec<u32>>,
+    free: StatMutex<FreeFrames>,
     discarder: Discarder,
+}
+
+/// Which frames are free: bit set = free.  `next` is where the last
+/// search stopped: frames come back roughly in the order they went out
+/// (writeback takes the oldest staged page first), so searching on from
+/// there finds free runs without rescanning the busy part (next fit).
+struct FreeFrames {
+    bits: Vec<u64>,
+    frames: u32,
+    next: u32,
+}
+
+impl FreeFrames {
+    fn is_free(&self, f: u32) -> bool {
+        self.bits[(f / 64) as usize] & (1 << (f % 64)) != 0
+    }
+
+    fn set(&mut self, f: u32, free: bool) {
+        let (w, b) = ((f / 64) as usize, f % 64);
+        if free {
+            self.bits[w] |= 1 << b;
+        } else {
+            self.bits[w] &= !(1 << b);
+        }
+    }
+
+    /// The first of `n` free neighbours, taken; None when there is no
+    /// such run.  One pass over the bitmap at most, skipping full words.
+    fn take_run(&mut self, n: u32) -> Option<u32> {
+        if n == 0 || n > self.frames {
+            return None;
+        }
+        let mut f = self.next % self.frames;
+        let mut start = f;
+        let mut len = 0;
+        let mut seen = 0;
+        // Up to frames + n - 1 frames: a run may wrap around the end of
+        // the bitmap in the scan (not in memory): it restarts at 0.
+        while seen < self.frames + n {
+            if f == self.frames {
+                f = 0;
+                start = 0;
+                len = 0;
+            }
+            if len == 0 && f % 64 == 0 && self.bits[(f / 64) as usize] == 0 {
+                let step = 64.min(self.frames - f);
+                f += step;
+                seen += step;
+                start = f;
+                continue;
+            }
+            if self.is_free(f) {
+                len += 1;
+                if len == n {
+                    for g in start..start + n {
+                        self.set(g, false);
+                    }
+                    self.next = start + n;
+                    return Some(start);
+                }
+            } else {
+                len = 0;
+                start = f + 1;
+            }
+            f += 1;
+            seen += 1;
+        }
+        None
+    }
 }
 
 impl FramePool {
     pub fn new(frames: u32, registry: &Registry, site: &'static str) -> io::Result<FramePool> {
         let map = Mapping::new(frames as usize * PAGE_SIZE, PAGE_SIZE)?;
-        let free: Vec<u32> = (0..frames).rev().collect();
+        let mut free = FreeFrames {
+            bits: vec![0; frames.div_ceil(64) as usize],
+            frames,
+            next: 0,
+        };
+        for f in 0..frames {
+            free.set(f, true);
+        }
         Ok(FramePool {
             map,
             free: StatMutex::new(free, registry.lock_site(site)),
@@ -38,7 +117,12 @@ impl FramePool {
 
     /// A free frame, if any.
     pub fn get(&self) -> Option<u32> {
-        self.free.lock().pop()
+        self.free.lock().take_run(1)
+    }
+
+    /// The first of `n` free neighbouring frames, if there are such.
+    pub fn get_run(&self, n: u32) -> Option<u32> {
+        self.free.lock().take_run(n)
     }
 
     /// A free frame, waiting for one if all are in use: their holders hold
@@ -55,7 +139,9 @@ impl FramePool {
 
     /// Return a frame.
     pub fn put(&self, f: u32) {
-        self.free.lock().push(f);
+        let mut free = self.free.lock();
+        debug_assert!(!free.is_free(f), "frame {f} returned twice");
+        free.set(f, true);
     }
 
     /// Drop the contents of `frames` (at most 64) in one system call.
@@ -157,5 +243,60 @@ impl UnitPool {
     /// Drop what unit `u` holds: it reads as missing (zeros) again.
     pub fn discard(&self, u: u32) {
         self.map.discard(self.addr(u), UNIT_BYTES);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FreeFrames;
+    use proptest::prelude::*;
+
+    fn fresh(frames: u32) -> FreeFrames {
+        let mut f = FreeFrames {
+            bits: vec![0; frames.div_ceil(64) as usize],
+            frames,
+            next: 0,
+        };
+        for i in 0..frames {
+            f.set(i, true);
+        }
+        f
+    }
+
+    proptest! {
+        /// Runs taken from the bitmap against a plain model: a run is
+        /// free in the model and inside the pool; None only when the model
+        /// has no free run that long; returned frames are free again.
+        #[test]
+        fn runs_match_a_model(frames in 1u32..300, ops in prop::collection::vec((any::<bool>(), 1u32..70, any::<u32>()), 1..200)) {
+            let mut f = fresh(frames);
+            let mut model = vec![true; frames as usize];
+            let mut taken: Vec<(u32, u32)> = Vec::new();
+            for (take, n, pick) in ops {
+                if take || taken.is_empty() {
+                    let has_run = model.windows(n as usize).any(|w| w.iter().all(|&b| b));
+                    match f.take_run(n) {
+                        Some(s) => {
+                            prop_assert!(s + n <= frames);
+                            for i in s..s + n {
+                                prop_assert!(model[i as usize], "frame {} handed out twice", i);
+                                model[i as usize] = false;
+                            }
+                            taken.push((s, n));
+                        }
+                        None => prop_assert!(!has_run, "a free run of {} was missed", n),
+                    }
+                } else {
+                    let (s, n) = taken.swap_remove(pick as usize % taken.len());
+                    for i in s..s + n {
+                        f.set(i, true);
+                        model[i as usize] = true;
+                    }
+                }
+                for i in 0..frames {
+                    prop_assert_eq!(f.is_free(i), model[i as usize]);
+                }
+            }
+        }
     }
 }

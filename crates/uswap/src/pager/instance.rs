@@ -28,6 +28,7 @@ pub(crate) struct Counters {
     pub huge_fallbacks: Arc<Counter>,
     pub move_fallbacks: Arc<Counter>,
     pub staged: Arc<Counter>,
+    pub evict_moves: Arc<Counter>,
     pub swapcache_hits: Arc<Counter>,
     pub wp_faults: Arc<Counter>,
     pub evictions: Arc<Counter>,
@@ -59,6 +60,7 @@ impl Counters {
             huge_fallbacks: r.counter("huge_fallbacks"),
             move_fallbacks: r.counter("move_fallbacks"),
             staged: r.counter("staged"),
+            evict_moves: r.counter("evict_moves"),
             swapcache_hits: r.counter("swapcache_hits"),
             wp_faults: r.counter("wp_faults"),
             evictions: r.counter("evictions"),
@@ -98,6 +100,11 @@ pub(crate) struct Inner {
     pub backing: Backing,
     /// Swap-in readahead on (`SwapBuilder::readahead`).
     pub readahead: bool,
+    /// Every small page evicted with its own `UFFDIO_MOVE`
+    /// (`SwapBuilder::per_page_evict`), not in batches.
+    pub per_page_evict: bool,
+    /// Drops clean victims in place, a batch per system call.
+    pub discarder: crate::sys::Discarder,
     /// Set when the last handle (the `Swap` or a region) goes: the threads
     /// stop.  A thread's own reference cannot tell, as several threads
     /// holding one each would keep each other alive forever.
@@ -135,8 +142,15 @@ pub(crate) struct Frames {
 
 /// What is resident against what may be.
 pub(crate) struct Budget {
-    /// Resident pages at most (a fault over it reclaims first).
+    /// Resident pages at most: the background reclaimer keeps them
+    /// under `low`, and a fault that finds `limit + slack` or more
+    /// reclaims first.
     pub limit: usize,
+    /// How far faults may run over `limit` before one reclaims itself:
+    /// one eviction batch while the background reclaimer runs (eviction
+    /// stays off the fault path unless the reclaimer falls a batch
+    /// behind), none without it.
+    pub slack: usize,
     /// The background reclaimer's target: resident pages down to this.
     pub low: usize,
     /// Pages resident now, staged ones included.

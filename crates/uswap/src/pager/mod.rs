@@ -55,6 +55,7 @@
 
 // The pager's files, from the top down; each calls only those below it.
 mod entry; // region table, SIGBUS handler, handler and reclaimer threads
+mod evict; // small pages out in batches: clean drops, runs of moves
 mod fault; // fault service, pages and 2 MB units
 mod frames; // frame and unit pools
 mod instance; // the shared state, in parts, and page operations
@@ -162,6 +163,7 @@ pub struct SwapBuilder {
     lru_batch: LruBatch,
     background: bool,
     readahead: bool,
+    per_page_evict: bool,
 }
 
 impl SwapBuilder {
@@ -232,6 +234,17 @@ impl SwapBuilder {
     /// not (the kernel's `swap_vma_readahead`).  Off: one page per fault.
     pub fn readahead(mut self, on: bool) -> Self {
         self.readahead = on;
+        self
+    }
+
+    /// Evict every small page with its own `UFFDIO_MOVE` (off by default),
+    /// as uswap did before batched eviction: one TLB flush per page.  By
+    /// default a batch of victims costs one flush for its clean pages
+    /// (dropped in place with one `process_madvise`) and one per run of
+    /// neighbouring dirty pages (moved with one `UFFDIO_MOVE`).  For
+    /// measuring what batching gains.
+    pub fn per_page_evict(mut self, on: bool) -> Self {
+        self.per_page_evict = on;
         self
     }
 
@@ -368,6 +381,11 @@ impl SwapBuilder {
             },
             budget: Budget {
                 limit: budget,
+                slack: if self.background {
+                    reclaim::SLACK.min(budget / 16)
+                } else {
+                    0
+                },
                 low: budget - (budget / 16).max(32).min(budget / 2),
                 resident: AtomicUsize::new(0),
                 staged: AtomicUsize::new(0),
@@ -384,6 +402,8 @@ impl SwapBuilder {
                 writeback: Backoff::default(),
             },
             readahead: self.readahead,
+            per_page_evict: self.per_page_evict,
+            discarder: crate::sys::Discarder::new(),
             shutdown: AtomicBool::new(false),
             users: AtomicUsize::new(1),
             reports: Reports::default(),
@@ -435,6 +455,7 @@ impl Swap {
             lru_batch: LruBatch::default(),
             background: true,
             readahead: true,
+            per_page_evict: false,
         }
     }
 

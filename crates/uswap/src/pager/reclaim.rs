@@ -55,6 +55,7 @@
 
 use std::sync::atomic::Ordering;
 
+use super::evict::{self, enqueue, live, refused, Outcome, Stage};
 use super::instance::Inner;
 use super::instance::Installed;
 use super::page::{self, PageClaim, UNIT_BYTES, UNIT_PAGES};
@@ -62,52 +63,40 @@ use super::report;
 use crate::io::{monotonic_ns, IoError};
 use crate::swap_cache::PageHandle;
 use crate::swap_space::{SwapEntry, SwapError};
-use crate::uffd::UffdError;
 use crate::PAGE_SIZE;
 
 const UNIT: u64 = UNIT_BYTES as u64;
 
 const PAGE: u64 = PAGE_SIZE as u64;
-/// Victims taken from the LRU per pass.
-const BATCH: usize = 32;
+/// Victims taken from the LRU per pass: one eviction batch.
+const BATCH: usize = evict::BATCH;
 /// Writeback pauses after a transient write error: from the first to the
 /// longest, doubling while the errors go on.
 const BACKOFF_MIN_NS: u64 = 1_000_000;
 const BACKOFF_MAX_NS: u64 = 1_000_000_000;
 
-/// Whether `(id, slot)` is a live ring entry: the page is staged to that slot.
-fn live(inner: &Inner, id: u32, slot: u64) -> bool {
-    let w = inner.states[id as usize].load(Ordering::Acquire);
-    page::kind(w) == page::STAGED && page::slot(w).map(|e| e.raw()) == Some(slot)
-}
-
-/// Put a staged page on the ring (its state says staged already, so the
-/// entry is live when anyone can pop it).
-fn enqueue(inner: &Inner, id: u32, e: SwapEntry) {
-    let mut ring = inner.backing.staged.lock();
-    if !ring.push(id, e) {
-        ring.compact(|i, s| live(inner, i, s));
-        // Live entries never outnumber the staging frames, half the ring.
-        assert!(ring.push(id, e), "staged ring full of live entries");
-    }
-}
+/// How far past the budget faults may go before one reclaims itself, while
+/// the background reclaimer runs: one batch.
+pub(super) const SLACK: usize = BATCH;
 
 /// Called by a faulting thread before it installs a page: reclaim when the
-/// budget is exhausted.  When nothing can be evicted the page is installed
-/// anyway (the overrun is counted): a fault must always be served.
+/// budget is exhausted by more than the slack (the background reclaimer
+/// fell behind).  When nothing can be evicted the page is installed anyway
+/// (the overrun is counted): a fault must always be served.
 pub(super) fn make_room(inner: &Inner) {
-    if inner.budget.resident.load(Ordering::Relaxed) < inner.budget.limit {
+    let b = &inner.budget;
+    if b.resident.load(Ordering::Relaxed) < b.limit + b.slack {
         return;
     }
     inner.counters.direct_reclaim.inc();
-    if reclaim(inner, BATCH) == 0 && inner.budget.resident.load(Ordering::Relaxed) >= inner.budget.limit {
+    if reclaim(inner, BATCH) == 0 && inner.budget.resident.load(Ordering::Relaxed) >= b.limit + b.slack {
         inner.counters.overrun.inc();
     }
 }
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
 pub(super) fn make_room_for(inner: &Inner, n: usize) {
-    if inner.budget.resident.load(Ordering::Relaxed) + n <= inner.budget.limit {
+    if inner.budget.resident.load(Ordering::Relaxed) + n <= inner.budget.limit + inner.budget.slack {
         return;
     }
     inner.counters.direct_reclaim.inc();
@@ -144,6 +133,8 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
             inner.lru.age_active(want * 4);
         }
         let mut nfreed = 0;
+        let mut small = [0u32; BATCH];
+        let mut nsmall = 0;
         for &id in &victims[..n] {
             if inner.states[id as usize].load(Ordering::Acquire) & page::UNIT != 0 {
                 // A 2 MB unit goes straight to its slots.
@@ -151,6 +142,11 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
                     Stage::Gone => done += UNIT_PAGES,
                     other => back_on_lru(inner, id, other),
                 }
+                continue;
+            }
+            if !inner.per_page_evict {
+                small[nsmall] = id;
+                nsmall += 1;
                 continue;
             }
             match stage(inner, id) {
@@ -162,6 +158,14 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
                     done += 1;
                 }
                 other => back_on_lru(inner, id, other),
+            }
+        }
+        if nsmall > 0 {
+            let mut out = Outcome::new();
+            evict::evict(inner, &small[..nsmall], &mut out);
+            done += out.gone;
+            for &(id, refused) in &out.back[..out.nback] {
+                back_on_lru(inner, id, if refused { Stage::Refused } else { Stage::Not });
             }
         }
         inner.discard_frames(&freed[..nfreed]);
@@ -206,20 +210,6 @@ fn back_on_lru(inner: &Inner, id: u32, how: Stage) {
     }
 }
 
-pub(super) enum Stage {
-    /// Gone from memory with nothing left to discard.
-    Gone,
-    /// Moved to staging, still in memory.
-    InMemory,
-    /// Dropped outright (clean, never written: zeros); its frame is to be
-    /// discarded and returned.
-    Dropped(u32),
-    /// Not now (busy, no slot, no frame).
-    Not,
-    /// `UFFDIO_MOVE` refused it: pinned, locked or read-only.
-    Refused,
-}
-
 /// Soft-evict page `id` into a staging frame.
 fn stage(inner: &Inner, id: u32) -> Stage {
     let st = &inner.states[id as usize];
@@ -243,6 +233,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     let frame_addr = inner.frames.staging.addr(f);
     // A clean page that never had a slot holds zeros still: drop it.
     if !dirty && page::slot(w).is_none() {
+        inner.counters.evict_moves.inc();
         if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
             inner.frames.staging.put(f);
             return refused(inner, claim, addr, err);
@@ -278,6 +269,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
         inner.frames.staging.put(f);
         return Stage::Not;
     }
+    inner.counters.evict_moves.inc();
     if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
         inner.backing.swap_cache.delete(e);
         if new_slot {
@@ -297,30 +289,6 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     claim.commit(page::with_slot(page::STAGED | (w & page::DIRTY), e));
     enqueue(inner, id, e);
     Stage::InMemory
-}
-
-/// `UFFDIO_MOVE` would not move page `addr` out (claimed; nothing else
-/// changed yet).  See the module documentation for what each refusal
-/// means.
-fn refused(inner: &Inner, claim: PageClaim<'_>, addr: u64, err: UffdError) -> Stage {
-    match err.errno() {
-        Some(libc::ENOENT) => {
-            // The program discarded the page (MADV_DONTNEED) or unmapped
-            // it: its memory is gone already, and it reads as zeros.
-            if let Some(o) = page::slot(claim.found()) {
-                inner.free_slot(o);
-            }
-            inner.counters.discarded.inc();
-            inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
-            claim.commit(page::NEVER);
-            Stage::Gone
-        }
-        errno => {
-            drop(claim);
-            inner.unevictable(addr, errno);
-            Stage::Refused
-        }
-    }
 }
 
 /// A free staging frame, writing back the oldest staged page if none is.

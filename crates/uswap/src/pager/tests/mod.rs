@@ -726,7 +726,9 @@ fn huge_units_on_a_file() {
 }
 
 /// When `UFFDIO_MOVE` refuses pages (`EBUSY`, as for pinned ones, injected
-/// for the first 3000 tries), they stay resident and counted, writers keep
+/// for the first 3000 tries: a run refused whole is tried again with its
+/// first page alone, so at least 1500 pages), they stay resident and
+/// counted, writers keep
 /// hammering them meanwhile and no write is lost, in either fault mode;
 /// once the refusals stop, eviction goes on.
 #[test]
@@ -743,7 +745,7 @@ fn refused_moves_keep_pages_resident() {
         let mut region = swap.map((2 * MIB) as usize).unwrap();
         hammer_counters(&mut region, 10, &format!("{mode:?}"));
         let st = swap.stats();
-        assert!(st.counter("unevictable") >= 3000, "{mode:?}: {:?}", st.counters);
+        assert!(st.counter("unevictable") >= 1500, "{mode:?}: {:?}", st.counters);
         assert!(
             st.counter("staged") > 100,
             "{mode:?}: eviction went on: {:?}",
