@@ -275,6 +275,9 @@ pub struct IoDevice {
     #[cfg(test)]
     window_errno: std::sync::atomic::AtomicI32,
     write_pages: Arc<Counter>,
+    /// Writes that worked: `io_write_pages` over this is the average
+    /// write, in pages.
+    writes: Arc<Counter>,
     read_pages: Arc<Counter>,
     write_errors: Arc<Counter>,
     read_errors: Arc<Counter>,
@@ -411,6 +414,7 @@ impl IoDevice {
             #[cfg(test)]
             window_errno: std::sync::atomic::AtomicI32::new(0),
             write_pages: registry.counter("io_write_pages"),
+            writes: registry.counter("io_writes"),
             read_pages: registry.counter("io_read_pages"),
             write_errors: registry.counter("io_write_errors"),
             read_errors: registry.counter("io_read_errors"),
@@ -457,14 +461,18 @@ impl IoDevice {
     }
 
     /// If an error is armed for a slot in `offset..offset + pages`, disarm
-    /// it and return that slot: this call must fail.
+    /// it and return that slot: this call must fail.  An error armed for
+    /// any slot fails this call, and when the call spans several pages it
+    /// stays armed on the first of them, as a bad block stays bad when its
+    /// run is retried page by page.
     #[cfg(test)]
     #[inline]
     fn take_injected(armed: &AtomicU64, offset: u64, pages: u64) -> Option<u64> {
         let a = armed.load(Ordering::Relaxed);
         if a == ANY_SLOT {
+            let next = if pages > 1 { offset } else { DISARMED };
             return armed
-                .compare_exchange(a, DISARMED, Ordering::Relaxed, Ordering::Relaxed)
+                .compare_exchange(a, next, Ordering::Relaxed, Ordering::Relaxed)
                 .ok()
                 .map(|_| offset);
         }
@@ -513,6 +521,7 @@ impl IoDevice {
         match self.store.write(offset, buf) {
             Ok(()) => {
                 self.write_pages.add(pages);
+                self.writes.inc();
                 Ok(())
             }
             Err(e) => {
@@ -564,8 +573,9 @@ impl IoDevice {
     }
 
     /// Test hook: make the next write (or read, per `op`) whose slots
-    /// include `offset` ([`ANY_SLOT`]: whatever its slots) fail with EIO
-    /// before doing any IO, once.  Arming
+    /// include `offset` ([`ANY_SLOT`]: whatever its slots; see
+    /// `take_injected` for a call of several pages) fail with EIO before
+    /// doing any IO, once.  Arming
     /// again replaces the previous slot for that op.  Lets the pager's
     /// error paths be tested; allocation-free.
     #[cfg(test)]

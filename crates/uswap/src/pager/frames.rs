@@ -181,6 +181,22 @@ impl FramePool {
     }
 }
 
+impl FramePool {
+    /// Frames `f..f + n` as bytes, one buffer.
+    ///
+    /// # Safety
+    /// As for [`FramePool::bytes`], for each of the `n` frames.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn run_bytes(&self, f: u32, n: usize) -> &mut [u8] {
+        assert!(
+            f as usize + n <= self.map.len() / PAGE_SIZE,
+            "frames past the pool"
+        );
+        // SAFETY: the caller holds the frames, which lie in the mapping.
+        unsafe { std::slice::from_raw_parts_mut(self.addr(f) as *mut u8, n * PAGE_SIZE) }
+    }
+}
+
 /// A few 2 MB staging units in one 2 MB-aligned mapping.
 pub(crate) struct UnitPool {
     map: Mapping,

@@ -596,6 +596,24 @@ impl StagedRing {
         Some(e)
     }
 
+    /// Pop the oldest entry and those after it that continue it as a run:
+    /// the next page id on the next slot (a run staged together), as many
+    /// as `out` holds.  Returns how many.
+    pub fn pop_run(&mut self, out: &mut [(u32, u64)]) -> usize {
+        let mut n = 0;
+        while n < out.len() && self.len > 0 {
+            let e = self.ids[self.head];
+            if n > 0 && (e.0 != out[n - 1].0 + 1 || e.1 != out[n - 1].1 + 1) {
+                break;
+            }
+            out[n] = e;
+            n += 1;
+            self.head = (self.head + 1) % self.ids.len();
+            self.len -= 1;
+        }
+        n
+    }
+
     /// Keep only the entries `live` accepts, in order.
     pub fn compact(&mut self, live: impl Fn(u32, u64) -> bool) {
         let n = self.len;

@@ -1,16 +1,20 @@
 //! Reclaim: keep resident pages under the budget, in two steps.
 //!
-//! 1. Soft eviction: victims from the LRU's inactive tail (second chance
-//!    for referenced pages) are moved out of their regions with
-//!    `UFFDIO_MOVE` into staging frames, atomically: a thread touching one
-//!    from then on faults.  Each gets a slot and the swap cache maps the
-//!    slot to its frame.  The page is still in memory: a touch finds it in
-//!    the swap cache and moves it back without IO, and activates it
-//!    through the LRU's per-CPU batches (seed 002): this is how the LRU
-//!    learns, user space having no accessed bits.
+//! 1. Eviction of a batch of victims from the LRU's inactive tail (second
+//!    chance for referenced pages), in `evict.rs`: clean pages are dropped
+//!    where they are (their slot holds them, or they are zeros), one
+//!    `process_madvise` for the batch; dirty pages are soft-evicted: moved
+//!    out of their regions with `UFFDIO_MOVE` into staging frames,
+//!    atomically, neighbours as one run.  A thread touching one from then
+//!    on faults.  Each gets a slot and the swap cache maps the slot to its
+//!    frame.  The page is still in memory: a touch finds it in the swap
+//!    cache and moves it back without IO, and activates it through the
+//!    LRU's per-CPU batches (seed 002): this is how the LRU learns, user
+//!    space having no accessed bits.  (`SwapBuilder::per_page_evict`:
+//!    every victim, clean ones too, moved alone, as before batching.)
 //! 2. Writeback: staged pages, oldest first, are written to their slots
-//!    (a clean page's slot already holds it: no IO) and their frames
-//!    discarded, a batch per `process_madvise`.  Only this frees memory.
+//!    and their frames discarded, a batch per `process_madvise`.  Only
+//!    this frees the memory of a dirty page.
 //!
 //! A clean page that never had a slot is still all zeros: it goes straight
 //! back to "never written", no slot, no IO.
@@ -31,8 +35,9 @@
 //! 1 s while the errors go on: a burst of them must not eat the swap
 //! space.  Never lost, never zeros.  The background reclaimer keeps
 //! resident pages (staged ones included) under the low watermark; a
-//! faulting thread that finds the budget exhausted reclaims directly
-//! before it installs its page.
+//! faulting thread reclaims directly before it installs its page only when
+//! the budget is exceeded by more than a batch (the reclaimer fell behind,
+//! or there is none).
 //!
 //! 2 MB units (seed 003) go out whole: the unit is moved with one
 //! `UFFDIO_MOVE` of 2 MB into an "out" staging unit (a PMD move when it is
@@ -170,21 +175,22 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
         }
         inner.discard_frames(&freed[..nfreed]);
         // Write back the oldest staged pages down to half the frames: the
-        // younger half stays in memory, where a touch costs no IO.
+        // younger half stays in memory, where a touch costs no IO.  A run
+        // staged together goes with one write.
         nfreed = 0;
         while done < nr
             && nfreed < BATCH
             && inner.staged_count() > inner.budget.staging_target
             && !writeback_held(inner)
         {
-            let Some((id, slot)) = inner.backing.staged.lock().pop() else {
+            let mut run = [(0u32, 0u64); BATCH];
+            let got = inner.backing.staged.lock().pop_run(&mut run[..BATCH - nfreed]);
+            if got == 0 {
                 break;
-            };
-            if let Some(f) = writeback(inner, id, slot) {
-                freed[nfreed] = f;
-                nfreed += 1;
-                done += 1;
             }
+            let k = writeback_run(inner, &run[..got], &mut freed[nfreed..]);
+            nfreed += k;
+            done += k;
         }
         inner.discard_frames(&freed[..nfreed]);
         if n > 0 && done == before {
@@ -344,6 +350,77 @@ pub(super) fn writeback_worked(inner: &Inner) {
 /// Whether unit eviction, which writes at once, must wait.
 pub(super) fn writes_held(inner: &Inner) -> bool {
     writeback_held(inner)
+}
+
+/// Write back the staged pages `run` (ring entries, oldest first); their
+/// frames, to be discarded and returned, go to `freed`.  Returns how many.
+fn writeback_run(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> usize {
+    if run.len() > 1 {
+        if let Some(k) = write_run(inner, run, freed) {
+            return k;
+        }
+    }
+    let mut k = 0;
+    for &(id, slot) in run {
+        if let Some(f) = writeback(inner, id, slot) {
+            freed[k] = f;
+            k += 1;
+        }
+    }
+    k
+}
+
+/// Write a run of staged neighbours with one IO: pages staged together
+/// (consecutive ids, slots and frames), all dirty, none all zeros.  None,
+/// with nothing changed, when the run is not such (a page touched or busy
+/// meanwhile) or its write failed: the caller goes page by page, where each
+/// page meets its own error and gets its own treatment.
+fn write_run(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option<usize> {
+    let mut claims: [Option<PageClaim<'_>>; BATCH] = [const { None }; BATCH];
+    let pool = &inner.frames.staging;
+    let mut f0 = 0;
+    let mut e0 = SwapEntry::NONE;
+    for (j, &(id, slot)) in run.iter().enumerate() {
+        let st = &inner.states[id as usize];
+        let w = st.load(Ordering::Acquire);
+        if w & page::BUSY != 0 || w & page::DIRTY == 0 || !live(inner, id, slot) {
+            return None;
+        }
+        let claim = PageClaim::try_claim(st, w)?;
+        let e = page::slot(w).expect("a staged page has a slot");
+        let f = inner.staged_frame(e);
+        if j == 0 {
+            (f0, e0) = (f, e);
+        } else if f != f0 + j as u32 {
+            return None;
+        }
+        // SAFETY: the staged page's frame is ours while we hold its claim.
+        if is_zero(unsafe { pool.bytes(f) }) {
+            return None;
+        }
+        claims[j] = Some(claim);
+    }
+    // SAFETY: we hold the claims of the pages these frames hold.
+    let buf = unsafe { pool.run_bytes(f0, run.len()) };
+    if inner.backing.devices[e0.device() as usize]
+        .write(e0.offset(), buf)
+        .is_err()
+    {
+        return None;
+    }
+    writeback_worked(inner);
+    for (j, claim) in claims[..run.len()].iter_mut().enumerate() {
+        let claim = claim.take().expect("claimed");
+        let e = page::slot(claim.found()).expect("a staged page has a slot");
+        inner.backing.swap_cache.delete(e);
+        inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+        inner.counters.evict_write.inc();
+        inner.counters.evictions.inc();
+        inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
+        claim.commit(page::with_slot(page::SWAPPED, e));
+        freed[j] = f0 + j as u32;
+    }
+    Some(run.len())
 }
 
 /// Write staged page `id` back to its slot; returns its frame, to be

@@ -1471,6 +1471,13 @@ fn writers_racing_batched_eviction_lose_nothing() {
                 .unwrap();
             let mut region = swap.map((4 * MIB) as usize).unwrap();
             hammer_counters(&mut region, 6, &what);
+            // Two passes of reads: pages come in clean and, the region
+            // being four times the budget, go out clean, dropped in place.
+            for _ in 0..2 {
+                for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+                    assert_eq!(page[..8], 6u64.to_ne_bytes(), "{what}: page {p}");
+                }
+            }
             let st = swap.stats();
             assert!(st.counter("evict_clean") > 100, "{what}: {:?}", st.counters);
             assert!(st.counter("staged") > 100, "{what}: {:?}", st.counters);
@@ -1481,6 +1488,12 @@ fn writers_racing_batched_eviction_lose_nothing() {
                 assert!(
                     moves * 2 < staged,
                     "{what}: runs of neighbours: {:?}",
+                    st.counters
+                );
+                let (writes, pages) = (st.counter("io_writes"), st.counter("io_write_pages"));
+                assert!(
+                    writes * 2 < pages,
+                    "{what}: runs written with one IO: {:?}",
                     st.counters
                 );
             }

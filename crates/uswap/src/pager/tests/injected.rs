@@ -178,7 +178,13 @@ fn a_failed_move_back_after_a_write_error_keeps_the_page() {
             }
             settle(&region);
             let st = swap.stats();
-            assert_eq!(st.counter("io_write_errors"), 1, "{mode:?}: {:?}", st.counters);
+            // The failed call, and its first page again when it was a run
+            // written back page by page after it failed.
+            assert!(
+                (1..=2).contains(&st.counter("io_write_errors")),
+                "{mode:?}: {:?}",
+                st.counters
+            );
             assert_eq!(
                 st.counter("swapout_errors"),
                 u64::from(!copy_fails),

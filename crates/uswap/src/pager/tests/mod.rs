@@ -457,7 +457,12 @@ fn write_error_keeps_the_page_and_retires_the_slot() {
     }
     let st = swap.stats();
     assert_eq!(st.counter("swapout_errors"), 1, "{:?}", st.counters);
-    assert_eq!(st.counter("io_write_errors"), 1);
+    // The failed call, and its first page again if it was a run.
+    assert!(
+        (1..=2).contains(&st.counter("io_write_errors")),
+        "{:?}",
+        st.counters
+    );
     drop(region);
     swap.swap_space().drain_slot_caches();
     assert_eq!(
