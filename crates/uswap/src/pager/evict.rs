@@ -242,10 +242,10 @@ fn stage_run(
     let pool = &inner.frames.staging;
     let Some(f0) = pool.get_run(n as u32) else {
         if n > 1 {
-            // No run of frames that long: page by page.
-            for j in 0..n {
-                stage_run(inner, ids, claims, &idx[j..j + 1], out);
-            }
+            // No run of frames that long (writeback is behind): halves.
+            let half = n / 2;
+            stage_run(inner, ids, claims, &idx[..half], out);
+            stage_run(inner, ids, claims, &idx[half..], out);
         } else {
             // No frame at all: writeback frees some; try later.
             drop(claims[idx[0] as usize].take());
@@ -294,13 +294,10 @@ fn stage_run(
             Err((moved, err)) => ((moved / PAGE) as usize, Some(err)),
         };
         for j in s..s + k {
-            staged(
-                inner,
-                claims[idx[j] as usize].take().expect("claimed"),
-                ids[idx[j] as usize],
-                slots[j],
-            );
+            staged(inner, claims[idx[j] as usize].take().expect("claimed"), slots[j]);
         }
+        // On the ring together, so writeback finds them as one run.
+        enqueue_run(inner, (s..s + k).map(|j| (ids[idx[j] as usize], slots[j])));
         s += k;
         let Some(mut err) = err else {
             break;
@@ -312,12 +309,8 @@ fn stage_run(
             inner.counters.evict_moves.inc();
             match inner.move_out(pool.addr(frame(s)), addr(s), PAGE) {
                 Ok(()) => {
-                    staged(
-                        inner,
-                        claims[idx[s] as usize].take().expect("claimed"),
-                        ids[idx[s] as usize],
-                        slots[s],
-                    );
+                    staged(inner, claims[idx[s] as usize].take().expect("claimed"), slots[s]);
+                    enqueue(inner, ids[idx[s] as usize], slots[s]);
                     s += 1;
                     continue;
                 }
@@ -335,8 +328,9 @@ fn stage_run(
     }
 }
 
-/// Dirty page `id` is in its staging frame now, cached under slot `e`.
-fn staged(inner: &Inner, claim: PageClaim<'_>, id: u32, e: SwapEntry) {
+/// A dirty page is in its staging frame now, cached under slot `e`; the
+/// caller puts it on the staged ring.
+fn staged(inner: &Inner, claim: PageClaim<'_>, e: SwapEntry) {
     let w = claim.found();
     // Its old slot (if any) holds an older copy.
     if let Some(o) = page::slot(w) {
@@ -345,7 +339,6 @@ fn staged(inner: &Inner, claim: PageClaim<'_>, id: u32, e: SwapEntry) {
     inner.counters.staged.inc();
     inner.budget.staged.fetch_add(1, Ordering::Relaxed);
     claim.commit(page::with_slot(page::STAGED | page::DIRTY, e));
-    enqueue(inner, id, e);
 }
 
 /// The program discarded (`MADV_DONTNEED`) or unmapped the claimed
@@ -385,10 +378,17 @@ pub(super) fn live(inner: &Inner, id: u32, slot: u64) -> bool {
 /// Put a staged page on the ring (its state says staged already, so the
 /// entry is live when anyone can pop it).
 pub(super) fn enqueue(inner: &Inner, id: u32, e: SwapEntry) {
+    enqueue_run(inner, std::iter::once((id, e)));
+}
+
+/// Put staged pages on the ring, in order, under one hold of its lock.
+fn enqueue_run(inner: &Inner, pages: impl Iterator<Item = (u32, SwapEntry)>) {
     let mut ring = inner.backing.staged.lock();
-    if !ring.push(id, e) {
-        ring.compact(|i, s| live(inner, i, s));
-        // Live entries never outnumber the staging frames, half the ring.
-        assert!(ring.push(id, e), "staged ring full of live entries");
+    for (id, e) in pages {
+        if !ring.push(id, e) {
+            ring.compact(|i, s| live(inner, i, s));
+            // Live entries never outnumber the staging frames, half the ring.
+            assert!(ring.push(id, e), "staged ring full of live entries");
+        }
     }
 }

@@ -125,7 +125,13 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
         }
         let want = (nr - done).min(BATCH);
         let before = done;
-        // Soft-evict a batch of victims.
+        // Writeback first, so that the batch finds free staging frames
+        // for its runs of dirty pages.
+        write_back_oldest(inner, nr, &mut done);
+        if done >= nr {
+            break;
+        }
+        // Evict a batch of victims.
         let mut n = inner.lru.shrink_inactive_local(want * 2, &mut victims[..want]);
         if n == 0 {
             // Nothing this CPU can see: pages may wait in other CPUs'
@@ -174,25 +180,6 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
             }
         }
         inner.discard_frames(&freed[..nfreed]);
-        // Write back the oldest staged pages down to half the frames: the
-        // younger half stays in memory, where a touch costs no IO.  A run
-        // staged together goes with one write.
-        nfreed = 0;
-        while done < nr
-            && nfreed < BATCH
-            && inner.staged_count() > inner.budget.staging_target
-            && !writeback_held(inner)
-        {
-            let mut run = [(0u32, 0u64); BATCH];
-            let got = inner.backing.staged.lock().pop_run(&mut run[..BATCH - nfreed]);
-            if got == 0 {
-                break;
-            }
-            let k = writeback_run(inner, &run[..got], &mut freed[nfreed..]);
-            nfreed += k;
-            done += k;
-        }
-        inner.discard_frames(&freed[..nfreed]);
         if n > 0 && done == before {
             // Every victim refused (unevictable, busy): refill the
             // inactive list from the active one, or the same pages come
@@ -201,6 +188,30 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
         }
     }
     done
+}
+
+/// Write back the oldest staged pages down to half the staging frames
+/// (the younger half stays in memory, where a touch costs no IO), at most
+/// a batch, until `done` reaches `nr`.  A run staged together goes with one
+/// write.
+fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
+    let mut freed = [0u32; BATCH];
+    let mut nfreed = 0;
+    while *done < nr
+        && nfreed < BATCH
+        && inner.staged_count() > inner.budget.staging_target
+        && !writeback_held(inner)
+    {
+        let mut run = [(0u32, 0u64); BATCH];
+        let got = inner.backing.staged.lock().pop_run(&mut run[..BATCH - nfreed]);
+        if got == 0 {
+            break;
+        }
+        let k = writeback_run(inner, &run[..got], &mut freed[nfreed..]);
+        nfreed += k;
+        *done += k;
+    }
+    inner.discard_frames(&freed[..nfreed]);
 }
 
 /// A victim that did not leave memory goes back on the LRU, if it is
@@ -354,62 +365,70 @@ pub(super) fn writes_held(inner: &Inner) -> bool {
 
 /// Write back the staged pages `run` (ring entries, oldest first); their
 /// frames, to be discarded and returned, go to `freed`.  Returns how many.
+/// Pages staged together (neighbouring frames) go with one IO; the rest,
+/// and a segment whose write fails, page by page, where each page meets
+/// its own error and gets its own treatment.
 fn writeback_run(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> usize {
-    if run.len() > 1 {
-        if let Some(k) = write_run(inner, run, freed) {
-            return k;
-        }
-    }
     let mut k = 0;
-    for &(id, slot) in run {
-        if let Some(f) = writeback(inner, id, slot) {
+    let mut s = 0;
+    while s < run.len() {
+        if let Some(n) = write_segment(inner, &run[s..], &mut freed[k..]) {
+            k += n;
+            s += n;
+            continue;
+        }
+        if let Some(f) = writeback(inner, run[s].0, run[s].1) {
             freed[k] = f;
             k += 1;
         }
+        s += 1;
     }
     k
 }
 
-/// Write a run of staged neighbours with one IO: pages staged together
-/// (consecutive ids, slots and frames), all dirty, none all zeros.  None,
-/// with nothing changed, when the run is not such (a page touched or busy
-/// meanwhile) or its write failed: the caller goes page by page, where each
-/// page meets its own error and gets its own treatment.
-fn write_run(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option<usize> {
+/// Write the longest segment at the start of `run` (consecutive ids and
+/// slots already) whose pages are still staged, dirty, not all zeros and
+/// in neighbouring frames, with one IO.  None, with nothing changed, when
+/// that is fewer than two pages or the write fails.
+fn write_segment(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option<usize> {
     let mut claims: [Option<PageClaim<'_>>; BATCH] = [const { None }; BATCH];
     let pool = &inner.frames.staging;
     let mut f0 = 0;
     let mut e0 = SwapEntry::NONE;
+    let mut n = 0;
     for (j, &(id, slot)) in run.iter().enumerate() {
         let st = &inner.states[id as usize];
         let w = st.load(Ordering::Acquire);
         if w & page::BUSY != 0 || w & page::DIRTY == 0 || !live(inner, id, slot) {
-            return None;
+            break;
         }
-        let claim = PageClaim::try_claim(st, w)?;
+        let Some(claim) = PageClaim::try_claim(st, w) else {
+            break;
+        };
         let e = page::slot(w).expect("a staged page has a slot");
         let f = inner.staged_frame(e);
         if j == 0 {
             (f0, e0) = (f, e);
         } else if f != f0 + j as u32 {
-            return None;
+            break;
         }
         // SAFETY: the staged page's frame is ours while we hold its claim.
         if is_zero(unsafe { pool.bytes(f) }) {
-            return None;
+            break;
         }
         claims[j] = Some(claim);
+        n += 1;
+    }
+    if n < 2 {
+        return None;
     }
     // SAFETY: we hold the claims of the pages these frames hold.
-    let buf = unsafe { pool.run_bytes(f0, run.len()) };
-    if inner.backing.devices[e0.device() as usize]
-        .write(e0.offset(), buf)
-        .is_err()
-    {
+    let buf = unsafe { pool.run_bytes(f0, n) };
+    if inner.backing.devices[e0.device() as usize].write(e0.offset(), buf).is_err() {
         return None;
     }
     writeback_worked(inner);
-    for (j, claim) in claims[..run.len()].iter_mut().enumerate() {
+    for (j, claim) in claims[..n].iter_mut().enumerate() {
         let claim = claim.take().expect("claimed");
         let e = page::slot(claim.found()).expect("a staged page has a slot");
         inner.backing.swap_cache.delete(e);
@@ -420,7 +439,7 @@ fn write_run(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option<usi
         claim.commit(page::with_slot(page::SWAPPED, e));
         freed[j] = f0 + j as u32;
     }
-    Some(run.len())
+    Some(n)
 }
 
 /// Write staged page `id` back to its slot; returns its frame, to be
