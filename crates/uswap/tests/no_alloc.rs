@@ -185,7 +185,8 @@ fn fault_path_does_not_allocate() {
         st.counter("evictions") > 2000
             && st.counter("swapins") > 50
             && st.counter("swapins") + st.counter("readahead") > 1000
-            && st.counter("evict_clean") > 20,
+            && st.counter("evict_clean") > 20
+            && st.counter("fault_around") > 100,
         "{:?}",
         st.counters
     );

@@ -154,6 +154,9 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             page::RESIDENT
         });
         inner.lru.add(id);
+        if inner.readahead {
+            read_ahead(inner, addr, id, write);
+        }
         return false;
     };
     let b = inner.frames.bounce.get_waiting();
@@ -185,7 +188,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             inner.lru.add(id);
             inner.lru.activate(id);
             if inner.readahead {
-                read_ahead(inner, addr, id);
+                read_ahead(inner, addr, id, write);
             }
             false
         }
@@ -382,7 +385,7 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
 }
 
 /// Most pages one fault reads ahead.
-const READAHEAD_MAX: u32 = 32;
+pub(super) const READAHEAD_MAX: u32 = 32;
 
 thread_local! {
     /// This thread's readahead state: the page address a fault would be at
@@ -393,19 +396,30 @@ thread_local! {
     static READAHEAD: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
 }
 
-/// Swap-in readahead after the swap-in of page `id` at `addr` (the
-/// kernel's `swap_vma_readahead`): the window doubles, from 2 to
-/// [`READAHEAD_MAX`], while faults come where the last readahead ended,
-/// and halves otherwise; up to that many of the following pages that are
-/// swapped out are read and installed, each under its own claim.  A
-/// page is only ever installed where it is missing and claimed, so a
-/// program's write to it waits for the install and then takes its
-/// write-protect fault: nothing it writes is overwritten.  It stops at the
-/// first page that is not swapped out, not this region's next page,
-/// claimed by someone else, or would take the resident set over budget
-/// (readahead never reclaims), and on any error (the page stays swapped;
-/// a fault on it retries the read and handles the error).
-fn read_ahead(inner: &Inner, addr: u64, id: u32) {
+/// Readahead after the fault on page `id` at `addr` (the kernel's
+/// `swap_vma_readahead`, and fault-around for never-written pages): the
+/// window doubles, from 2 to [`READAHEAD_MAX`], while faults come where
+/// the last readahead ended, and halves otherwise; up to that many of the
+/// following pages that are swapped out or never written are installed,
+/// under their own claims, a run of alike pages (a run of neighbouring
+/// slots read with one IO) with one `UFFDIO_COPY`.  A page is only ever
+/// installed where it is missing and claimed, so a program's write to it
+/// waits for the install and then takes its write-protect fault if it
+/// went in clean: nothing it writes is overwritten.  It stops at the first
+/// page that is neither, not this region's next page, claimed by someone
+/// else, or would take the resident set over budget (readahead never
+/// reclaims), and on any error (the page stays as it was; a fault on it
+/// does the work and handles the error).
+///
+/// How a page goes in: read from RAM, writable and dirty (a program's
+/// write to it then costs nothing, where a clean page's first write is a
+/// write-protect fault and a TLB flush: pmbench's linear walk at 80% reads
+/// ran 9% slower with clean read-ahead pages than with none, and writing
+/// it back to RAM costs half a microsecond); read from a file, clean,
+/// keeping its slot (writing it back would be an IO); never written, as
+/// the fault's own page went in (a write fault: writable and dirty, so a
+/// sequential writer takes one fault per run, not per page).
+fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool) {
     let (next, window) = READAHEAD.with(Cell::get);
     let window = if addr == next {
         (window * 2).clamp(2, READAHEAD_MAX)
@@ -414,54 +428,139 @@ fn read_ahead(inner: &Inner, addr: u64, id: u32) {
     };
     let mut done = 0;
     while done < window {
-        let (nid, naddr) = (id as usize + 1 + done as usize, addr + PAGE * (1 + done as u64));
+        let k = read_ahead_run(inner, addr + PAGE * (1 + done as u64), id + 1 + done, window - done, write);
+        if k == 0 {
+            break;
+        }
+        done += k;
+    }
+    READAHEAD.with(|r| r.set((addr + PAGE * (1 + done as u64), window)));
+}
+
+/// Install the run of alike pages at `addr` (page `id` on), at most `max`:
+/// returns how many went in.
+fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u32 {
+    const MAX: usize = READAHEAD_MAX as usize;
+    let mut claims: [Option<PageClaim<'_>>; MAX] = [const { None }; MAX];
+    let mut slots = [SwapEntry::NONE; MAX];
+    let (mut never, mut dirty, mut device) = (false, false, 0);
+    let mut n = 0;
+    while n < max as usize {
+        let (nid, naddr) = (id as usize + n, addr + PAGE * n as u64);
         if nid >= inner.states.len()
             || inner.addrs[nid].load(Ordering::Relaxed) != naddr
-            || inner.budget.resident.load(Ordering::Relaxed) + 1 >= inner.budget.limit
+            || inner.budget.resident.load(Ordering::Relaxed) + n + 1 >= inner.budget.limit
         {
             break;
         }
         let st = &inner.states[nid];
         let w = st.load(Ordering::Acquire);
-        if page::kind(w) != page::SWAPPED || w & (page::BUSY | page::UNIT) != 0 {
+        let kind = page::kind(w);
+        if (kind != page::SWAPPED && kind != page::NEVER) || w & (page::BUSY | page::UNIT) != 0 {
+            break;
+        }
+        let e = page::slot(w);
+        let this_never = kind == page::NEVER;
+        let this_device = e.map_or(0, |e| e.device());
+        let this_dirty = match e {
+            None => write,
+            Some(e) => inner.backing.devices[e.device() as usize].kind() == BackendKind::Ram,
+        };
+        if n > 0 && (this_never != never || this_dirty != dirty || this_device != device) {
             break;
         }
         let Some(claim) = PageClaim::try_claim(st, w) else {
             break;
         };
-        let e = page::slot(w).expect("a swapped page has a slot");
-        let Some(b) = inner.frames.bounce.get() else {
-            break;
-        };
-        let device = &inner.backing.devices[e.device() as usize];
-        // A page read ahead from RAM goes in writable and dirty: a
-        // program's write to it then costs nothing, where a clean page's
-        // first write is a write-protect fault and a TLB flush (pmbench's
-        // linear walk at 80% reads ran 9% slower with clean read-ahead
-        // pages than with none), and writing it back to RAM costs half a
-        // microsecond.  From a file, where a write back is an IO, it goes
-        // in clean, keeping its slot.
-        let dirty = device.kind() == BackendKind::Ram;
-        // SAFETY: we hold bounce frame `b`.
-        let buf = unsafe { inner.frames.bounce.bytes(b) };
-        let ok =
-            device.read(e.offset(), buf).is_ok() && inner.copy(naddr, buf.as_ptr(), PAGE, !dirty).is_ok();
-        inner.frames.bounce.put(b);
-        if !ok {
-            // The claim's drop leaves the page swapped.
-            break;
-        }
-        inner.counters.readahead.inc();
-        inner.budget.resident.fetch_add(1, Ordering::Relaxed);
-        if dirty {
-            inner.free_slot(e);
-            claim.commit(page::RESIDENT | page::DIRTY);
-        } else {
-            claim.commit(page::with_slot(page::RESIDENT, e));
-        }
-        // Inactive: read ahead, not yet used; the first to go if unused.
-        inner.lru.add(nid as u32);
-        done += 1;
+        (never, dirty, device) = (this_never, this_dirty, this_device);
+        slots[n] = e.unwrap_or(SwapEntry::NONE);
+        claims[n] = Some(claim);
+        n += 1;
     }
-    READAHEAD.with(|r| r.set((addr + PAGE * (1 + done as u64), window)));
+    if n == 0 {
+        return 0;
+    }
+    // Neighbouring bounce frames for a swapped run (as many as there
+    // are: the run shrinks to fit), read with one IO where its slots are
+    // neighbours too; a never-written run copies from the zero pages.
+    let mut frames = None;
+    let src = if never {
+        inner.frames.zero.addr()
+    } else {
+        let pool = &inner.frames.bounce;
+        let mut nb = n;
+        let b0 = loop {
+            if let Some(b0) = pool.get_run(nb as u32) {
+                break Some(b0);
+            }
+            nb /= 2;
+            if nb == 0 {
+                break None;
+            }
+        };
+        let Some(b0) = b0 else {
+            return 0;
+        };
+        frames = Some((b0, nb));
+        n = nb;
+        let dev = &inner.backing.devices[device as usize];
+        // SAFETY: we hold bounce frames `b0..b0 + nb`.
+        let buf = unsafe { pool.run_bytes(b0, nb) };
+        let neighbours = (1..n).all(|j| slots[j].raw() == slots[0].raw() + j as u64);
+        n = if neighbours {
+            if dev.read(slots[0].offset(), buf).is_ok() {
+                n
+            } else {
+                0
+            }
+        } else {
+            (0..n)
+                .take_while(|&j| {
+                    dev.read(slots[j].offset(), &mut buf[j * PAGE_SIZE..(j + 1) * PAGE_SIZE])
+                        .is_ok()
+                })
+                .count()
+        };
+        pool.addr(b0)
+    };
+    let copied = if n == 0 {
+        0
+    } else {
+        match inner.copy(addr, src as *const u8, n as u64 * PAGE, !dirty) {
+            Ok(()) => n,
+            Err((done, _)) => (done / PAGE) as usize,
+        }
+    };
+    if let Some((b0, nb)) = frames {
+        for b in b0..b0 + nb as u32 {
+            inner.frames.bounce.put(b);
+        }
+    }
+    // What went in is committed; the claims of the rest are dropped,
+    // leaving those pages as they were.
+    for (j, claim) in claims.iter_mut().enumerate().take(copied) {
+        let claim = claim.take().expect("claimed");
+        let nid = id + j as u32;
+        inner.budget.resident.fetch_add(1, Ordering::Relaxed);
+        let next = if never {
+            inner.counters.fault_around.inc();
+            if dirty {
+                page::RESIDENT | page::DIRTY
+            } else {
+                page::RESIDENT
+            }
+        } else {
+            inner.counters.readahead.inc();
+            if dirty {
+                inner.free_slot(slots[j]);
+                page::RESIDENT | page::DIRTY
+            } else {
+                page::with_slot(page::RESIDENT, slots[j])
+            }
+        };
+        claim.commit(next);
+        // Inactive: read ahead, not yet used; the first to go if unused.
+        inner.lru.add(nid);
+    }
+    copied as u32
 }

@@ -47,6 +47,7 @@ pub(crate) struct Counters {
     pub swapout_retries: Arc<Counter>,
     pub swapin_retries: Arc<Counter>,
     pub readahead: Arc<Counter>,
+    pub fault_around: Arc<Counter>,
 }
 
 impl Counters {
@@ -79,6 +80,7 @@ impl Counters {
             swapout_retries: r.counter("swapout_retries"),
             swapin_retries: r.counter("swapin_retries"),
             readahead: r.counter("readahead"),
+            fault_around: r.counter("fault_around"),
         }
     }
 }
@@ -136,7 +138,8 @@ pub(crate) struct Frames {
     /// and receiving units moved out (registered).
     pub unit_in: UnitPool,
     pub unit_out: UnitPool,
-    /// A page of zeros, the source of zero-fill copies.
+    /// Pages of zeros (as many as one readahead installs), the source of
+    /// zero-fill copies.
     pub zero: Mapping,
 }
 

@@ -324,12 +324,17 @@ impl SwapBuilder {
             // SAFETY: nobody holds any frame yet.
             unsafe { bounce.bytes(f) }.fill(0);
         }
-        let zero = Mapping::new(PAGE_SIZE, PAGE_SIZE).map_err(|source| PagerError::Mmap {
-            bytes: PAGE_SIZE,
+        let zero_bytes = fault::READAHEAD_MAX as usize * PAGE_SIZE;
+        let zero = Mapping::new(zero_bytes, PAGE_SIZE).map_err(|source| PagerError::Mmap {
+            bytes: zero_bytes,
             source,
         })?;
-        // SAFETY: a fresh private page of our own; reading it populates it.
-        unsafe { std::ptr::write_volatile(zero.addr() as *mut u8, 0) };
+        for at in (0..zero_bytes).step_by(PAGE_SIZE) {
+            // SAFETY: fresh private pages of our own.  Reading maps each
+            // to the kernel's one zero page: copies from them never fault,
+            // and read one cache-hot page, not 32.
+            unsafe { std::ptr::read_volatile((zero.addr() as usize + at) as *const u8) };
+        }
         // MOVE needs its destination registered with the same descriptor.
         uffd.register(
             staging.mapping().addr(),
