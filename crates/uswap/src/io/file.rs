@@ -159,6 +159,20 @@ impl PageStore for FileStore {
         true
     }
 
+    fn file_pieces(
+        &self,
+        offset: u64,
+        pages: u64,
+        piece: &mut dyn FnMut(i32, u64, std::ops::Range<usize>),
+    ) -> bool {
+        let all = self.for_each_run(offset, pages, |file, pos, range| {
+            piece(file.as_raw_fd(), pos, range);
+            Ok(())
+        });
+        debug_assert!(all.is_ok(), "queuing pieces cannot fail");
+        true
+    }
+
     fn extent_map(&self) -> Option<&ExtentMap> {
         Some(&self.map)
     }

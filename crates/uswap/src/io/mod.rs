@@ -41,6 +41,7 @@
 mod backing;
 mod file;
 mod ram;
+mod uring;
 
 use std::io;
 use std::path::PathBuf;
@@ -55,6 +56,7 @@ pub use backing::{from_sources, BackingInfo, ExtentSource};
 use backing::{Access, Backing};
 use file::FileStore;
 use ram::RamStore;
+pub use uring::{WriteJob, WriteRing};
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
@@ -250,6 +252,18 @@ pub trait PageStore: Send + Sync {
     fn extent_map(&self) -> Option<&ExtentMap> {
         None
     }
+    /// For a store in files: call `piece(fd, byte position, buffer byte
+    /// range)` for each piece of slots `offset..offset + pages` that is
+    /// contiguous in one file, in order, and return true; a store with
+    /// nothing to queue (RAM) returns false.
+    fn file_pieces(
+        &self,
+        _offset: u64,
+        _pages: u64,
+        _piece: &mut dyn FnMut(i32, u64, std::ops::Range<usize>),
+    ) -> bool {
+        false
+    }
     /// Fields for `IoDevice`'s `Debug`.
     fn describe(&self, _d: &mut std::fmt::DebugStruct<'_, '_>) {}
 }
@@ -274,6 +288,10 @@ pub struct IoDevice {
     window_read: AtomicU64,
     #[cfg(test)]
     window_errno: std::sync::atomic::AtomicI32,
+    /// Test hook: this many of the next writes queued on an io_uring
+    /// write half their bytes, as a short write would.
+    #[cfg(test)]
+    short_writes: std::sync::atomic::AtomicUsize,
     write_pages: Arc<Counter>,
     /// Writes that worked: `io_write_pages` over this is the average
     /// write, in pages.
@@ -413,6 +431,8 @@ impl IoDevice {
             window_read: AtomicU64::new(0),
             #[cfg(test)]
             window_errno: std::sync::atomic::AtomicI32::new(0),
+            #[cfg(test)]
+            short_writes: std::sync::atomic::AtomicUsize::new(0),
             write_pages: registry.counter("io_write_pages"),
             writes: registry.counter("io_writes"),
             read_pages: registry.counter("io_read_pages"),
@@ -501,6 +521,22 @@ impl IoDevice {
     ///
     /// Never allocates.
     pub fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        let pages = self.begin_write(offset, buf)?;
+        match self.store.write(offset, buf) {
+            Ok(()) => {
+                self.wrote(pages);
+                Ok(())
+            }
+            Err(e) => {
+                self.write_errors.inc();
+                Err(e)
+            }
+        }
+    }
+
+    /// A write's checks (and, in tests, its injected failures); returns
+    /// its pages.
+    fn begin_write(&self, offset: u64, buf: &[u8]) -> Result<u64, IoError> {
         let pages = self.check(offset, buf.len(), buf.as_ptr() as usize)?;
         #[cfg(test)]
         if let Some(slot) = Self::take_injected(&self.armed_write, offset, pages) {
@@ -518,17 +554,13 @@ impl IoDevice {
                 source: io::Error::from_raw_os_error(errno),
             });
         }
-        match self.store.write(offset, buf) {
-            Ok(()) => {
-                self.write_pages.add(pages);
-                self.writes.inc();
-                Ok(())
-            }
-            Err(e) => {
-                self.write_errors.inc();
-                Err(e)
-            }
-        }
+        Ok(pages)
+    }
+
+    /// Count a write of `pages` that worked.
+    fn wrote(&self, pages: u64) {
+        self.write_pages.add(pages);
+        self.writes.inc();
     }
 
     /// Read slots `offset..offset + n` into `buf`, `n >= 1` whole pages.
@@ -572,12 +604,26 @@ impl IoDevice {
         }
     }
 
+    /// Test hook: the next `n` writes queued on an io_uring
+    /// (`WriteRing`) write half their bytes, as a short write would.
+    #[cfg(test)]
+    pub fn inject_short_writes(&self, n: usize) {
+        self.short_writes.store(n, Ordering::Relaxed);
+    }
+
+    /// Test hook: whether the write being queued is to come back short.
+    #[cfg(test)]
+    pub(crate) fn take_short_write(&self) -> bool {
+        self.short_writes
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
     /// Test hook: make the next write (or read, per `op`) whose slots
     /// include `offset` ([`ANY_SLOT`]: whatever its slots; see
     /// `take_injected` for a call of several pages) fail with EIO before
-    /// doing any IO, once.  Arming
-    /// again replaces the previous slot for that op.  Lets the pager's
-    /// error paths be tested; allocation-free.
+    /// doing any IO, once.  Arming again replaces the previous slot for
+    /// that op.  Lets the pager's error paths be tested; allocation-free.
     #[cfg(test)]
     pub fn inject_error(&self, offset: u64, op: IoOp) {
         let armed = match op {

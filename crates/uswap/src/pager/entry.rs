@@ -80,6 +80,7 @@ use super::instance::Inner;
 use super::page::{self, UNIT_BYTES, UNIT_PAGES};
 use super::signals::{self, SignalsBlocked};
 use super::{reclaim, report};
+use crate::io::{BackendKind, WriteRing};
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -305,6 +306,30 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> JoinHandle<(
     signals::spawn("uswap-reclaim", move || {
         let mut last_watch = Instant::now();
         let mut watches = 0u32;
+        // Swap files are written back through an io_uring of this
+        // thread's, several writes in flight; without one (no io_uring in
+        // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
+        // time, said once.
+        let mut ring = match Inner::upgrade(&weak) {
+            Some(inner)
+                if inner
+                    .backing
+                    .devices
+                    .iter()
+                    .any(|d| d.kind() == BackendKind::File) =>
+            {
+                match WriteRing::new() {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        report::line(format_args!(
+                            "uswap: no io_uring here ({e}); swap file writes go one pwrite at a time"
+                        ));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
         loop {
             let Some(inner) = Inner::upgrade(&weak) else {
                 return;
@@ -315,7 +340,9 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> JoinHandle<(
                 watch(watches % SCAN_EVERY == 1);
             }
             let resident = inner.budget.resident.load(Ordering::Relaxed);
-            if resident > inner.budget.low && reclaim::reclaim(&inner, resident - inner.budget.low) > 0 {
+            if resident > inner.budget.low
+                && reclaim::reclaim(&inner, resident - inner.budget.low, ring.as_mut()) > 0
+            {
                 continue;
             }
             drop(inner);

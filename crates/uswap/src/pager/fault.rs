@@ -428,7 +428,13 @@ fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool) {
     };
     let mut done = 0;
     while done < window {
-        let k = read_ahead_run(inner, addr + PAGE * (1 + done as u64), id + 1 + done, window - done, write);
+        let k = read_ahead_run(
+            inner,
+            addr + PAGE * (1 + done as u64),
+            id + 1 + done,
+            window - done,
+            write,
+        );
         if k == 0 {
             break;
         }

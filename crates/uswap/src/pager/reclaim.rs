@@ -65,7 +65,7 @@ use super::instance::Inner;
 use super::instance::Installed;
 use super::page::{self, PageClaim, UNIT_BYTES, UNIT_PAGES};
 use super::report;
-use crate::io::{monotonic_ns, IoError};
+use crate::io::{monotonic_ns, IoError, WriteJob, WriteRing};
 use crate::swap_cache::PageHandle;
 use crate::swap_space::{SwapEntry, SwapError};
 use crate::PAGE_SIZE;
@@ -94,7 +94,8 @@ pub(super) fn make_room(inner: &Inner) {
         return;
     }
     inner.counters.direct_reclaim.inc();
-    if reclaim(inner, BATCH) == 0 && inner.budget.resident.load(Ordering::Relaxed) >= b.limit + b.slack {
+    if reclaim(inner, BATCH, None) == 0 && inner.budget.resident.load(Ordering::Relaxed) >= b.limit + b.slack
+    {
         inner.counters.overrun.inc();
     }
 }
@@ -106,13 +107,15 @@ pub(super) fn make_room_for(inner: &Inner, n: usize) {
     }
     inner.counters.direct_reclaim.inc();
     let want = inner.budget.resident.load(Ordering::Relaxed) + n - inner.budget.limit;
-    if reclaim(inner, want) < want && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit {
+    if reclaim(inner, want, None) < want
+        && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit
+    {
         inner.counters.overrun.inc();
     }
 }
 
 /// Free up to `nr` pages of memory; returns how many.
-pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
+pub(super) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>) -> usize {
     let mut victims = [0u32; BATCH];
     let mut freed = [0u32; BATCH];
     let mut done = 0;
@@ -127,7 +130,10 @@ pub(super) fn reclaim(inner: &Inner, nr: usize) -> usize {
         let before = done;
         // Writeback first, so that the batch finds free staging frames
         // for its runs of dirty pages.
-        write_back_oldest(inner, nr, &mut done);
+        match ring.as_deref_mut() {
+            Some(ring) => write_back_queued(inner, ring, nr, &mut done),
+            None => write_back_oldest(inner, nr, &mut done),
+        }
         if done >= nr {
             break;
         }
@@ -212,6 +218,97 @@ fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
         *done += k;
     }
     inner.discard_frames(&freed[..nfreed]);
+}
+
+/// Runs one round of queued writeback takes, and pages: several writes in
+/// flight, a few hundred KiB.
+const QUEUE_RUNS: usize = 8;
+const QUEUE_PAGES: usize = 4 * BATCH;
+
+/// `write_back_oldest` for the background reclaimer, which owns an
+/// io_uring: the segments of up to [`QUEUE_RUNS`] runs are written in
+/// flight together (`io::WriteRing`); what is not written that way (a page
+/// left out of its run's segment, a failed or short write) goes page by
+/// page, synchronously, as in `write_back_oldest`.
+fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, done: &mut usize) {
+    let mut freed = [0u32; QUEUE_PAGES];
+    let mut nfreed = 0;
+    while *done < nr
+        && nfreed < QUEUE_PAGES
+        && inner.staged_count() > inner.budget.staging_target
+        && !writeback_held(inner)
+    {
+        let mut runs = [[(0u32, 0u64); BATCH]; QUEUE_RUNS];
+        let mut lens = [0usize; QUEUE_RUNS];
+        let mut nruns = 0;
+        let mut pages = 0;
+        {
+            let mut ring = inner.backing.staged.lock();
+            while nruns < QUEUE_RUNS && nfreed + pages < QUEUE_PAGES {
+                let room = (QUEUE_PAGES - nfreed - pages).min(BATCH);
+                let got = ring.pop_run(&mut runs[nruns][..room]);
+                if got == 0 {
+                    break;
+                }
+                lens[nruns] = got;
+                pages += got;
+                nruns += 1;
+            }
+        }
+        if nruns == 0 {
+            break;
+        }
+        let mut segs: [Segment<'_>; QUEUE_RUNS] = std::array::from_fn(|_| Segment::empty());
+        for q in 0..nruns {
+            segs[q] = claim_segment(inner, &runs[q][..lens[q]]);
+        }
+        // One write per claimed segment, in flight together.
+        let mut jobs: [Option<WriteJob<'_>>; QUEUE_RUNS] = [const { None }; QUEUE_RUNS];
+        let mut of_job = [0usize; QUEUE_RUNS];
+        let mut nq = 0;
+        for (q, seg) in segs[..nruns].iter().enumerate() {
+            if seg.n == 0 {
+                continue;
+            }
+            jobs[nq] = Some(WriteJob {
+                device: &inner.backing.devices[seg.e0.device() as usize],
+                offset: seg.e0.offset(),
+                // SAFETY: we hold the claims of the pages these frames hold.
+                buf: unsafe { inner.frames.staging.run_bytes(seg.f0, seg.n) },
+            });
+            of_job[nq] = q;
+            nq += 1;
+        }
+        let mut ok = [false; QUEUE_RUNS];
+        ring.write_batch(&jobs[..nq], &mut ok[..nq]);
+        let mut written = [false; QUEUE_RUNS];
+        for k in 0..nq {
+            written[of_job[k]] = ok[k];
+        }
+        for q in 0..nruns {
+            let seg = std::mem::replace(&mut segs[q], Segment::empty());
+            let from = if written[q] {
+                let n = seg.n;
+                if n > 0 {
+                    writeback_worked(inner);
+                }
+                commit_segment(inner, seg, &mut freed[nfreed..]);
+                nfreed += n;
+                *done += n;
+                n
+            } else {
+                // Dropped: the claims go back, nothing changed.
+                drop(seg);
+                0
+            };
+            let k = writeback_run(inner, &runs[q][from..lens[q]], &mut freed[nfreed..]);
+            nfreed += k;
+            *done += k;
+        }
+    }
+    for chunk in freed[..nfreed].chunks(BATCH) {
+        inner.discard_frames(chunk);
+    }
 }
 
 /// A victim that did not leave memory goes back on the LRU, if it is
@@ -386,16 +483,31 @@ fn writeback_run(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> usize 
     k
 }
 
-/// Write the longest segment at the start of `run` (consecutive ids and
-/// slots already) whose pages are still staged, dirty, not all zeros and
-/// in neighbouring frames, with one IO.  None, with nothing changed, when
-/// that is fewer than two pages or the write fails.
-fn write_segment(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option<usize> {
-    let mut claims: [Option<PageClaim<'_>>; BATCH] = [const { None }; BATCH];
+/// The longest segment at the start of a run (consecutive ids and slots
+/// already) whose pages are still staged, dirty, not all zeros and in
+/// neighbouring frames, claimed: one write can take it.
+struct Segment<'a> {
+    claims: [Option<PageClaim<'a>>; BATCH],
+    /// The first page's frame and slot.
+    f0: u32,
+    e0: SwapEntry,
+    n: usize,
+}
+
+impl Segment<'_> {
+    fn empty() -> Self {
+        Segment {
+            claims: [const { None }; BATCH],
+            f0: 0,
+            e0: SwapEntry::NONE,
+            n: 0,
+        }
+    }
+}
+
+fn claim_segment<'a>(inner: &'a Inner, run: &[(u32, u64)]) -> Segment<'a> {
+    let mut seg = Segment::empty();
     let pool = &inner.frames.staging;
-    let mut f0 = 0;
-    let mut e0 = SwapEntry::NONE;
-    let mut n = 0;
     for (j, &(id, slot)) in run.iter().enumerate() {
         let st = &inner.states[id as usize];
         let w = st.load(Ordering::Acquire);
@@ -408,27 +520,24 @@ fn write_segment(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option
         let e = page::slot(w).expect("a staged page has a slot");
         let f = inner.staged_frame(e);
         if j == 0 {
-            (f0, e0) = (f, e);
-        } else if f != f0 + j as u32 {
+            (seg.f0, seg.e0) = (f, e);
+        } else if f != seg.f0 + j as u32 {
             break;
         }
         // SAFETY: the staged page's frame is ours while we hold its claim.
         if is_zero(unsafe { pool.bytes(f) }) {
             break;
         }
-        claims[j] = Some(claim);
-        n += 1;
+        seg.claims[j] = Some(claim);
+        seg.n += 1;
     }
-    if n < 2 {
-        return None;
-    }
-    // SAFETY: we hold the claims of the pages these frames hold.
-    let buf = unsafe { pool.run_bytes(f0, n) };
-    if inner.backing.devices[e0.device() as usize].write(e0.offset(), buf).is_err() {
-        return None;
-    }
-    writeback_worked(inner);
-    for (j, claim) in claims[..n].iter_mut().enumerate() {
+    seg
+}
+
+/// A segment's write worked: its pages are swapped out; their frames go
+/// to `freed`.
+fn commit_segment(inner: &Inner, mut seg: Segment<'_>, freed: &mut [u32]) {
+    for (j, claim) in seg.claims[..seg.n].iter_mut().enumerate() {
         let claim = claim.take().expect("claimed");
         let e = page::slot(claim.found()).expect("a staged page has a slot");
         inner.backing.swap_cache.delete(e);
@@ -437,8 +546,28 @@ fn write_segment(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option
         inner.counters.evictions.inc();
         inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
         claim.commit(page::with_slot(page::SWAPPED, e));
-        freed[j] = f0 + j as u32;
+        freed[j] = seg.f0 + j as u32;
     }
+}
+
+/// Write the segment at the start of `run` with one IO.  None, with
+/// nothing changed, when it is fewer than two pages or the write fails.
+fn write_segment(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option<usize> {
+    let seg = claim_segment(inner, run);
+    let n = seg.n;
+    if n < 2 {
+        return None;
+    }
+    // SAFETY: we hold the claims of the pages these frames hold.
+    let buf = unsafe { inner.frames.staging.run_bytes(seg.f0, n) };
+    if inner.backing.devices[seg.e0.device() as usize]
+        .write(seg.e0.offset(), buf)
+        .is_err()
+    {
+        return None;
+    }
+    writeback_worked(inner);
+    commit_segment(inner, seg, freed);
     Some(n)
 }
 
