@@ -323,12 +323,11 @@ impl SwapBuilder {
         // Bounce frames: one per fault reading a page in, a run per
         // readahead; 256 is many more than faults in flight at once.
         let bounce_frames = staging_frames.min(256);
-        let bounce = FramePool::new(bounce_frames, &registry, "bounce_frames").map_err(|source| {
-            PagerError::Mmap {
+        let bounce =
+            FramePool::new(bounce_frames, &registry, "bounce_frames").map_err(|source| PagerError::Mmap {
                 bytes: bounce_frames as usize * PAGE_SIZE,
                 source,
-            }
-        })?;
+            })?;
         // Bounce frames are read into and copied from: populate them now,
         // not on the fault path.
         for f in 0..bounce_frames {
