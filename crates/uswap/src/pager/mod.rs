@@ -60,9 +60,10 @@ mod fault; // fault service, pages and 2 MB units
 mod frames; // frame and unit pools
 mod instance; // the shared state, in parts, and page operations
 mod page; // page states, claims
-mod reclaim; // eviction and writeback, pages and 2 MB units
+mod reclaim; // reclaim passes, per-page and 2 MB unit eviction
 mod report; // one-line reports
 mod signals; // signal masks, uswap's threads
+mod writeback; // staged pages to their slots, in runs, through io_uring
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -776,7 +777,7 @@ impl Drop for Region {
                 page::STAGED => {
                     resident += 1;
                     inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
-                    reclaim::drop_staged(inner, w);
+                    writeback::drop_staged(inner, w);
                 }
                 _ => {}
             }
