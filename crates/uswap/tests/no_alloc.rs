@@ -195,6 +195,40 @@ fn fault_path_does_not_allocate() {
     assert!(region.as_slice().chunks(4096).all(|p| p[17] == 3 || p[17] == 4));
     drop(region);
 
+    // A swap file: O_DIRECT reads and writes, and sequential reads that
+    // hand windows to the prefetcher thread.
+    drop(swap);
+    let dir = tempfile::tempdir().unwrap();
+    let swap = Swap::builder()
+        .budget(1 << 20)
+        .device(SwapDeviceSpec::file(uswap::io::FileOptions::new(
+            dir.path().join("swap"),
+            8192,
+        )))
+        .background_reclaim(false)
+        .build()
+        .unwrap();
+    let mut region = swap.map(8 << 20).unwrap();
+    region.as_mut_slice()[0] = 1;
+    let mut sum = 0u64;
+    let n = allocations_in(|| {
+        for page in region.as_mut_slice().chunks_mut(4096) {
+            page[17] = 5;
+        }
+        for page in region.as_slice().chunks(4096) {
+            sum += u64::from(page[17]);
+        }
+    });
+    assert_eq!(sum, 5 * 2048);
+    let st = swap.stats();
+    assert!(
+        st.counter("readahead") > 100 && st.counter("io_write_pages") > 1000,
+        "{:?}",
+        st.counters
+    );
+    assert_eq!(n, 0, "the fault path allocated {n} times (swap file)");
+    drop(region);
+
     // 2 MB units: whole-unit installs, evictions and swap-ins, under the
     // smallest budget `map_huge` takes (two units).
     drop(swap);

@@ -298,6 +298,20 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
     })
 }
 
+/// The prefetcher: reads ahead the windows that faulting threads hand it
+/// (`Prefetch`), so that a sequential reader of a swap file finds its next
+/// pages in while it uses the ones read before them.
+pub(super) fn spawn_prefetcher(weak: Weak<Inner>) -> JoinHandle<()> {
+    signals::spawn("uswap-readahead", move || loop {
+        let Some(inner) = Inner::upgrade(&weak) else {
+            return;
+        };
+        if let Some((id, addr, pages, write)) = inner.prefetch.take(Duration::from_millis(100)) {
+            fault::read_ahead_range(&inner, addr, id, pages, write);
+        }
+    })
+}
+
 /// The background reclaimer: keeps resident pages under the low watermark,
 /// and, in SIGBUS mode, watches the process's signal set-up.
 pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> JoinHandle<()> {

@@ -155,14 +155,16 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
         });
         inner.lru.add(id);
         if inner.readahead {
-            read_ahead(inner, addr, id, write);
+            read_ahead(inner, addr, id, write, false);
         }
         return false;
     };
     let b = inner.frames.bounce.get_waiting();
     // SAFETY: we hold bounce frame `b`.
     let buf = unsafe { inner.frames.bounce.bytes(b) };
-    let read = inner.backing.devices[e.device() as usize].read(e.offset(), buf);
+    let device = &inner.backing.devices[e.device() as usize];
+    let from_file = device.kind() == BackendKind::File;
+    let read = device.read(e.offset(), buf);
     match read {
         Ok(()) => {
             let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
@@ -188,7 +190,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             inner.lru.add(id);
             inner.lru.activate(id);
             if inner.readahead {
-                read_ahead(inner, addr, id, write);
+                read_ahead(inner, addr, id, write, from_file);
             }
             false
         }
@@ -388,12 +390,12 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
 pub(super) const READAHEAD_MAX: u32 = 32;
 
 thread_local! {
-    /// This thread's readahead state: the page address a fault would be at
-    /// if the program goes on in order (just past what was read last), and
-    /// the window.  Per thread, as threads walk their own parts of a
-    /// region; a `Cell` with a const initializer: no allocation, usable in
-    /// the SIGBUS handler.
-    static READAHEAD: Cell<(u64, u32)> = const { Cell::new((0, 0)) };
+    /// This thread's readahead state: where a fault counts as in order
+    /// (from just past what this thread read itself to the end of what it
+    /// handed the prefetcher), and the window.  Per thread, as threads walk
+    /// their own parts of a region; a `Cell` with a const initializer: no
+    /// allocation, usable in the SIGBUS handler.
+    static READAHEAD: Cell<(u64, u64, u32)> = const { Cell::new((0, 0, 0)) };
 }
 
 /// Readahead after the fault on page `id` at `addr` (the kernel's
@@ -419,20 +421,26 @@ thread_local! {
 /// keeping its slot (writing it back would be an IO); never written, as
 /// the fault's own page went in (a write fault: writable and dirty, so a
 /// sequential writer takes one fault per run, not per page).
-fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool) {
-    let (next, window) = READAHEAD.with(Cell::get);
-    let window = if addr == next {
+fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_file: bool) {
+    let (lo, hi, window) = READAHEAD.with(Cell::get);
+    let window = if lo != 0 && lo <= addr && addr <= hi {
         (window * 2).clamp(2, READAHEAD_MAX)
     } else {
         window / 2
     };
+    // After a read from a swap file, this thread reads a quarter of the
+    // window itself and hands the prefetcher the window after it, to be
+    // read while the program uses what is in already.  (Zero fills and
+    // reads from RAM cost less than the hand-over: done here, whole.)
+    let prefetch = from_file && inner.prefetch.on && window >= 4;
+    let sync = if prefetch { window / 4 } else { window };
     let mut done = 0;
-    while done < window {
+    while done < sync {
         let k = read_ahead_run(
             inner,
             addr + PAGE * (1 + done as u64),
             id + 1 + done,
-            window - done,
+            sync - done,
             write,
         );
         if k == 0 {
@@ -440,7 +448,37 @@ fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool) {
         }
         done += k;
     }
-    READAHEAD.with(|r| r.set((addr + PAGE * (1 + done as u64), window)));
+    let end = addr + PAGE * (1 + done as u64);
+    if prefetch && done == sync {
+        inner.prefetch.post(id + 1 + done, end, window, write);
+        READAHEAD.with(|r| r.set((end, end + PAGE * window as u64, window)));
+    } else {
+        READAHEAD.with(|r| r.set((end, end, window)));
+    }
+}
+
+/// The prefetcher's part: read ahead `pages` pages from page `id` at
+/// `addr`, run by run, stepping over pages that are in already.
+pub(super) fn read_ahead_range(inner: &Inner, addr: u64, id: u32, pages: u32, write: bool) {
+    let mut done = 0;
+    while done < pages {
+        let k = read_ahead_run(inner, addr + PAGE * done as u64, id + done, pages - done, write);
+        if k == 0 {
+            // In already, claimed, another region's, or over budget: one
+            // page on (a claimed page is being served by its fault).
+            let nid = (id + done) as usize;
+            if nid >= inner.addrs.len()
+                || inner.addrs[nid].load(Ordering::Relaxed) != addr + PAGE * done as u64
+                || inner.budget.resident.load(Ordering::Relaxed) + 1 >= inner.budget.limit
+            {
+                return;
+            }
+            done += 1;
+            continue;
+        }
+        inner.counters.prefetched.add(u64::from(k));
+        done += k;
+    }
 }
 
 /// Install the run of alike pages at `addr` (page `id` on), at most `max`:

@@ -48,6 +48,7 @@ pub(crate) struct Counters {
     pub swapin_retries: Arc<Counter>,
     pub readahead: Arc<Counter>,
     pub fault_around: Arc<Counter>,
+    pub prefetched: Arc<Counter>,
 }
 
 impl Counters {
@@ -81,6 +82,7 @@ impl Counters {
             swapin_retries: r.counter("swapin_retries"),
             readahead: r.counter("readahead"),
             fault_around: r.counter("fault_around"),
+            prefetched: r.counter("prefetched"),
         }
     }
 }
@@ -107,6 +109,8 @@ pub(crate) struct Inner {
     pub per_page_evict: bool,
     /// Drops clean victims in place, a batch per system call.
     pub discarder: crate::sys::Discarder,
+    /// Readahead handed to the prefetcher thread (swap files).
+    pub prefetch: Prefetch,
     /// Set when the last handle (the `Swap` or a region) goes: the threads
     /// stop.  A thread's own reference cannot tell, as several threads
     /// holding one each would keep each other alive forever.
@@ -485,6 +489,8 @@ impl Inner {
     pub fn release_user(&self) -> bool {
         if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.shutdown.store(true, Ordering::Release);
+            // The prefetcher may be waiting for work: it stops now.
+            self.prefetch.ready.notify_all();
             return true;
         }
         false
@@ -629,6 +635,73 @@ impl StagedRing {
             }
         }
         self.len = kept;
+    }
+}
+
+/// Readahead the prefetcher thread does while faulting threads go on:
+/// the next window of a sequential reader of a swap file, read while the
+/// program uses the window read before it (the kernel's asynchronous
+/// readahead).  Requests are advice: when the queue is full a new one is
+/// dropped.
+pub(crate) struct Prefetch {
+    /// Whether there is a prefetcher (a file device, readahead on).
+    pub on: bool,
+    /// Requests, oldest first; a plain mutex, a leaf: held only to push or
+    /// pop, never while touching region memory.
+    pub queue: std::sync::Mutex<PrefetchQueue>,
+    pub ready: std::sync::Condvar,
+}
+
+/// A fixed ring of requests: (first page id, its address, pages, whether
+/// the fault that asked was a write).
+pub(crate) struct PrefetchQueue {
+    reqs: [(u32, u64, u32, bool); 16],
+    head: usize,
+    len: usize,
+}
+
+impl Prefetch {
+    pub fn new(on: bool) -> Prefetch {
+        Prefetch {
+            on,
+            queue: std::sync::Mutex::new(PrefetchQueue {
+                reqs: [(0, 0, 0, false); 16],
+                head: 0,
+                len: 0,
+            }),
+            ready: std::sync::Condvar::new(),
+        }
+    }
+
+    /// Ask for `pages` pages from page `id` at `addr` to be read ahead.
+    /// Allocation-free: the SIGBUS handler calls it.
+    pub fn post(&self, id: u32, addr: u64, pages: u32, write: bool) {
+        let Ok(mut q) = self.queue.lock() else {
+            return;
+        };
+        if q.len == q.reqs.len() {
+            return;
+        }
+        let i = (q.head + q.len) % q.reqs.len();
+        q.reqs[i] = (id, addr, pages, write);
+        q.len += 1;
+        drop(q);
+        self.ready.notify_one();
+    }
+
+    /// The oldest request, waiting up to `wait` for one.
+    pub fn take(&self, wait: std::time::Duration) -> Option<(u32, u64, u32, bool)> {
+        let mut q = self.queue.lock().ok()?;
+        if q.len == 0 {
+            q = self.ready.wait_timeout(q, wait).ok()?.0;
+        }
+        if q.len == 0 {
+            return None;
+        }
+        let r = q.reqs[q.head];
+        q.head = (q.head + 1) % q.reqs.len();
+        q.len -= 1;
+        Some(r)
     }
 }
 

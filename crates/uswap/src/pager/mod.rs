@@ -378,6 +378,7 @@ impl SwapBuilder {
                 wp: false,
             },
         )?;
+        let prefetch = self.readahead && devices.iter().any(|d| d.kind() == crate::io::BackendKind::File);
         let inner = Arc::new(Inner {
             counters: Counters::new(&registry),
             uffd,
@@ -420,6 +421,7 @@ impl SwapBuilder {
             readahead: self.readahead,
             per_page_evict: self.per_page_evict,
             discarder: crate::sys::Discarder::new(),
+            prefetch: instance::Prefetch::new(prefetch),
             shutdown: AtomicBool::new(false),
             users: AtomicUsize::new(1),
             reports: Reports::default(),
@@ -434,6 +436,9 @@ impl SwapBuilder {
             }
         } else {
             entry::install();
+        }
+        if prefetch {
+            threads.push(entry::spawn_prefetcher(Arc::downgrade(&inner)));
         }
         if self.background {
             threads.push(entry::spawn_reclaimer(

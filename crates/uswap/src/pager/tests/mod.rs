@@ -265,11 +265,25 @@ fn no_write_is_lost_to_eviction() {
 /// into that one's pages, which is as good a read), both verify.
 #[test]
 fn readahead_reads_ahead_in_order_and_loses_nothing() {
-    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+    let dir = tempfile::tempdir().unwrap();
+    for (mode, file) in [
+        (FaultMode::Sigbus, false),
+        (FaultMode::HandlerThread, false),
+        (FaultMode::Sigbus, true),
+        (FaultMode::HandlerThread, true),
+    ] {
         for on in [true, false] {
+            let device = if file {
+                SwapDeviceSpec::file(FileOptions::new(
+                    dir.path().join(format!("swap-{mode:?}-{on}")),
+                    32 * MIB / PAGE_SIZE as u64,
+                ))
+            } else {
+                SwapDeviceSpec::ram(32 * MIB)
+            };
             let swap = Swap::builder()
                 .budget(MIB)
-                .device(SwapDeviceSpec::ram(32 * MIB))
+                .device(device)
                 .fault_mode(mode)
                 .readahead(on)
                 .build()
@@ -287,6 +301,10 @@ fn readahead_reads_ahead_in_order_and_loses_nothing() {
             if on && mode == FaultMode::Sigbus {
                 // Each verifying thread's walk is its own stream.
                 assert!(ra > pages as u64 / 4, "{mode:?}: {ra} read ahead of {pages}");
+                if file {
+                    // Part of it by the prefetcher, while the walk went on.
+                    assert!(st.counter("prefetched") > 0, "{mode:?}: {:?}", st.counters);
+                }
                 assert!(
                     faults < pages as u64 * 3 / 4,
                     "{mode:?}: {faults} faults for {pages} pages"
@@ -310,15 +328,31 @@ fn readahead_reads_ahead_in_order_and_loses_nothing() {
 /// evicts; no increment is lost, in either mode.
 #[test]
 fn writes_racing_readahead_are_kept() {
-    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+    let dir = tempfile::tempdir().unwrap();
+    for (mode, file) in [
+        (FaultMode::Sigbus, false),
+        (FaultMode::HandlerThread, false),
+        (FaultMode::Sigbus, true),
+        (FaultMode::HandlerThread, true),
+    ] {
+        let device = if file {
+            // Readahead from a file goes in clean, some of it through the
+            // prefetcher thread, racing the writers' write-protect faults.
+            SwapDeviceSpec::file(FileOptions::new(
+                dir.path().join(format!("swap-{mode:?}")),
+                32 * MIB / PAGE_SIZE as u64,
+            ))
+        } else {
+            SwapDeviceSpec::ram(32 * MIB)
+        };
         let swap = Swap::builder()
             .budget(2 * MIB)
-            .device(SwapDeviceSpec::ram(32 * MIB))
+            .device(device)
             .fault_mode(mode)
             .build()
             .unwrap();
         let mut region = swap.map((8 * MIB) as usize).unwrap();
-        hammer_counters(&mut region, 12, &format!("{mode:?} readahead"));
+        hammer_counters(&mut region, 12, &format!("{mode:?} file={file} readahead"));
         assert!(
             swap.stats().counter("readahead") > 0,
             "{mode:?}: nothing read ahead"
