@@ -35,6 +35,18 @@ struct FreeFrames {
 }
 
 impl FreeFrames {
+    fn all_free(frames: u32) -> FreeFrames {
+        let mut free = FreeFrames {
+            bits: vec![0; frames.div_ceil(64) as usize],
+            frames,
+            next: 0,
+        };
+        for f in 0..frames {
+            free.set(f, true);
+        }
+        free
+    }
+
     fn is_free(&self, f: u32) -> bool {
         self.bits[(f / 64) as usize] & (1 << (f % 64)) != 0
     }
@@ -96,14 +108,7 @@ impl FreeFrames {
 impl FramePool {
     pub fn new(frames: u32, registry: &Registry, site: &'static str) -> io::Result<FramePool> {
         let map = Mapping::new(frames as usize * PAGE_SIZE, PAGE_SIZE)?;
-        let mut free = FreeFrames {
-            bits: vec![0; frames.div_ceil(64) as usize],
-            frames,
-            next: 0,
-        };
-        for f in 0..frames {
-            free.set(f, true);
-        }
+        let free = FreeFrames::all_free(frames);
         Ok(FramePool {
             map,
             free: StatMutex::new(free, registry.lock_site(site)),
@@ -267,25 +272,13 @@ mod tests {
     use super::FreeFrames;
     use proptest::prelude::*;
 
-    fn fresh(frames: u32) -> FreeFrames {
-        let mut f = FreeFrames {
-            bits: vec![0; frames.div_ceil(64) as usize],
-            frames,
-            next: 0,
-        };
-        for i in 0..frames {
-            f.set(i, true);
-        }
-        f
-    }
-
     proptest! {
         /// Runs taken from the bitmap against a plain model: a run is
         /// free in the model and inside the pool; None only when the model
         /// has no free run that long; returned frames are free again.
         #[test]
         fn runs_match_a_model(frames in 1u32..300, ops in prop::collection::vec((any::<bool>(), 1u32..70, any::<u32>()), 1..200)) {
-            let mut f = fresh(frames);
+            let mut f = FreeFrames::all_free(frames);
             let mut model = vec![true; frames as usize];
             let mut taken: Vec<(u32, u32)> = Vec::new();
             for (take, n, pick) in ops {

@@ -84,6 +84,26 @@ fn hammer_counters(region: &mut Region, rounds: u64, what: &str) {
     }
 }
 
+/// Both fault modes, each with a RAM device and with a swap file (true).
+const MODES_AND_DEVICES: [(FaultMode, bool); 4] = [
+    (FaultMode::Sigbus, false),
+    (FaultMode::HandlerThread, false),
+    (FaultMode::Sigbus, true),
+    (FaultMode::HandlerThread, true),
+];
+
+/// A 32 MiB swap device: RAM, or a file named after `what` in `dir`.
+fn ram_or_file(file: bool, dir: &tempfile::TempDir, what: &str) -> SwapDeviceSpec {
+    if file {
+        SwapDeviceSpec::file(FileOptions::new(
+            dir.path().join(format!("swap-{what}")),
+            32 * MIB / PAGE_SIZE as u64,
+        ))
+    } else {
+        SwapDeviceSpec::ram(32 * MIB)
+    }
+}
+
 /// After the last region of `swap` is dropped: every slot is free again
 /// (slot caches drained), nothing is resident, and the swap space's
 /// invariants hold.
@@ -266,21 +286,9 @@ fn no_write_is_lost_to_eviction() {
 #[test]
 fn readahead_reads_ahead_in_order_and_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    for (mode, file) in [
-        (FaultMode::Sigbus, false),
-        (FaultMode::HandlerThread, false),
-        (FaultMode::Sigbus, true),
-        (FaultMode::HandlerThread, true),
-    ] {
+    for (mode, file) in MODES_AND_DEVICES {
         for on in [true, false] {
-            let device = if file {
-                SwapDeviceSpec::file(FileOptions::new(
-                    dir.path().join(format!("swap-{mode:?}-{on}")),
-                    32 * MIB / PAGE_SIZE as u64,
-                ))
-            } else {
-                SwapDeviceSpec::ram(32 * MIB)
-            };
+            let device = ram_or_file(file, &dir, &format!("{mode:?}-{on}"));
             let swap = Swap::builder()
                 .budget(MIB)
                 .device(device)
@@ -329,22 +337,10 @@ fn readahead_reads_ahead_in_order_and_loses_nothing() {
 #[test]
 fn writes_racing_readahead_are_kept() {
     let dir = tempfile::tempdir().unwrap();
-    for (mode, file) in [
-        (FaultMode::Sigbus, false),
-        (FaultMode::HandlerThread, false),
-        (FaultMode::Sigbus, true),
-        (FaultMode::HandlerThread, true),
-    ] {
-        let device = if file {
-            // Readahead from a file goes in clean, some of it through the
-            // prefetcher thread, racing the writers' write-protect faults.
-            SwapDeviceSpec::file(FileOptions::new(
-                dir.path().join(format!("swap-{mode:?}")),
-                32 * MIB / PAGE_SIZE as u64,
-            ))
-        } else {
-            SwapDeviceSpec::ram(32 * MIB)
-        };
+    for (mode, file) in MODES_AND_DEVICES {
+        // Readahead from a file goes in clean, some of it through the
+        // prefetcher thread, racing the writers' write-protect faults.
+        let device = ram_or_file(file, &dir, &format!("{mode:?}"));
         let swap = Swap::builder()
             .budget(2 * MIB)
             .device(device)
