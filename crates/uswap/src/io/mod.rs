@@ -60,10 +60,14 @@ pub use uring::{WriteJob, WriteRing};
 
 const PAGE: u64 = PAGE_SIZE as u64;
 
-/// No injected error armed.
 /// For [`IoDevice::inject_error`]: the next IO, whatever slot it is for.
 #[cfg(test)]
 pub const ANY_SLOT: u64 = u64::MAX - 1;
+/// Test hook: marks an armed slot that fails every call covering it until
+/// a call of that page alone (see `take_injected`).  No slot has this bit.
+#[cfg(test)]
+const STICKY: u64 = 1 << 62;
+/// No injected error armed.
 #[cfg(test)]
 const DISARMED: u64 = u64::MAX;
 
@@ -482,27 +486,32 @@ impl IoDevice {
 
     /// If an error is armed for a slot in `offset..offset + pages`, disarm
     /// it and return that slot: this call must fail.  An error armed for
-    /// any slot fails this call, and when the call spans several pages it
-    /// stays armed on the first of them, as a bad block stays bad when its
+    /// any slot fails this call; when the call spans several pages it then
+    /// stays on the call's first slot, failing every call that covers it
+    /// until one writes that page alone, as a bad block stays bad when its
     /// run is retried page by page.
     #[cfg(test)]
     #[inline]
     fn take_injected(armed: &AtomicU64, offset: u64, pages: u64) -> Option<u64> {
         let a = armed.load(Ordering::Relaxed);
-        if a == ANY_SLOT {
-            let next = if pages > 1 { offset } else { DISARMED };
-            return armed
-                .compare_exchange(a, next, Ordering::Relaxed, Ordering::Relaxed)
-                .ok()
-                .map(|_| offset);
-        }
-        if a == DISARMED || a < offset || a - offset >= pages {
+        let (bad, next) = if a == ANY_SLOT {
+            (offset, if pages > 1 { offset | STICKY } else { DISARMED })
+        } else if a != DISARMED && a & STICKY != 0 {
+            let bad = a & !STICKY;
+            if bad < offset || bad - offset >= pages {
+                return None;
+            }
+            (bad, if pages > 1 { a } else { DISARMED })
+        } else if a == DISARMED || a < offset || a - offset >= pages {
             return None;
-        }
-        // One-shot: of several racing calls over the slot, one fails.
+        } else {
+            // One-shot: of several racing calls over the slot, one fails.
+            (a, DISARMED)
+        };
         armed
-            .compare_exchange(a, DISARMED, Ordering::Relaxed, Ordering::Relaxed)
+            .compare_exchange(a, next, Ordering::Relaxed, Ordering::Relaxed)
             .ok()
+            .map(|_| bad)
     }
 
     /// Write `buf`, `n >= 1` whole pages, to slots `offset..offset + n`.

@@ -153,6 +153,12 @@ pub(super) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
         let mut nsmall = 0;
         for &id in &victims[..n] {
             if inner.states[id as usize].load(Ordering::Acquire) & page::UNIT != 0 {
+                if done >= nr {
+                    // Enough already: another unit would free 512 pages
+                    // more than asked (a batch can hold several).
+                    back_on_lru(inner, id, Stage::Not);
+                    continue;
+                }
                 // A 2 MB unit goes straight to its slots.
                 match evict_unit(inner, id) {
                     Stage::Gone => done += UNIT_PAGES,
