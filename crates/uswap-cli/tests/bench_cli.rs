@@ -260,9 +260,10 @@ fn demo_swaps_and_verifies() {
     }
 }
 
-#[test]
-fn bench_fault_json() {
-    let v = bench_json(&[
+/// `uswap bench fault --json`, one round, one thread, 8 MiB, with `extra`
+/// arguments.
+fn small_fault(extra: &[&str]) -> Value {
+    let mut args = vec![
         "bench",
         "fault",
         "--json",
@@ -272,7 +273,14 @@ fn bench_fault_json() {
         "1",
         "--mib",
         "8",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    bench_json(&args)
+}
+
+#[test]
+fn bench_fault_json() {
+    let v = small_fault(&[]);
     check_shape(
         &v,
         "fault",
@@ -331,21 +339,7 @@ fn bench_fault_json() {
 /// side by side; the floors run once.
 #[test]
 fn bench_fault_both_modes() {
-    let v = bench_json(&[
-        "bench",
-        "fault",
-        "--json",
-        "--rounds",
-        "1",
-        "--threads",
-        "1",
-        "--mib",
-        "8",
-        "--mode",
-        "sigbus,handler",
-        "--variants",
-        "bare-uffd,swapin-ram",
-    ]);
+    let v = small_fault(&["--mode", "sigbus,handler", "--variants", "bare-uffd,swapin-ram"]);
     check_shape(&v, "fault", &["bare-uffd", "swapin-ram", "swapin-ram/handler"]);
     for x in v["variants"].as_array().unwrap() {
         match x["name"].as_str().unwrap() {

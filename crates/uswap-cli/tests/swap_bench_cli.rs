@@ -79,13 +79,10 @@ fn assert_ops(x: &Value, n: u64) {
     );
 }
 
-fn counter(x: &Value, k: &str) -> u64 {
-    x["counters"][k].as_u64().unwrap_or(0)
-}
-
-#[test]
-fn pmbench_on_uswap_swaps_and_reports() {
-    let v = json_of(&[
+/// `uswap bench pmbench --json` on a small working set (64 MiB over a
+/// 16 MiB budget, one half-second round), with `extra` arguments.
+fn small_pmbench(extra: &[&str]) -> Value {
+    let mut args = vec![
         "bench",
         "pmbench",
         "--json",
@@ -97,7 +94,18 @@ fn pmbench_on_uswap_swaps_and_reports() {
         "0.5",
         "--rounds",
         "1",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    json_of(&args)
+}
+
+fn counter(x: &Value, k: &str) -> u64 {
+    x["counters"][k].as_u64().unwrap_or(0)
+}
+
+#[test]
+fn pmbench_on_uswap_swaps_and_reports() {
+    let v = small_pmbench(&[]);
     assert_eq!(v["bench"], "pmbench");
     let x = variant(&v, "uswap");
     check_variant(x);
@@ -121,23 +129,7 @@ fn pmbench_on_uswap_swaps_and_reports() {
 #[test]
 fn pmbench_patterns() {
     let run = |pattern: &str| {
-        let v = json_of(&[
-            "bench",
-            "pmbench",
-            "--json",
-            "--wss",
-            "64M",
-            "--budget",
-            "16M",
-            "--seconds",
-            "0.5",
-            "--rounds",
-            "1",
-            "--threads",
-            "1",
-            "--pattern",
-            pattern,
-        ]);
+        let v = small_pmbench(&["--threads", "1", "--pattern", pattern]);
         let x = variant(&v, "uswap").clone();
         check_variant(&x);
         assert_eq!(x["pattern"], pattern);
@@ -218,22 +210,7 @@ fn activate_maps_touches_unmaps() {
 /// is taken many times more often per fault.
 #[test]
 fn ablate_flips_the_switch() {
-    let v = json_of(&[
-        "bench",
-        "pmbench",
-        "--json",
-        "--ablate",
-        "--variants",
-        "unbatched-lru",
-        "--wss",
-        "64M",
-        "--budget",
-        "16M",
-        "--seconds",
-        "0.5",
-        "--rounds",
-        "1",
-    ]);
+    let v = small_pmbench(&["--ablate", "--variants", "unbatched-lru"]);
     let per_fault =
         |x: &Value| x["locks"]["lru"]["acquisitions"].as_u64().unwrap() as f64 / counter(x, "faults") as f64;
     let (d, u) = (variant(&v, "uswap"), variant(&v, "uswap/unbatched-lru"));

@@ -548,20 +548,8 @@ impl IoDevice {
     fn begin_write(&self, offset: u64, buf: &[u8]) -> Result<u64, IoError> {
         let pages = self.check(offset, buf.len(), buf.as_ptr() as usize)?;
         #[cfg(test)]
-        if let Some(slot) = Self::take_injected(&self.armed_write, offset, pages) {
-            self.write_errors.inc();
-            return Err(IoError::Write {
-                offset: slot,
-                source: io::Error::from_raw_os_error(libc::EIO),
-            });
-        }
-        #[cfg(test)]
-        if let Some(errno) = self.in_window(&self.window_write) {
-            self.write_errors.inc();
-            return Err(IoError::Write {
-                offset,
-                source: io::Error::from_raw_os_error(errno),
-            });
+        if let Some((offset, source)) = self.injected(IoOp::Write, offset, pages) {
+            return Err(IoError::Write { offset, source });
         }
         Ok(pages)
     }
@@ -586,20 +574,8 @@ impl IoDevice {
     pub fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
         let pages = self.check(offset, buf.len(), buf.as_ptr() as usize)?;
         #[cfg(test)]
-        if let Some(slot) = Self::take_injected(&self.armed_read, offset, pages) {
-            self.read_errors.inc();
-            return Err(IoError::Read {
-                offset: slot,
-                source: io::Error::from_raw_os_error(libc::EIO),
-            });
-        }
-        #[cfg(test)]
-        if let Some(errno) = self.in_window(&self.window_read) {
-            self.read_errors.inc();
-            return Err(IoError::Read {
-                offset,
-                source: io::Error::from_raw_os_error(errno),
-            });
+        if let Some((offset, source)) = self.injected(IoOp::Read, offset, pages) {
+            return Err(IoError::Read { offset, source });
         }
         match self.store.read(offset, buf) {
             Ok(()) => {
@@ -652,6 +628,27 @@ impl IoDevice {
             IoOp::Read => self.window_read.store(until, Ordering::Release),
             IoOp::Write => self.window_write.store(until, Ordering::Release),
         }
+    }
+
+    /// The failure injected into this call, if any (counted): the slot to
+    /// name and the error: `EIO` for an armed slot, the window's errno
+    /// while a window is open.
+    #[cfg(test)]
+    fn injected(&self, op: IoOp, offset: u64, pages: u64) -> Option<(u64, io::Error)> {
+        let (armed, window, errors) = match op {
+            IoOp::Read => (&self.armed_read, &self.window_read, &self.read_errors),
+            IoOp::Write => (&self.armed_write, &self.window_write, &self.write_errors),
+        };
+        let failure = match Self::take_injected(armed, offset, pages) {
+            Some(slot) => Some((slot, io::Error::from_raw_os_error(libc::EIO))),
+            None => self
+                .in_window(window)
+                .map(|errno| (offset, io::Error::from_raw_os_error(errno))),
+        };
+        if failure.is_some() {
+            errors.inc();
+        }
+        failure
     }
 
     /// The injected errno, while an error window of `window` is open.

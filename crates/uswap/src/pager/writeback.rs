@@ -38,11 +38,7 @@ const BACKOFF_MAX_NS: u64 = 1_000_000_000;
 pub(super) fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
     let mut freed = [0u32; BATCH];
     let mut nfreed = 0;
-    while *done < nr
-        && nfreed < BATCH
-        && inner.staged_count() > inner.budget.staging_target
-        && !writeback_held(inner)
-    {
+    while nfreed < BATCH && more_to_write(inner, nr, *done) {
         let mut run = [(0u32, 0u64); BATCH];
         let got = inner.backing.staged.lock().pop_run(&mut run[..BATCH - nfreed]);
         if got == 0 {
@@ -53,6 +49,13 @@ pub(super) fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
         *done += k;
     }
     inner.discard_frames(&freed[..nfreed]);
+}
+
+/// Whether writeback goes on: reclaim still wants pages (`done` of `nr`),
+/// more than half the staging frames are staged, and writeback is not
+/// paused after transient errors.
+fn more_to_write(inner: &Inner, nr: usize, done: usize) -> bool {
+    done < nr && inner.staged_count() > inner.budget.staging_target && !writeback_held(inner)
 }
 
 /// Runs one round of queued writeback takes, and pages: several writes in
@@ -68,11 +71,7 @@ const QUEUE_PAGES: usize = 4 * BATCH;
 pub(super) fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, done: &mut usize) {
     let mut freed = [0u32; QUEUE_PAGES];
     let mut nfreed = 0;
-    while *done < nr
-        && nfreed < QUEUE_PAGES
-        && inner.staged_count() > inner.budget.staging_target
-        && !writeback_held(inner)
-    {
+    while nfreed < QUEUE_PAGES && more_to_write(inner, nr, *done) {
         let mut runs = [[(0u32, 0u64); BATCH]; QUEUE_RUNS];
         let mut lens = [0usize; QUEUE_RUNS];
         let mut nruns = 0;
@@ -97,36 +96,24 @@ pub(super) fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, 
         for q in 0..nruns {
             segs[q] = claim_segment(inner, &runs[q][..lens[q]]);
         }
-        // One write per claimed segment, in flight together.
-        let mut jobs: [Option<WriteJob<'_>>; QUEUE_RUNS] = [const { None }; QUEUE_RUNS];
-        let mut of_job = [0usize; QUEUE_RUNS];
-        let mut nq = 0;
-        for (q, seg) in segs[..nruns].iter().enumerate() {
-            if seg.n == 0 {
-                continue;
-            }
-            jobs[nq] = Some(WriteJob {
+        // One write per claimed segment, in flight together (None for a
+        // run with nothing claimed: not written here).
+        let jobs: [Option<WriteJob<'_>>; QUEUE_RUNS] = std::array::from_fn(|q| {
+            let seg = &segs[q];
+            (seg.n > 0).then(|| WriteJob {
                 device: &inner.backing.devices[seg.e0.device() as usize],
                 offset: seg.e0.offset(),
                 // SAFETY: we hold the claims of the pages these frames hold.
                 buf: unsafe { inner.frames.staging.run_bytes(seg.f0, seg.n) },
-            });
-            of_job[nq] = q;
-            nq += 1;
-        }
-        let mut ok = [false; QUEUE_RUNS];
-        ring.write_batch(&jobs[..nq], &mut ok[..nq]);
+            })
+        });
         let mut written = [false; QUEUE_RUNS];
-        for k in 0..nq {
-            written[of_job[k]] = ok[k];
-        }
+        ring.write_batch(&jobs[..nruns], &mut written[..nruns]);
         for q in 0..nruns {
             let seg = std::mem::replace(&mut segs[q], Segment::empty());
             let from = if written[q] {
                 let n = seg.n;
-                if n > 0 {
-                    writeback_worked(inner);
-                }
+                writeback_worked(inner);
                 commit_segment(inner, seg, &mut freed[nfreed..]);
                 nfreed += n;
                 *done += n;

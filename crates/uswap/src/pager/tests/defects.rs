@@ -1538,12 +1538,5 @@ fn queued_writeback_keeps_pages_through_errors_and_short_writes() {
         "short writes were met"
     );
     drop(region);
-    swap.swap_space().drain_slot_caches();
-    assert_eq!(
-        swap.free_slots(),
-        swap.total_slots() - 1,
-        "all back but the retired slot"
-    );
-    assert_eq!(swap.resident_pages(), 0);
-    swap.swap_space().check_invariants().unwrap();
+    assert_all_returned_but(&swap, 1, "queued writeback");
 }
