@@ -301,6 +301,8 @@ pub struct IoDevice {
     /// write, in pages.
     writes: Arc<Counter>,
     read_pages: Arc<Counter>,
+    /// Reads that worked: `io_read_pages` over this is the average read.
+    reads: Arc<Counter>,
     write_errors: Arc<Counter>,
     read_errors: Arc<Counter>,
 }
@@ -440,6 +442,7 @@ impl IoDevice {
             write_pages: registry.counter("io_write_pages"),
             writes: registry.counter("io_writes"),
             read_pages: registry.counter("io_read_pages"),
+            reads: registry.counter("io_reads"),
             write_errors: registry.counter("io_write_errors"),
             read_errors: registry.counter("io_read_errors"),
         }
@@ -580,6 +583,7 @@ impl IoDevice {
         match self.store.read(offset, buf) {
             Ok(()) => {
                 self.read_pages.add(pages);
+                self.reads.inc();
                 Ok(())
             }
             Err(e) => {

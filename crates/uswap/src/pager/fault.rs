@@ -11,8 +11,8 @@
 //!
 //! 2 MB units (seed 003) come in whole: an "in" staging unit is populated
 //! (`MADV_POPULATE_WRITE`: a zeroed THP under `MADV_HUGEPAGE`), filled
-//! with one 2 MB read (or 512 after a split; a never-written unit stays
-//! zero), and moved into the region with one `UFFDIO_MOVE`.  Only the
+//! with one 2 MB read (after a split, one read per segment of neighbouring
+//! slots: `folio.rs`; a never-written unit stays zero), and moved into the region with one `UFFDIO_MOVE`.  Only the
 //! destination of a move must be registered with the userfaultfd, so the
 //! "in" units are not: they can be populated by faulting them in.  A move
 //! in that stops part way is finished by copying: a resident unit is
@@ -21,6 +21,7 @@
 use std::cell::Cell;
 use std::sync::atomic::Ordering;
 
+use super::folio;
 use super::instance::{Inner, Installed};
 use super::page::{self, PageClaim, UNIT_PAGES};
 use super::reclaim;
@@ -162,9 +163,8 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
     let b = inner.frames.bounce.get_waiting();
     // SAFETY: we hold bounce frame `b`.
     let buf = unsafe { inner.frames.bounce.bytes(b) };
-    let device = &inner.backing.devices[e.device() as usize];
-    let from_file = device.kind() == BackendKind::File;
-    let read = device.read(e.offset(), buf);
+    let from_file = inner.backing.devices[e.device() as usize].kind() == BackendKind::File;
+    let read = folio::read(inner, |_| e, buf).map_err(|failed| failed.err);
     match read {
         Ok(()) => {
             let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
@@ -323,20 +323,15 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
     if page::kind(w) == page::SWAPPED {
         // SAFETY: we hold unit `u`, populated just now.
         let buf = unsafe { pool.bytes(u) };
+        // One folio of 512 pages: one IO from a whole cluster, one per
+        // segment of neighbouring slots from a split one.
+        let e = page::slot(w).expect("a swapped unit has a slot");
         let result = if w & page::WHOLE != 0 {
-            let e = page::slot(w).expect("a whole unit has its cluster");
-            inner.backing.devices[e.device() as usize]
-                .read(e.offset(), buf)
-                .map_err(|err| (e, err))
+            folio::read(inner, |i| SwapEntry::new(e.device(), e.offset() + i as u64), buf)
         } else {
-            (0..UNIT_PAGES).try_for_each(|i| {
-                let e = inner.split_slot(head, i, w);
-                inner.backing.devices[e.device() as usize]
-                    .read(e.offset(), &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])
-                    .map_err(|err| (e, err))
-            })
+            folio::read(inner, |i| inner.split_slot(head, i, w), buf)
         };
-        if let Err((e, err)) = result {
+        if let Err(folio::IoFailed { slot: e, err, .. }) = result {
             // Whatever was read is not zeros: the next install of a
             // never-written unit must find this one empty.
             pool.discard(u);
@@ -547,24 +542,13 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         };
         frames = Some((b0, nb));
         n = nb;
-        let dev = &inner.backing.devices[device as usize];
         // SAFETY: we hold bounce frames `b0..b0 + nb`.
         let buf = unsafe { pool.run_bytes(b0, nb) };
-        let neighbours = (1..n).all(|j| slots[j].raw() == slots[0].raw() + j as u64);
-        n = if neighbours {
-            if dev.read(slots[0].offset(), buf).is_ok() {
-                n
-            } else {
-                0
-            }
-        } else {
-            (0..n)
-                .take_while(|&j| {
-                    dev.read(slots[j].offset(), &mut buf[j * PAGE_SIZE..(j + 1) * PAGE_SIZE])
-                        .is_ok()
-                })
-                .count()
-        };
+        // One IO per segment of neighbouring slots; a failed one ends the
+        // run where it starts.
+        if let Err(failed) = folio::read(inner, |j| slots[j], buf) {
+            n = failed.done;
+        }
         pool.addr(b0)
     };
     let copied = if n == 0 {

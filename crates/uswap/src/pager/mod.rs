@@ -57,6 +57,7 @@
 mod entry; // region table, SIGBUS handler, handler and reclaimer threads
 mod evict; // small pages out in batches: clean drops, runs of moves
 mod fault; // fault service, pages and 2 MB units
+mod folio; // the unit of work: slots and IO of a run of 1 to 512 pages
 mod frames; // frame and unit pools
 mod instance; // the shared state, in parts, and page operations
 mod page; // page states, claims

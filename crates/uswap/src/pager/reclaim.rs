@@ -43,8 +43,11 @@
 //! `UFFDIO_MOVE` of 2 MB into an "out" staging unit (a PMD move when it is
 //! a THP: it stays whole), written with one 2 MB IO to a whole cluster
 //! from `alloc_huge`, and discarded.  When no cluster is wholly free the
-//! unit is split: 512 slots, 512 IOs, each page's slot in its own word
-//! (counted as a fallback).  The "out" units are registered with the
+//! unit is split over 512 single slots, each page's in its own word
+//! (counted as a fallback), and still written as one folio: one IO per
+//! segment of neighbouring slots (`folio.rs`).  A write that fails for
+//! good retires only the bad block's slot, found by trying the failed
+//! segment again page by page.  The "out" units are registered with the
 //! userfaultfd (they receive moved pages) and never touched.  A unit moved
 //! in is writable (a move drops write protection), so units are always
 //! dirty: no clean drops, no soft eviction; they go straight to their
@@ -61,6 +64,7 @@
 use std::sync::atomic::Ordering;
 
 use super::evict::{self, enqueue, refused, Outcome, Stage};
+use super::folio::{self, FolioSlots};
 use super::instance::Inner;
 use super::instance::Installed;
 use super::page::{self, PageClaim, UNIT_BYTES, UNIT_PAGES};
@@ -356,34 +360,7 @@ fn evict_unit(inner: &Inner, head: u32) -> Stage {
         };
     }
     // SAFETY: we hold unit `u`, which holds the 512 pages just moved out.
-    let buf = unsafe { pool.bytes(u) };
-    let next = match inner.backing.space.alloc_huge() {
-        Ok(base) => match inner.backing.devices[base.device() as usize].write(base.offset(), buf) {
-            Ok(()) => {
-                writeback_worked(inner);
-                Some(page::with_slot(page::SWAPPED | page::UNIT | page::WHOLE, base))
-            }
-            Err(err) if err.is_transient() => {
-                inner.free_huge(base);
-                writeback_failed(inner, &err);
-                None
-            }
-            Err(_) => {
-                // The cluster is suspect: retired (never freed).
-                inner.counters.write_errors.inc();
-                None
-            }
-        },
-        Err(SwapError::NoFreeCluster) => {
-            // Seed 003's fallback: split into 512 slots.
-            inner.counters.huge_fallbacks.inc();
-            split_out(inner, head, buf)
-        }
-        Err(_) => {
-            inner.counters.swap_full.inc();
-            None
-        }
-    };
+    let next = write_unit(inner, head, unsafe { pool.bytes(u) });
     let Some(next) = next else {
         let gone = inner.put_in(addr, pool.addr(u), UNIT) == Installed::Gone;
         pool.discard(u);
@@ -440,56 +417,91 @@ fn fill_holes(inner: &Inner, addr: u64) -> Holes {
     Holes::Filled
 }
 
-/// Write a unit's pages to 512 single slots, each recorded in its page's
-/// own word (the head's slot goes in the returned word); the unit's word
-/// says "split".  None (nothing kept: every slot taken is freed, or
-/// retired if its write failed for good) when the swap space runs out
-/// midway or a write fails.
-fn split_out(inner: &Inner, head: u32, buf: &[u8]) -> Option<u64> {
+/// Write a unit moved out into `buf` to slots of its own, as one folio
+/// (`folio.rs`): a whole cluster, one 2 MB IO (seed 003); when no cluster
+/// is free, 512 single slots, each page's recorded in its own word (the
+/// head's in the returned word, which says "split"), written one IO per
+/// segment of neighbouring slots.  Returns the unit's next word; None
+/// when nothing was kept: every slot taken is freed, but for one whose
+/// write failed for good, which is retired (the failed segment is tried
+/// again page by page to find it: a bad block costs its slot, not its
+/// cluster).
+fn write_unit(inner: &Inner, head: u32, buf: &[u8]) -> Option<u64> {
+    let words = &inner.states[head as usize..head as usize + UNIT_PAGES];
     let mut first = SwapEntry::NONE;
-    for i in 0..UNIT_PAGES {
-        let failed = match inner.backing.space.alloc() {
-            Ok(e) => match inner.backing.devices[e.device() as usize]
-                .write(e.offset(), &buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])
-            {
-                Ok(()) => {
-                    if i == 0 {
-                        first = e;
-                    } else {
-                        inner.states[head as usize + i]
-                            .store(page::with_slot(page::NEVER, e), Ordering::Release);
-                    }
-                    continue;
-                }
-                Err(err) if err.is_transient() => {
-                    inner.free_slot(e);
-                    writeback_failed(inner, &err);
-                    true
-                }
-                Err(_) => {
-                    // Retired: never freed.
-                    inner.counters.write_errors.inc();
-                    true
-                }
-            },
-            Err(_) => {
-                inner.counters.swap_full.inc();
-                true
-            }
-        };
-        debug_assert!(failed);
-        // Undo the pages done so far.
-        if i > 0 {
-            inner.free_slot(first);
+    let taken = folio::alloc_slots(inner, UNIT_PAGES, |i, e| {
+        if i == 0 {
+            first = e;
+        } else {
+            words[i].store(page::with_slot(page::NEVER, e), Ordering::Release);
         }
-        for j in 1..i {
-            let word = &inner.states[head as usize + j];
-            if let Some(e) = page::slot(word.load(Ordering::Acquire)) {
-                inner.free_slot(e);
+    });
+    let split_slot = |i: usize| {
+        if i == 0 {
+            first
+        } else {
+            page::slot(words[i].load(Ordering::Acquire)).expect("a split unit has a slot per page")
+        }
+    };
+    // How many pages of a split unit have slots to undo, and which slot
+    // of them is retired.
+    let (taken, bad) = match taken {
+        Ok(FolioSlots::Cluster(base)) => {
+            let slot_of = |i: usize| SwapEntry::new(base.device(), base.offset() + i as u64);
+            return match folio::write_blaming(inner, slot_of, buf) {
+                Ok(()) => {
+                    writeback_worked(inner);
+                    Some(page::with_slot(page::SWAPPED | page::UNIT | page::WHOLE, base))
+                }
+                Err(failed) => {
+                    match unit_write_failed(inner, &failed) {
+                        None => inner.free_huge(base),
+                        // The cluster's other slots go back one by one.
+                        Some(bad) => (0..UNIT_PAGES)
+                            .map(slot_of)
+                            .filter(|&e| e != bad)
+                            .for_each(|e| inner.free_slot(e)),
+                    }
+                    None
+                }
+            };
+        }
+        Ok(FolioSlots::Each) => match folio::write_blaming(inner, split_slot, buf) {
+            Ok(()) => {
+                writeback_worked(inner);
+                return Some(page::with_slot(page::SWAPPED | page::UNIT, first));
             }
+            Err(failed) => (UNIT_PAGES, unit_write_failed(inner, &failed)),
+        },
+        Err((taken, err)) => {
+            if matches!(err, SwapError::Full { .. }) {
+                inner.counters.swap_full.inc();
+            }
+            (taken, None)
+        }
+    };
+    // Split, and not kept: free the slots taken (but a retired one) and
+    // clear the words that recorded them.
+    for (i, word) in words.iter().enumerate().take(taken) {
+        let e = split_slot(i);
+        if i > 0 {
             word.store(page::NEVER, Ordering::Release);
         }
+        if Some(e) != bad {
+            inner.free_slot(e);
+        }
+    }
+    None
+}
+
+/// A unit's write failed: count it; returns the slot to retire when the
+/// failure is for good (the block is bad), None when it may pass (the
+/// slot is fine, writeback pauses).
+fn unit_write_failed(inner: &Inner, failed: &folio::IoFailed) -> Option<SwapEntry> {
+    if failed.err.is_transient() {
+        writeback_failed(inner, &failed.err);
         return None;
     }
-    Some(page::with_slot(page::SWAPPED | page::UNIT, first))
+    inner.counters.write_errors.inc();
+    Some(failed.slot)
 }

@@ -17,6 +17,7 @@
 use std::sync::atomic::Ordering;
 
 use super::evict::{self, enqueue, live};
+use super::folio;
 use super::instance::Inner;
 use super::page::{self, PageClaim};
 use super::report;
@@ -270,9 +271,13 @@ fn write_segment(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option
     }
     // SAFETY: we hold the claims of the pages these frames hold.
     let buf = unsafe { inner.frames.staging.run_bytes(seg.f0, n) };
-    if inner.backing.devices[seg.e0.device() as usize]
-        .write(seg.e0.offset(), buf)
-        .is_err()
+    let e0 = seg.e0;
+    if folio::write(
+        inner,
+        |j| SwapEntry::new(e0.device(), e0.offset() + j as u64),
+        buf,
+    )
+    .is_err()
     {
         return None;
     }
@@ -311,7 +316,7 @@ pub(super) fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
             claim.commit(page::NEVER);
             return Some(f);
         }
-        match inner.backing.devices[e.device() as usize].write(e.offset(), buf) {
+        match folio::write(inner, |_| e, buf).map_err(|failed| failed.err) {
             Ok(()) => writeback_worked(inner),
             Err(err) if err.is_transient() => {
                 // It stays staged, on its slot, to be written after a

@@ -257,7 +257,7 @@ fn a_unit_move_in_that_stops_part_way_is_finished() {
 /// A unit whose move out stops part way (after 100 pages; `EBUSY`, as at
 /// a pinned page) is put back whole, the move back itself failing once and
 /// copied; it stays resident, counted, and goes out later.  A unit whose
-/// write fails (EIO) is put back whole too.
+/// write fails (EIO) is put back whole too, and only the bad slot retired.
 #[test]
 fn a_failed_unit_eviction_keeps_the_unit() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
@@ -305,6 +305,67 @@ fn a_failed_unit_eviction_keeps_the_unit() {
             check_page(&region, p);
         }
         drop(region);
-        assert_all_returned_but(&swap, 512, &format!("{mode:?}: one cluster retired"));
+        // The failed 2 MB write is tried again page by page: the bad
+        // block costs its own slot, and the cluster's 511 others go back.
+        assert_all_returned_but(&swap, 1, &format!("{mode:?}: one slot retired"));
+    }
+}
+
+/// A unit split over single slots (seed 003 off) is one folio still: its
+/// pages go out and come in one IO per segment of neighbouring slots.  A
+/// bad block among them fails the unit's write, and the segment is tried
+/// again page by page: only that page's slot is retired, the other 511 go
+/// back, and the unit stays resident, whole, to go out later.
+#[test]
+fn a_split_unit_goes_in_segments_and_a_bad_block_costs_one_slot() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = Swap::builder()
+            .budget(4 * MIB)
+            .device(SwapDeviceSpec::ram(64 * MIB))
+            .fault_mode(mode)
+            .background_reclaim(false)
+            .switches(crate::swap_space::Switches {
+                huge_cluster: false,
+                ..crate::swap_space::Switches::DEFAULT
+            })
+            .build()
+            .unwrap();
+        let mut region = swap.map_huge(16 * MIB as usize).unwrap();
+        let pages = region.len() / PAGE_SIZE;
+        for p in 0..1024 {
+            write_page(&mut region, p);
+        }
+        // The next unit's fault must evict one, whose write fails.
+        swap.inject_io_error(0, crate::io::ANY_SLOT, crate::io::IoOp::Write);
+        for p in 1024..1536 {
+            write_page(&mut region, p);
+        }
+        settle(&region);
+        let st = swap.stats();
+        assert_eq!(st.counter("swapout_errors"), 1, "{mode:?}: {:?}", st.counters);
+        assert_states_true(&region, true);
+        for p in 1536..pages {
+            write_page(&mut region, p);
+        }
+        settle(&region);
+        let st = swap.stats();
+        assert!(st.counter("huge_swapouts") >= 2, "{mode:?}: {:?}", st.counters);
+        // Split, yet nowhere near one IO a page.
+        assert!(
+            st.counter("io_writes") * 32 < st.counter("io_write_pages"),
+            "{mode:?}: {:?}",
+            st.counters
+        );
+        for p in 0..pages {
+            check_page(&region, p);
+        }
+        assert!(
+            st.counter("io_reads") * 32 < st.counter("io_read_pages") + 1,
+            "{mode:?}: {:?}",
+            st.counters
+        );
+        assert_states_true(&region, true);
+        drop(region);
+        assert_all_returned_but(&swap, 1, &format!("{mode:?}: one bad block retired"));
     }
 }

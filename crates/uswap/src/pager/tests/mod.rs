@@ -482,6 +482,55 @@ fn read_error_poisons_the_page() {
     assert_eq!(out.signal, Some(libc::SIGBUS), "{out:?}");
 }
 
+/// A split unit's swap-in (seed 003 off: 512 single slots, read one IO
+/// per segment) that fails poisons the whole unit: the access gets
+/// SIGBUS, never zeros.  In a child, as above.
+#[test]
+fn a_split_unit_read_error_poisons_the_unit() {
+    if child::scenario().is_some() {
+        let swap = Swap::builder()
+            .budget(4 * MIB)
+            .device(SwapDeviceSpec::ram(64 * MIB))
+            .switches(crate::swap_space::Switches {
+                huge_cluster: false,
+                ..crate::swap_space::Switches::DEFAULT
+            })
+            .build()
+            .unwrap();
+        let mut region = swap.map_huge((16 * MIB) as usize).unwrap();
+        region.as_mut_slice().fill(0x42);
+        let out = (0..region.len() / PAGE_SIZE)
+            .step_by(page::UNIT_PAGES)
+            .find(|&h| !region.is_resident(h))
+            .expect("a unit went out");
+        // A page in the middle of the unit's slots: the segment that
+        // covers it fails.
+        let e = region
+            .slot_of(out + 300)
+            .expect("a split unit has a slot per page");
+        swap.inject_io_error(e.device() as usize, e.offset(), crate::io::IoOp::Read);
+        eprintln!("touching the poisoned unit");
+        let v = region.as_slice()[(out + 5) * PAGE_SIZE];
+        eprintln!("read {v:#x} from a unit whose swap-in failed");
+        std::process::exit(3);
+    }
+    let out = child::run(
+        "pager::tests::a_split_unit_read_error_poisons_the_unit",
+        "poison",
+        std::time::Duration::from_secs(60),
+    );
+    let err = &out.stderr;
+    assert!(
+        err.contains("touching the poisoned unit"),
+        "the child did not get there: {out:?}"
+    );
+    assert!(
+        err.contains("uswap: swap-in of 2097152 bytes at 0x") && err.contains("gave errno 5"),
+        "{out:?}"
+    );
+    assert_eq!(out.signal, Some(libc::SIGBUS), "{out:?}");
+}
+
 /// A failed swap-out keeps the page resident (its data intact) and the
 /// slot out of use for good (a bad slot is never handed out again).
 #[test]
@@ -703,9 +752,30 @@ fn huge_integrity(swap: Swap, expect_fallback: bool) {
             st.counters
         );
         assert_eq!(st.counter("huge_alloc"), 0);
+        // Split over single slots, a unit still goes as one folio: one IO
+        // per segment of neighbouring slots (the per-CPU slot cache hands
+        // out neighbours), not one per page, both ways.
+        for (ios, pages) in [("io_writes", "io_write_pages"), ("io_reads", "io_read_pages")] {
+            assert!(
+                st.counter(ios) * 32 < st.counter(pages),
+                "{ios}: {} for {} pages: {:?}",
+                st.counter(ios),
+                st.counter(pages),
+                st.counters
+            );
+        }
     } else {
         assert_eq!(st.counter("huge_fallbacks"), 0, "{:?}", st.counters);
         assert!(st.counter("huge_alloc") > 8);
+        // Whole clusters: one 2 MB IO a unit, each way.
+        for (ios, pages) in [("io_writes", "io_write_pages"), ("io_reads", "io_read_pages")] {
+            assert_eq!(
+                st.counter(ios) * 512,
+                st.counter(pages),
+                "{ios}: {:?}",
+                st.counters
+            );
+        }
     }
     // Four threads may each install a unit on the same look at the budget,
     // so the last faults can leave it up to three units over; the
