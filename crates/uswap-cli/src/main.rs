@@ -28,7 +28,11 @@ enum Command {
     /// Map a region larger than a memory budget, fill it from several
     /// threads, verify every byte, and show what was swapped.
     ///
-    /// Needs userfaultfd: run as root (or with vm.unprivileged_userfaultfd=1).
+    /// Any user may run it: in SIGBUS mode (the default) uswap opens its
+    /// userfaultfd for user-mode faults only when it lacks the privilege
+    /// for more (Linux 5.11+; uswap itself needs 6.8+ for UFFDIO_MOVE).
+    /// `--mode handler` serves the kernel's faults too and needs root,
+    /// vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd.
     Demo(demo::DemoArgs),
     /// Benchmarks of the core, one per seed experiment.
     #[command(subcommand)]

@@ -103,9 +103,15 @@ impl Features {
 /// Why userfaultfd could not be set up or a call failed.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum UffdError {
-    /// Neither the syscall nor /dev/userfaultfd would give a descriptor.
-    #[error("userfaultfd is not permitted for this process: run as root, or set `sysctl vm.unprivileged_userfaultfd=1`, or give this user read-write access to /dev/userfaultfd")]
+    /// Neither the syscall nor /dev/userfaultfd would give a descriptor
+    /// that serves faults the kernel takes too, which was asked for
+    /// (handler-thread mode).
+    #[error("handler-thread mode serves faults the kernel takes on region memory (read(2) into it, say), which userfaultfd allows only with privilege: run as root, set `sysctl vm.unprivileged_userfaultfd=1`, or give this user read-write access to /dev/userfaultfd; or use SIGBUS mode (the default), which any user may")]
     Permission,
+    /// Not even a descriptor for user-mode faults (`UFFD_USER_MODE_ONLY`,
+    /// which any user may open on Linux 5.11+) was given.
+    #[error("userfaultfd is refused to this process even for user-mode faults (errno {errno}): a seccomp filter or security module forbids it, or the kernel is older than 5.11; run as root, set `sysctl vm.unprivileged_userfaultfd=1`, or lift the filter")]
+    UserModeRefused { errno: i32 },
     /// The kernel has no userfaultfd at all.
     #[error("this kernel has no userfaultfd (built without CONFIG_USERFAULTFD); uswap needs Linux 6.8 or newer with it")]
     Unsupported,
@@ -242,6 +248,26 @@ pub struct Uffd {
     fd: OwnedFd,
     features: Features,
     nonblocking: bool,
+    user_mode_only: bool,
+}
+
+/// `userfaultfd(2)`'s flag for a descriptor that handles user-mode faults
+/// only (Linux 5.11): allowed to any user, whatever
+/// `vm.unprivileged_userfaultfd` says.
+const UFFD_USER_MODE_ONLY: i32 = 1;
+
+/// Which faults a descriptor must be able to serve.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Faults the kernel takes on registered memory too (`read(2)` into
+    /// it): needs privilege (root, `vm.unprivileged_userfaultfd=1`, or
+    /// access to /dev/userfaultfd).  Handler-thread mode.
+    KernelFaults,
+    /// User-mode faults are enough: without the privilege, a descriptor
+    /// opened with `UFFD_USER_MODE_ONLY`.  SIGBUS mode, which serves only
+    /// the faulting thread's own accesses anyway (a fault the kernel takes
+    /// on a missing page fails its system call with `EFAULT` either way).
+    UserFaults,
 }
 
 fn errno() -> i32 {
@@ -254,16 +280,16 @@ impl Uffd {
     /// has it.  `nonblocking` is for handler threads that poll (a blocking
     /// uffd under epoll reports POLLERR).
     pub fn open(wanted: Features, nonblocking: bool) -> Result<Uffd, UffdError> {
+        Self::open_reaching(wanted, nonblocking, Reach::KernelFaults)
+    }
+
+    /// As [`open`](Self::open), for faults of `reach`: with
+    /// [`Reach::UserFaults`] a process without the privilege for kernel
+    /// faults gets a user-mode-only descriptor
+    /// ([`user_mode_only`](Self::user_mode_only)).
+    pub fn open_reaching(wanted: Features, nonblocking: bool, reach: Reach) -> Result<Uffd, UffdError> {
         let flags = libc::O_CLOEXEC | if nonblocking { libc::O_NONBLOCK } else { 0 };
-        // SAFETY: the syscall takes only flags and returns a new fd or -1.
-        let mut fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as RawFd;
-        if fd < 0 {
-            let first = errno();
-            if first == libc::ENOSYS {
-                return Err(UffdError::Unsupported);
-            }
-            fd = Self::open_dev(flags)?;
-        }
+        let (fd, user_mode_only) = Self::open_fd(flags, reach)?;
         // SAFETY: `fd` is a fresh descriptor this function owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         let mut api = UffdioApi {
@@ -296,18 +322,44 @@ impl Uffd {
             fd,
             features: Features(api.features),
             nonblocking,
+            user_mode_only,
         })
     }
 
-    fn open_dev(flags: i32) -> Result<RawFd, UffdError> {
+    /// A new descriptor, and whether it is user-mode only: the syscall,
+    /// then /dev/userfaultfd (both serve kernel faults too), then, where
+    /// `reach` allows, the syscall for user-mode faults only.
+    fn open_fd(flags: i32, reach: Reach) -> Result<(RawFd, bool), UffdError> {
+        // SAFETY: the syscall takes only flags and returns a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as RawFd;
+        if fd >= 0 {
+            return Ok((fd, false));
+        }
+        if errno() == libc::ENOSYS {
+            return Err(UffdError::Unsupported);
+        }
+        if let Some(fd) = Self::open_dev(flags)? {
+            return Ok((fd, false));
+        }
+        if reach == Reach::KernelFaults {
+            return Err(UffdError::Permission);
+        }
+        // SAFETY: as above.
+        let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY) } as RawFd;
+        if fd < 0 {
+            return Err(UffdError::UserModeRefused { errno: errno() });
+        }
+        Ok((fd, true))
+    }
+
+    /// A descriptor from /dev/userfaultfd; None when this user may not
+    /// open it, or there is none.
+    fn open_dev(flags: i32) -> Result<Option<RawFd>, UffdError> {
         let path = b"/dev/userfaultfd\0";
         // SAFETY: `path` is NUL-terminated.
         let dev = unsafe { libc::open(path.as_ptr().cast(), libc::O_RDWR | libc::O_CLOEXEC) };
         if dev < 0 {
-            return match errno() {
-                libc::ENOENT => Err(UffdError::Unsupported),
-                _ => Err(UffdError::Permission),
-            };
+            return Ok(None);
         }
         // SAFETY: USERFAULTFD_IOC_NEW takes the flags as its argument.
         let fd = unsafe { libc::ioctl(dev, USERFAULTFD_IOC_NEW as _, flags) };
@@ -315,22 +367,29 @@ impl Uffd {
         // SAFETY: `dev` is ours and closed once.
         unsafe { libc::close(dev) };
         if fd < 0 {
-            return Err(if e == libc::EPERM || e == libc::EACCES {
-                UffdError::Permission
-            } else {
-                UffdError::Ioctl {
-                    op: "USERFAULTFD_IOC_NEW",
-                    errno: e,
-                }
+            if e == libc::EPERM || e == libc::EACCES {
+                return Ok(None);
+            }
+            return Err(UffdError::Ioctl {
+                op: "USERFAULTFD_IOC_NEW",
+                errno: e,
             });
         }
-        Ok(fd)
+        Ok(Some(fd))
     }
 
-    /// The features this kernel offers (opens and closes a descriptor).
+    /// The features this kernel offers (opens and closes a descriptor,
+    /// user-mode only where that is all this process may have: the same
+    /// features are offered).
     pub fn probe_features() -> Result<Features, UffdError> {
-        let u = Uffd::open(Features::NONE, false)?;
+        let u = Uffd::open_reaching(Features::NONE, false, Reach::UserFaults)?;
         Ok(u.features)
+    }
+
+    /// Whether this descriptor serves user-mode faults only
+    /// (`UFFD_USER_MODE_ONLY`): opened without the privilege for more.
+    pub fn user_mode_only(&self) -> bool {
+        self.user_mode_only
     }
 
     /// The features negotiated.

@@ -40,7 +40,7 @@ use clap::Args;
 use uswap::io::FileOptions;
 use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
 use uswap::stats::Snapshot;
-use uswap::uffd::{Features, RegisterMode, Uffd};
+use uswap::uffd::{Features, Reach, RegisterMode, Uffd};
 
 use super::threads_by_variant;
 use crate::report::{emit, interleave, summarize, Common, Report, Round, Variant};
@@ -189,8 +189,8 @@ extern "C" fn on_bare_sigbus(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx
 }
 
 fn bare_uffd(len: usize, threads: usize) -> anyhow::Result<Round> {
-    let uffd = Uffd::open(Features::SIGBUS, false)
-        .context("userfaultfd (needs root, or vm.unprivileged_userfaultfd=1)")?;
+    let uffd =
+        Uffd::open_reaching(Features::SIGBUS, false, Reach::UserFaults).context("opening a userfaultfd")?;
     let region = uswap::sys::Mapping::new(len, PAGE).context("mapping the region")?;
     let src = uswap::sys::Mapping::new(PAGE, PAGE).context("mapping the source page")?;
     // SAFETY: our own fresh page.
@@ -264,7 +264,7 @@ fn uswap_run(
         // readahead would serve most of them without one.
         .readahead(false)
         .build()
-        .context("starting uswap (needs root and Linux 6.8+)")?;
+        .context("starting uswap")?;
     let mut region = if huge { swap.map_huge(len) } else { swap.map(len) }.context("mapping the region")?;
     if !variant.starts_with("zero-fill") {
         // Untimed: write every page once, so nearly all are swapped out.

@@ -236,7 +236,7 @@ impl Pager {
             .readahead(a.readahead)
             .per_page_evict(a.per_page_evict)
             .build()
-            .context("starting uswap (needs root, or vm.unprivileged_userfaultfd=1, and Linux 6.8+)")?;
+            .context("starting uswap")?;
         Ok(Pager::Uswap(swap))
     }
 

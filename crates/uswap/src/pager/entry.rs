@@ -95,12 +95,17 @@ pub enum FaultMode {
     /// (`UFFD_FEATURE_SIGBUS`): no hand-off to another thread, which costs
     /// 30-120 us on a VM.  Faults raised inside the kernel (`read(2)` into a
     /// region) fail with `EFAULT` in this mode, and a thread that blocks
-    /// SIGBUS cannot be served (the kernel kills the process).
+    /// SIGBUS cannot be served (the kernel kills the process).  Any user
+    /// may use it: without the privilege for kernel faults the
+    /// userfaultfd is opened for user-mode faults only
+    /// (`UFFD_USER_MODE_ONLY`, Linux 5.11), which is all this mode serves.
     #[default]
     Sigbus,
     /// Handler threads read fault events and serve them; the faulting
     /// thread sleeps until woken.  Serves kernel-raised faults too, and
-    /// threads that block SIGBUS.
+    /// threads that block SIGBUS; so it needs the privilege for kernel
+    /// faults (root, `vm.unprivileged_userfaultfd=1`, or access to
+    /// /dev/userfaultfd).
     HandlerThread,
 }
 

@@ -76,7 +76,7 @@ use crate::stats::{Registry, Snapshot, StatMutex};
 use crate::swap_cache::SwapCache;
 use crate::swap_space::{SlotDeviceConfig, SwapError, SwapSpace, Switches};
 use crate::table::{self, TableError};
-use crate::uffd::{Features, RegisterMode, Uffd, UffdError};
+use crate::uffd::{Features, Reach, RegisterMode, Uffd, UffdError};
 use crate::PAGE_SIZE;
 use frames::{FramePool, Mapping, UnitPool};
 #[cfg(test)]
@@ -292,7 +292,13 @@ impl SwapBuilder {
         if self.mode == FaultMode::Sigbus {
             features = features.with(Features::SIGBUS);
         }
-        let uffd = Uffd::open(features, self.mode == FaultMode::HandlerThread)?;
+        // SIGBUS mode serves the faulting thread's own accesses only, so a
+        // user-mode-only descriptor (any user may open one) is all it
+        // needs; handler-thread mode serves the kernel's faults too.
+        let uffd = match self.mode {
+            FaultMode::Sigbus => Uffd::open_reaching(features, false, Reach::UserFaults)?,
+            FaultMode::HandlerThread => Uffd::open(features, true)?,
+        };
 
         let mut devices = Vec::new();
         let mut space = SwapSpace::builder().switches(self.switches);
@@ -615,6 +621,15 @@ impl Swap {
     /// Pages resident now, over all regions.
     pub fn resident_pages(&self) -> usize {
         self.inner.budget.resident.load(Ordering::Relaxed)
+    }
+
+    /// Whether faults are served through a userfaultfd for user-mode
+    /// faults only: SIGBUS mode opened by a process without the privilege
+    /// for more (see [`FaultMode::Sigbus`]).  Nothing changes for the
+    /// program: a system call that touches a missing page fails with
+    /// `EFAULT` in SIGBUS mode either way.
+    pub fn user_mode_only(&self) -> bool {
+        self.inner.uffd.user_mode_only()
     }
 
     /// The budget in pages.

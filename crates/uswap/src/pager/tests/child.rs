@@ -49,7 +49,18 @@ pub fn scenario() -> Option<String> {
 /// Run test `test` (its full path, e.g. `pager::tests::defects::x`) in a
 /// child with scenario `arg`; kill it after `timeout`.
 pub fn run(test: &str, arg: &str, timeout: Duration) -> Outcome {
-    let mut child = Command::new(std::env::current_exe().unwrap())
+    run_as(test, arg, timeout, None)
+}
+
+/// As [`run`], the child as user and group `ids` when given (this process
+/// must be root: `Command::uid` drops the supplementary groups too).
+pub fn run_as(test: &str, arg: &str, timeout: Duration, ids: Option<(u32, u32)>) -> Outcome {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    if let Some((uid, gid)) = ids {
+        cmd.uid(uid).gid(gid);
+    }
+    let mut child = cmd
         .args(["--exact", test, "--nocapture", "--test-threads=1"])
         .env(SCENARIO, arg)
         .stdin(Stdio::null())

@@ -1540,3 +1540,105 @@ fn queued_writeback_keeps_pages_through_errors_and_short_writes() {
     drop(region);
     assert_all_returned_but(&swap, 1, "queued writeback");
 }
+
+/// An ordinary user pages memory too: without the privilege for kernel
+/// faults (not root, `vm.unprivileged_userfaultfd=0`, no access to
+/// /dev/userfaultfd) SIGBUS mode opens its userfaultfd for user-mode faults
+/// only, which any user may, and every page written reads back after
+/// eviction, on a RAM device and on a swap file; handler-thread mode,
+/// which must serve the kernel's faults too, is refused in one line that
+/// says what to do.  Run as `nobody` in a child when this is root; as
+/// this user otherwise.
+#[test]
+fn an_ordinary_user_swaps_in_sigbus_mode() {
+    if let Some(dir) = child::scenario() {
+        // SAFETY: no preconditions.
+        let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
+        eprintln!("uid {uid} euid {euid}");
+        for device in [
+            SwapDeviceSpec::ram(64 * MIB),
+            SwapDeviceSpec::file(crate::io::FileOptions::new(
+                std::path::Path::new(&dir).join("swap"),
+                64 * MIB / 4096,
+            )),
+        ] {
+            let swap = Swap::builder().budget(4 * MIB).device(device).build().unwrap();
+            if euid != 0 && privileged_uffd_refused() {
+                assert!(
+                    swap.user_mode_only(),
+                    "an unprivileged SIGBUS-mode uffd is user-mode only"
+                );
+            }
+            let mut region = swap.map((16 * MIB) as usize).unwrap();
+            for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+                page.fill(p as u8 ^ 0x3c);
+            }
+            for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+                assert!(
+                    page.iter().all(|&b| b == p as u8 ^ 0x3c),
+                    "page {p} lost its data"
+                );
+            }
+            let st = swap.stats();
+            assert!(st.counter("evictions") > 2048, "{:?}", st.counters);
+            assert!(
+                st.counter("swapins") + st.counter("readahead") > 1024,
+                "{:?}",
+                st.counters
+            );
+            drop(region);
+            assert_all_returned(&swap, "unprivileged");
+        }
+        if euid != 0 && privileged_uffd_refused() {
+            let e = Swap::builder()
+                .budget(4 * MIB)
+                .device(SwapDeviceSpec::ram(16 * MIB))
+                .fault_mode(FaultMode::HandlerThread)
+                .build()
+                .err()
+                .expect("handler-thread mode needs kernel faults");
+            let msg = e.to_string();
+            assert!(
+                msg.contains("handler-thread mode") && msg.contains("SIGBUS mode"),
+                "{msg}"
+            );
+            eprintln!("handler-thread mode refused: {msg}");
+        }
+        eprintln!("unprivileged run done");
+        child::exit(0);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // SAFETY: no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let nobody = (65534, 65534);
+    if root {
+        std::os::unix::fs::chown(dir.path(), Some(nobody.0), Some(nobody.1)).unwrap();
+    }
+    let out = child::run_as(
+        "pager::tests::defects::an_ordinary_user_swaps_in_sigbus_mode",
+        dir.path().to_str().unwrap(),
+        std::time::Duration::from_secs(120),
+        root.then_some(nobody),
+    );
+    out.assert_success();
+    assert!(out.stderr.contains("unprivileged run done"), "{out:?}");
+    if root && privileged_uffd_refused_to(nobody.0) {
+        assert!(out.stderr.contains("handler-thread mode refused"), "{out:?}");
+    }
+}
+
+/// Whether this process would be refused a userfaultfd that serves kernel
+/// faults (so gets a user-mode-only one).
+fn privileged_uffd_refused() -> bool {
+    crate::uffd::Uffd::open(crate::uffd::Features::NONE, false).is_err()
+}
+
+/// Whether a process of user `uid` would be: the sysctl, and /dev/userfaultfd's
+/// owner and mode (root only, on a stock system).
+fn privileged_uffd_refused_to(uid: u32) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
+    let dev_open =
+        std::fs::metadata("/dev/userfaultfd").is_ok_and(|m| m.uid() == uid || m.mode() & 0o006 == 0o006);
+    sysctl.trim() == "0" && !dev_open
+}
