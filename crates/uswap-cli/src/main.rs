@@ -1,6 +1,7 @@
 //! The `uswap` command line.
 
 mod demo;
+mod run;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -34,6 +35,20 @@ enum Command {
     /// `--mode handler` serves the kernel's faults too and needs root,
     /// vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd.
     Demo(demo::DemoArgs),
+    /// Run a program with its malloc heap paged by uswap under a budget.
+    ///
+    /// `uswap run --budget 1G -- python3 big.py`: the program's malloc
+    /// family is mimalloc over one uswap region (a library preloaded with
+    /// LD_PRELOAD, built by the workspace beside this executable); what
+    /// the heap holds beyond the budget goes to swap and comes back on
+    /// access.  Covered today: the malloc heap of a dynamically linked
+    /// program and its threads, in handler-thread mode (root, or
+    /// vm.unprivileged_userfaultfd=1).  Not yet: memory the program maps
+    /// itself with mmap (it stays ordinary memory), fork without exec
+    /// (the child cannot reach the heap: it crashes if it touches it),
+    /// system calls on heap buffers in SIGBUS mode (EFAULT).  The
+    /// program's children run without uswap.
+    Run(run::RunArgs),
     /// Benchmarks of the core, one per seed experiment.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -130,6 +145,7 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(a) => demo::run(&a),
+        Command::Run(a) => run::run(&a),
         Command::Bench(b) => match b {
             BenchCommand::Alloc(a) => micro::alloc::run(&a),
             BenchCommand::Extent(a) => micro::extent::run(&a),

@@ -18,6 +18,7 @@
 //! - [`sys`]: the OS layer: mappings, advice, the ioctls on backing files.
 //! - [`uffd`]: userfaultfd, the kernel interface the pager is built on.
 //! - [`pager`]: regions paged under a budget, on all of the above.
+//! - [`run_env`]: what `uswap run` tells its preload library.
 //!
 //! Every seed mechanism is a switch in the configuration, so that its effect
 //! can be measured against the behaviour before it.
@@ -28,6 +29,7 @@ pub mod io;
 pub mod lru;
 pub mod pager;
 pub mod percpu;
+pub mod run_env;
 pub mod stats;
 pub mod swap_cache;
 pub mod swap_space;

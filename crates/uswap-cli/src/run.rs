@@ -1,0 +1,197 @@
+//! `uswap run`: an unmodified program's malloc heap paged by uswap.
+//!
+//! The command checks and resolves its options, puts them in the
+//! environment with `LD_PRELOAD` naming the preload library (built by
+//! the workspace, found beside this executable), and `exec`s the program,
+//! which keeps this process's pid: the library pages the process with
+//! that pid and no other (`crates/uswap-preload`).
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context};
+use clap::Args;
+use uswap::run_env as uswap_env;
+use uswap_bench::parse_bytes;
+
+use crate::demo::Mode;
+
+/// The preload library's file name.
+const LIBRARY: &str = "libuswap_preload.so";
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Memory budget of the program's heap: resident heap pages stay under
+    /// it.  A size (K, M, G suffixes) or a share of this machine's memory
+    /// (`25%`).
+    #[arg(long, default_value = "50%")]
+    pub budget: String,
+    /// Swap device: `ram:SIZE`, or `file:PATH:SIZE` (created with mode
+    /// 0600 if missing and then unlinked at once, so nothing is left
+    /// behind; an existing file or block device is used as is).  Repeat for
+    /// several.  Default: a file in $TMPDIR (or /var/tmp) of four times the
+    /// budget, at most half the free space there.  The heap can hold the
+    /// budget and the swap space together; past that, malloc fails.
+    #[arg(long = "swap")]
+    pub swap: Vec<String>,
+    /// Who serves faults.  Handler threads (the default) also serve the
+    /// kernel's faults on the heap (`read(2)` into a buffer that is out),
+    /// which needs root, vm.unprivileged_userfaultfd=1 or access to
+    /// /dev/userfaultfd.  `sigbus` serves the program's own accesses only:
+    /// a system call given a heap buffer that is out fails with EFAULT
+    /// (pinning such buffers is not built yet), so few real programs run
+    /// under it today.
+    #[arg(long, value_enum, default_value_t = Mode::Handler)]
+    pub mode: Mode,
+    /// At exit, print what was swapped (faults by kind, evictions, swap IO)
+    /// on stderr.
+    #[arg(long)]
+    pub stats: bool,
+    /// The program and its arguments.
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub program: Vec<OsString>,
+}
+
+/// This machine's memory, from /proc/meminfo.
+fn mem_total() -> anyhow::Result<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
+    info.lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().strip_suffix("kB"))
+        .and_then(|kb| kb.trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024)
+        .context("no MemTotal in /proc/meminfo")
+}
+
+fn parse_budget(s: &str) -> anyhow::Result<u64> {
+    let bytes = if let Some(pct) = s.strip_suffix('%') {
+        let pct: f64 = pct
+            .trim()
+            .parse()
+            .ok()
+            .filter(|p| *p > 0.0 && *p <= 100.0)
+            .with_context(|| format!("--budget {s:?}: a share is 1% to 100%"))?;
+        (mem_total()? as f64 * pct / 100.0) as u64
+    } else {
+        parse_bytes(s).map_err(|e| anyhow::anyhow!("--budget: {e}"))?
+    };
+    let page = uswap::PAGE_SIZE as u64;
+    if bytes < 1 << 20 {
+        bail!("--budget {s}: at least 1M, so that a batch of pages fits");
+    }
+    Ok(bytes / page * page)
+}
+
+/// One device as the library reads it: `ram BYTES` or `file BYTES PATH`.
+fn device_line(spec: &str) -> anyhow::Result<(String, u64)> {
+    if let Some(size) = spec.strip_prefix("ram:") {
+        let b = parse_bytes(size).map_err(|e| anyhow::anyhow!("--swap {spec}: {e}"))?;
+        return Ok((format!("ram {b}"), b));
+    }
+    if let Some(rest) = spec.strip_prefix("file:") {
+        let (path, size) = rest.rsplit_once(':').with_context(|| {
+            format!("--swap {spec:?}: write file:PATH:SIZE, e.g. file:/var/tmp/uswap.swap:8G")
+        })?;
+        let b = parse_bytes(size).map_err(|e| anyhow::anyhow!("--swap {spec}: {e}"))?;
+        let path = std::path::absolute(path).with_context(|| format!("--swap {spec}: the path"))?;
+        if path.to_str().is_none_or(|p| p.contains('\n')) {
+            bail!("--swap {spec}: give a path in UTF-8 without newlines");
+        }
+        return Ok((format!("file {b} {}", path.display()), b));
+    }
+    bail!("--swap {spec:?}: a swap device is ram:SIZE or file:PATH:SIZE")
+}
+
+/// Free bytes in the file system holding `dir`.
+fn free_space(dir: &Path) -> anyhow::Result<u64> {
+    let st = rustix::fs::statvfs(dir).with_context(|| format!("{}: statvfs", dir.display()))?;
+    Ok(st.f_bavail * st.f_frsize)
+}
+
+/// The default swap device: a file in $TMPDIR (else /var/tmp), four times
+/// the budget, at most half the free space there.
+fn default_swap(budget: u64) -> anyhow::Result<(String, u64)> {
+    let dir = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from);
+    let page = uswap::PAGE_SIZE as u64;
+    let bytes = (4 * budget).min(free_space(&dir)? / 2) / page * page;
+    if bytes < 1 << 20 {
+        bail!(
+            "{}: not enough free space for a swap file; free some, or give --swap file:PATH:SIZE elsewhere",
+            dir.display()
+        );
+    }
+    let path = dir.join(format!("uswap-run-{}.swap", std::process::id()));
+    device_line(&format!("file:{}:{bytes}", path.display()))
+}
+
+/// The preload library beside this executable.
+fn library() -> anyhow::Result<PathBuf> {
+    let exe = std::env::current_exe().context("finding this executable")?;
+    let lib = exe.with_file_name(LIBRARY);
+    if !lib.exists() {
+        bail!(
+            "{} is not beside {}: build it with `cargo build --release -p uswap-preload` (or `cargo build --release` for everything)",
+            LIBRARY,
+            exe.display()
+        );
+    }
+    Ok(lib)
+}
+
+pub fn run(args: &RunArgs) -> anyhow::Result<()> {
+    let budget = parse_budget(&args.budget)?;
+    let lib = library()?;
+    let mut lines = Vec::new();
+    let mut swap_bytes = 0;
+    if args.swap.is_empty() {
+        let (line, b) = default_swap(budget)?;
+        lines.push(line);
+        swap_bytes += b;
+    }
+    for spec in &args.swap {
+        let (line, b) = device_line(spec)?;
+        lines.push(line);
+        swap_bytes += b;
+    }
+    // Address space for the heap: what the budget and the swap space can
+    // hold together; beyond it the program's malloc fails.
+    let heap = budget + swap_bytes;
+    let preload = match std::env::var_os("LD_PRELOAD") {
+        Some(old) if !old.is_empty() => {
+            let mut p = lib.into_os_string();
+            p.push(":");
+            p.push(old);
+            p
+        }
+        _ => lib.into_os_string(),
+    };
+    let mut cmd = std::process::Command::new(&args.program[0]);
+    cmd.args(&args.program[1..])
+        .env("LD_PRELOAD", preload)
+        // mimalloc reserves no arena of its own before uswap's is there
+        // (what is allocated before stays in ordinary memory).
+        .env("MIMALLOC_ARENA_RESERVE", "0")
+        .env(uswap_env::PID, std::process::id().to_string())
+        .env(uswap_env::BUDGET, budget.to_string())
+        .env(uswap_env::HEAP, heap.to_string())
+        .env(uswap_env::SWAP, lines.join("\n"))
+        .env(
+            uswap_env::MODE,
+            match args.mode {
+                Mode::Sigbus => "sigbus",
+                Mode::Handler => "handler",
+            },
+        );
+    if args.stats {
+        cmd.env(uswap_env::STATS, "1");
+    }
+    // Only returns on failure.
+    let e = cmd.exec();
+    Err(e).with_context(|| format!("running {}", args.program[0].to_string_lossy()))
+}

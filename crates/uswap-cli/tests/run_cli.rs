@@ -1,0 +1,203 @@
+//! `uswap run`: unmodified programs with their malloc heap paged by uswap,
+//! their output compared with a run without it.  Handler-thread mode (the
+//! default) needs the privilege for kernel faults: these run as root, as
+//! the suite does; as an ordinary user they check the one-line refusal.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const PYTHON: &str = "/usr/bin/python3";
+
+/// The preload library beside the `uswap` under test, built if it is not
+/// there yet (`cargo test` builds the command line only).
+fn preload_built() {
+    let exe = PathBuf::from(env!("CARGO_BIN_EXE_uswap"));
+    let lib = exe.with_file_name("libuswap_preload.so");
+    if lib.exists() {
+        return;
+    }
+    let release = exe.parent().is_some_and(|d| d.ends_with("release"));
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args(["build", "-p", "uswap-preload"]);
+    if release {
+        cmd.arg("--release");
+    }
+    let out = cmd.output().expect("run cargo");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(lib.exists(), "{} after the build", lib.display());
+}
+
+fn uswap(args: &[&str], env: &[(&str, &str)]) -> Output {
+    preload_built();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run uswap")
+}
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A count from the `--stats` block, e.g. `swap-ins 123`.
+fn stat(err: &str, name: &str) -> u64 {
+    err.split(&format!("{name} "))
+        .nth(1)
+        .and_then(|r| r.split([',', ')', ';', ' ', '\n']).next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} in {err}"))
+}
+
+const DICT: &str = r#"
+import hashlib, sys
+n = int(sys.argv[1])
+d = {}
+for i in range(n):
+    d[i] = ("%d-" % i) * 20
+h = hashlib.sha256()
+for i in range(n):
+    h.update(d[i].encode())
+print(h.hexdigest(), len(d))
+"#;
+
+/// Python building a dict of about four times the budget (with
+/// `PYTHONMALLOC=malloc`: Python's own small-object arenas are mmap'd,
+/// which `uswap run` does not page yet), then a digest of it: the same as
+/// without uswap, and the heap really went out and came back.
+#[test]
+fn python_builds_a_dict_four_times_the_budget() {
+    if !root() {
+        assert!(refused_without_privilege());
+        return;
+    }
+    assert!(
+        Path::new(PYTHON).exists(),
+        "{PYTHON} is missing: install Debian's python3 (scripts/check does)"
+    );
+    let n = "400000";
+    let plain = Command::new(PYTHON).args(["-c", DICT, n]).output().unwrap();
+    assert!(plain.status.success());
+    let out = uswap(
+        &[
+            "run", "--budget", "24M", "--swap", "ram:256M", "--stats", "--", PYTHON, "-c", DICT, n,
+        ],
+        &[("PYTHONMALLOC", "malloc")],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(out.stdout, plain.stdout, "{err}");
+    assert!(stat(&err, "swap-ins") + stat(&err, "read ahead") > 5000, "{err}");
+    assert!(stat(&err, "evictions") > 10000, "{err}");
+    assert_eq!(stat(&err, "over budget"), 0, "{err}");
+}
+
+/// GNU sort of a file three times the budget, its buffer (-S) as large as
+/// the file, reading it with read(2) into a heap buffer that may be out
+/// (the kernel's fault, served by a handler thread): the output is the
+/// same as without uswap.  The default swap device, a file in $TMPDIR,
+/// leaves nothing behind.
+#[test]
+fn sort_of_a_file_three_times_the_budget() {
+    if !root() {
+        assert!(refused_without_privilege());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("in.txt");
+    let mut text = String::new();
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    while text.len() < 24 << 20 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        text.push_str(&format!("{x:x} line\n"));
+    }
+    std::fs::write(&input, &text).unwrap();
+    let input = input.to_str().unwrap();
+    let plain = Command::new("sort")
+        .args(["-S", "32M", input])
+        .env("LC_ALL", "C")
+        .output()
+        .unwrap();
+    assert!(plain.status.success());
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let out = uswap(
+        &[
+            "run", "--budget", "8M", "--stats", "--", "sort", "-S", "32M", input,
+        ],
+        &[("LC_ALL", "C"), ("TMPDIR", tmp.to_str().unwrap())],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        out.stdout == plain.stdout,
+        "sort's output differs under uswap: {err}"
+    );
+    assert!(stat(&err, "evictions") > 1000, "{err}");
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "the default swap file was left in $TMPDIR"
+    );
+}
+
+/// Handler-thread mode without the privilege for kernel faults: refused,
+/// in one line that says what to do.  Checked as this user, or as
+/// `nobody` when this is root.
+fn refused_without_privilege() -> bool {
+    use std::os::unix::process::CommandExt;
+    preload_built();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    if root() {
+        cmd.uid(65534).gid(65534);
+    }
+    let sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
+    if sysctl.trim() == "1" {
+        return true;
+    }
+    let out = cmd
+        .args(["run", "--budget", "8M", "--swap", "ram:32M", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("uswap run:") && err.contains("handler-thread mode"),
+        "{err}"
+    );
+    true
+}
+
+#[test]
+fn an_ordinary_user_is_told_what_handler_mode_needs() {
+    assert!(refused_without_privilege());
+}
+
+/// Bad input: one line each, saying what is wrong.
+#[test]
+fn bad_input_gets_one_line() {
+    for (args, says) in [
+        (&["run", "--budget", "7%x", "--", "true"][..], "--budget"),
+        (&["run", "--budget", "100K", "--", "true"], "at least 1M"),
+        (
+            &["run", "--swap", "disk:1G", "--", "true"],
+            "ram:SIZE or file:PATH:SIZE",
+        ),
+        (
+            &["run", "--swap", "ram:8M", "--", "/nonexistent/program"],
+            "running /nonexistent/program",
+        ),
+    ] {
+        let out = uswap(args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}

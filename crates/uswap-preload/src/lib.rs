@@ -1,0 +1,415 @@
+//! The library `uswap run` preloads into a program (`LD_PRELOAD`): the
+//! program's malloc heap lives in a uswap region, paged under a budget.
+//!
+//! The heap is mimalloc (built from source by `libmimalloc-sys`): this
+//! library exports `malloc`, `free` and the rest of the family, each
+//! forwarding to mimalloc's, so they interpose on libc's (a static
+//! library's own exports would be hidden by a cdylib's version script).  At load, before the program's `main`, [`init`] reads the
+//! configuration `uswap run` left in the environment, starts a `Swap`,
+//! maps one region as large as the budget and the swap space together
+//! can hold, and hands it to mimalloc as an arena
+//! (`mi_manage_os_memory`); from then on mimalloc takes memory from that
+//! arena alone (`disallow_os_alloc`).  What was allocated before (the
+//! loader's and libc's start-up, a few KiB) stays in ordinary memory:
+//! `uswap run` sets `MIMALLOC_ARENA_RESERVE=0`, so that it is not a
+//! 1 GiB arena of mimalloc's own that later allocations would fill first.
+//!
+//! Purging is off (`purge_delay = -1`): mimalloc would otherwise give freed
+//! memory back with `MADV_DONTNEED`, which on a page uswap has swapped out
+//! reaches neither the page nor its slot; the freed memory stays in the
+//! arena, and uswap swaps it out like any cold page.
+//!
+//! uswap's own memory (its page tables, LRU, frame pools) must not be in
+//! the region it pages: its Rust code allocates through glibc's own
+//! allocator (`__libc_malloc`, [`LibcMalloc`]), never through the
+//! interposed `malloc`.
+//!
+//! Which process is paged: the one `uswap run` became (it `exec`s the
+//! program, so the program has its pid, `USWAP_RUN_PID`), through every
+//! `exec` it makes itself (a wrapper script, a pyenv shim, `exec` in a
+//! shell), each image with its own instance.  Its children load this
+//! library too (they inherit `LD_PRELOAD`) but find another pid and do
+//! nothing: their malloc is mimalloc over ordinary memory.
+//!
+//! Nothing is left behind: a swap file this library creates is unlinked as
+//! soon as it is open (its descriptor closes at `exec` and exit), and
+//! threads and the userfaultfd go with the process.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::ffi::c_void;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::OnceLock;
+
+use libmimalloc_sys::{
+    mi_aligned_alloc, mi_calloc, mi_manage_os_memory_ex, mi_option_set, mi_posix_memalign,
+};
+use libmimalloc_sys::{mi_free, mi_malloc, mi_realloc};
+use uswap::io::FileOptions;
+use uswap::pager::{FaultMode, Region, Swap, SwapDeviceSpec};
+use uswap::run_env as env;
+
+extern "C" {
+    fn __libc_malloc(size: usize) -> *mut c_void;
+    fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
+    fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
+    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
+    fn __libc_free(p: *mut c_void);
+    // mimalloc's, which libmimalloc-sys does not bind.
+    fn mi_memalign(align: usize, size: usize) -> *mut c_void;
+    fn mi_reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void;
+    fn mi_valloc(size: usize) -> *mut c_void;
+    fn mi_pvalloc(size: usize) -> *mut c_void;
+    fn mi_malloc_usable_size(p: *const c_void) -> usize;
+}
+
+/// The malloc family, interposed on libc's: mimalloc's, one call each.
+/// Their callers are C programs: each function's contract is C's (its
+/// manual page), which mimalloc's function of the same name keeps; the
+/// arguments pass through unchanged.
+#[allow(clippy::missing_safety_doc)] // the contract is the C one, above
+mod interpose {
+    use super::*;
+
+    /// `malloc(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_malloc(size) }
+    }
+
+    /// `calloc(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_calloc(n, size) }
+    }
+
+    /// `realloc(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_realloc(p, size) }
+    }
+
+    /// `reallocarray(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_reallocarray(p, n, size) }
+    }
+
+    /// `free(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn free(p: *mut c_void) {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_free(p) }
+    }
+
+    /// `cfree`, an old alias of `free`.
+    #[no_mangle]
+    pub unsafe extern "C" fn cfree(p: *mut c_void) {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_free(p) }
+    }
+
+    /// `posix_memalign(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_posix_memalign(out, align, size) }
+    }
+
+    /// `memalign(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_memalign(align, size) }
+    }
+
+    /// `aligned_alloc(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_aligned_alloc(align, size) }
+    }
+
+    /// `valloc(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_valloc(size) }
+    }
+
+    /// `pvalloc(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_pvalloc(size) }
+    }
+
+    /// `malloc_usable_size(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn malloc_usable_size(p: *const c_void) -> usize {
+        // SAFETY: the C contract (module documentation).
+        unsafe { mi_malloc_usable_size(p) }
+    }
+}
+
+// mimalloc v3's option numbers (`mi_option_t` in mimalloc.h).
+const MI_OPTION_PURGE_DELAY: i32 = 15;
+const MI_OPTION_DISALLOW_OS_ALLOC: i32 = 17;
+
+/// glibc's allocator, for this library's own Rust code.
+struct LibcMalloc;
+
+/// What glibc's malloc aligns to by itself.
+const MALLOC_ALIGN: usize = 16;
+
+// SAFETY: each method hands the layout to the glibc function that honours
+// it: malloc/calloc/realloc for alignments malloc gives anyway, memalign
+// for larger ones; memory is freed by the allocator that gave it.
+unsafe impl GlobalAlloc for LibcMalloc {
+    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
+        // SAFETY: plain C allocation calls.
+        unsafe {
+            if l.align() <= MALLOC_ALIGN {
+                __libc_malloc(l.size()).cast()
+            } else {
+                __libc_memalign(l.align(), l.size()).cast()
+            }
+        }
+    }
+
+    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
+        if l.align() <= MALLOC_ALIGN {
+            // SAFETY: a plain C allocation call.
+            return unsafe { __libc_calloc(1, l.size()).cast() };
+        }
+        // SAFETY: as `alloc`; the fresh block is ours to zero.
+        unsafe {
+            let p = self.alloc(l);
+            if !p.is_null() {
+                p.write_bytes(0, l.size());
+            }
+            p
+        }
+    }
+
+    unsafe fn realloc(&self, p: *mut u8, l: Layout, size: usize) -> *mut u8 {
+        if l.align() <= MALLOC_ALIGN {
+            // SAFETY: `p` came from this allocator's malloc family.
+            return unsafe { __libc_realloc(p.cast(), size).cast() };
+        }
+        // SAFETY: a fresh block of the new size, the old one's bytes copied
+        // (the smaller of the two sizes), then the old one freed.
+        unsafe {
+            let q = self.alloc(Layout::from_size_align_unchecked(size, l.align()));
+            if !q.is_null() {
+                std::ptr::copy_nonoverlapping(p, q, l.size().min(size));
+                self.dealloc(p, l);
+            }
+            q
+        }
+    }
+
+    unsafe fn dealloc(&self, p: *mut u8, _: Layout) {
+        // SAFETY: `p` came from glibc's allocator (above).
+        unsafe { __libc_free(p.cast()) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: LibcMalloc = LibcMalloc;
+
+/// One swap device: `ram BYTES` or `file BYTES PATH`, one per line of
+/// `USWAP_RUN_SWAP`.
+enum Device {
+    Ram(u64),
+    File(u64, PathBuf),
+}
+
+struct Config {
+    budget: u64,
+    heap: u64,
+    devices: Vec<Device>,
+    mode: FaultMode,
+    stats: bool,
+}
+
+impl Config {
+    /// The configuration in the environment; None when this process is
+    /// not the one `uswap run` started (none given, or a child of it).
+    fn read() -> Result<Option<Config>, String> {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        match std::env::var(env::PID) {
+            Ok(pid) if pid.trim().parse::<i32>() == Ok(me) => {}
+            _ => return Ok(None),
+        }
+        let budget = std::env::var(env::BUDGET).map_err(|_| format!("{} is not set", env::BUDGET))?;
+        let num = |name: &str, v: &str| v.trim().parse::<u64>().map_err(|e| format!("{name}={v}: {e}"));
+        let budget = num(env::BUDGET, &budget)?;
+        let heap = num(env::HEAP, &std::env::var(env::HEAP).unwrap_or_default())?;
+        let mut devices = Vec::new();
+        for line in std::env::var(env::SWAP).unwrap_or_default().lines() {
+            let mut f = line.splitn(3, ' ');
+            match (f.next(), f.next(), f.next()) {
+                (Some("ram"), Some(n), None) => devices.push(Device::Ram(num(env::SWAP, n)?)),
+                (Some("file"), Some(n), Some(path)) => {
+                    devices.push(Device::File(num(env::SWAP, n)?, path.into()))
+                }
+                _ => return Err(format!("{}: cannot read the line {line:?}", env::SWAP)),
+            }
+        }
+        let mode = match std::env::var(env::MODE).as_deref() {
+            Ok("sigbus") => FaultMode::Sigbus,
+            Ok("handler") | Err(_) => FaultMode::HandlerThread,
+            Ok(other) => return Err(format!("{}={other}: sigbus or handler", env::MODE)),
+        };
+        let stats = std::env::var_os(env::STATS).is_some();
+        Ok(Some(Config {
+            budget,
+            heap,
+            devices,
+            mode,
+            stats,
+        }))
+    }
+}
+
+/// The running instance, and its region (both live until the process
+/// ends: the program's heap is in the region).
+struct Running {
+    swap: Swap,
+    region: Region,
+    mode: FaultMode,
+}
+
+static RUNNING: OnceLock<Running> = OnceLock::new();
+
+#[used]
+#[link_section = ".init_array"]
+static INIT: extern "C" fn() = init;
+
+/// Start paging before the program's `main`.  A failure ends the process
+/// with one line: the program was asked to run under uswap, and running
+/// it without would hide that it is not.
+extern "C" fn init() {
+    match Config::read().and_then(|c| c.map(start).transpose()) {
+        Ok(_) => {}
+        Err(e) => {
+            eprintln!("uswap run: {e}");
+            // SAFETY: ends the process at once, before the program started.
+            unsafe { libc::_exit(127) }
+        }
+    }
+}
+
+fn start(c: Config) -> Result<(), String> {
+    let mut builder = Swap::builder()
+        .budget(c.budget)
+        .fault_mode(c.mode)
+        .max_mapped(c.heap);
+    // Files this creates (not those that were there: a block device, a
+    // file the user keeps), to unlink once open.
+    let mut created = Vec::new();
+    for d in &c.devices {
+        builder = builder.device(match d {
+            Device::Ram(bytes) => SwapDeviceSpec::ram(*bytes),
+            Device::File(bytes, path) => {
+                if !path.exists() {
+                    created.push(path.clone());
+                }
+                SwapDeviceSpec::file(FileOptions::new(path, bytes / uswap::PAGE_SIZE as u64))
+            }
+        });
+    }
+    let swap = builder.build().map_err(|e| e.to_string());
+    // Open (or failed): the files are not needed by name any more.
+    for f in &created {
+        let _ = std::fs::remove_file(f);
+    }
+    let swap = swap?;
+    let region = swap.map(c.heap as usize).map_err(|e| e.to_string())?;
+    let (start, len) = (region.as_ptr() as *mut c_void, region.len());
+    if RUNNING
+        .set(Running {
+            swap,
+            region,
+            mode: c.mode,
+        })
+        .is_err()
+    {
+        return Err("started twice".into());
+    }
+    // SAFETY: the region is ours for the life of the process (RUNNING is
+    // never dropped), mapped, zero, and usable (uswap serves its faults).
+    let managed = unsafe {
+        mi_option_set(MI_OPTION_PURGE_DELAY, -1);
+        mi_manage_os_memory_ex(start, len, true, false, true, -1, false, std::ptr::null_mut())
+    };
+    if !managed {
+        return Err(format!("mimalloc refused the region of {len} bytes as its arena"));
+    }
+    // SAFETY: an option setter.
+    unsafe { mi_option_set(MI_OPTION_DISALLOW_OS_ALLOC, 1) };
+    if c.stats {
+        // A descriptor of its own: programs close stderr on the way out
+        // (GNU tools' `close_stdout`, an atexit handler that runs before
+        // ours, registered earlier).
+        // SAFETY: duplicates descriptor 2; registers a function with no
+        // preconditions.
+        unsafe {
+            STATS_FD.store(libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3), Ordering::Relaxed);
+            libc::atexit(print_stats);
+        }
+    }
+    Ok(())
+}
+
+/// Where `--stats` goes: stderr as it was at start.
+static STATS_FD: AtomicI32 = AtomicI32::new(-1);
+
+/// `--stats`: what was swapped, one block on stderr, at exit.
+extern "C" fn print_stats() {
+    let (Some(r), fd) = (RUNNING.get(), STATS_FD.load(Ordering::Relaxed)) else {
+        return;
+    };
+    if fd < 0 {
+        return;
+    }
+    let st = r.swap.stats();
+    let c = |k: &str| st.counter(k);
+    let mib = |pages: u64| pages as f64 * uswap::PAGE_SIZE as f64 / (1 << 20) as f64;
+    let text = format!(
+        "uswap run: budget {:.0} MiB, heap region {:.0} MiB, {}\n  \
+         faults {} (zero fills {}, swap-ins {}, read ahead {}, swap-cache hits {}, write-protect {})\n  \
+         evictions {} (clean drops {}, written {}, zero pages {}); swap IO: {:.1} MiB written, {:.1} MiB read\n  \
+         resident now {:.1} MiB; direct reclaim {}, over budget {}\n",
+        mib(r.swap.budget_pages() as u64),
+        r.region.len() as f64 / (1 << 20) as f64,
+        match (r.mode, r.swap.user_mode_only()) {
+            (FaultMode::HandlerThread, _) => "handler-thread mode",
+            (_, true) => "SIGBUS mode (user-mode faults only)",
+            _ => "SIGBUS mode",
+        },
+        c("faults"),
+        c("zero_fills"),
+        c("swapins"),
+        c("readahead"),
+        c("swapcache_hits"),
+        c("wp_faults"),
+        c("evictions"),
+        c("evict_clean"),
+        c("evict_write"),
+        c("evict_zero"),
+        mib(c("io_write_pages")),
+        mib(c("io_read_pages")),
+        mib(r.swap.resident_pages() as u64),
+        c("direct_reclaim"),
+        c("budget_overrun"),
+    );
+    // SAFETY: writes our own buffer to our own descriptor.
+    unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
+}

@@ -1,0 +1,17 @@
+//! The environment `uswap run` hands its configuration to the preload
+//! library in (`crates/uswap-cli/src/run.rs` writes it,
+//! `crates/uswap-preload` reads it): one contract, named once.
+
+/// The pid of the process to page: `uswap run` `exec`s the program, which
+/// keeps it; a child of the program finds another pid and is not paged.
+pub const PID: &str = "USWAP_RUN_PID";
+/// The budget, in bytes.
+pub const BUDGET: &str = "USWAP_RUN_BUDGET";
+/// The size of the heap region, in bytes.
+pub const HEAP: &str = "USWAP_RUN_HEAP";
+/// The swap devices, one per line: `ram BYTES` or `file BYTES PATH`.
+pub const SWAP: &str = "USWAP_RUN_SWAP";
+/// `sigbus` or `handler`.
+pub const MODE: &str = "USWAP_RUN_MODE";
+/// Set: print the statistics at exit.
+pub const STATS: &str = "USWAP_RUN_STATS";
