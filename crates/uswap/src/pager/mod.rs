@@ -118,6 +118,10 @@ pub enum PagerError {
     /// `map` was called in a forked child.
     #[error("this Swap belongs to process {owner}, and this is its forked child {pid}: a child inherits neither the regions nor the userfaultfd; build a new Swap in the child")]
     Forked { owner: i32, pid: i32 },
+    /// A range that is not whole pages of the region (whole 2 MB units of
+    /// a `map_huge` region).
+    #[error("bytes {offset}..{} are not whole pages of this {len}-byte region; pass a page-aligned range inside it (2 MB units in a map_huge region)", .offset.saturating_add(*.bytes))]
+    Range { offset: usize, bytes: usize, len: usize },
     /// `map` was called, in SIGBUS mode, on a thread that blocks SIGBUS.
     #[error("this thread blocks SIGBUS: in SIGBUS fault mode its first touch of swapped memory would kill the process; unblock SIGBUS here (pthread_sigmask), or build the Swap with FaultMode::HandlerThread")]
     SigbusBlocked,
@@ -716,6 +720,98 @@ impl Region {
     /// Always false: regions are never empty.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// Discard `bytes` bytes at `offset` (page aligned): those pages read
+    /// as zeros from now on and give up their memory, their slots and
+    /// their swap-cache frames.  This is `madvise(MADV_DONTNEED)` for a
+    /// region: the plain call drops only what is mapped, and a page uswap
+    /// has swapped out or staged would come back with its old contents.
+    /// In a `map_huge` region, whole 2 MB units only.
+    pub fn discard(&self, offset: usize, bytes: usize) -> Result<(), PagerError> {
+        let inner = &self.inner;
+        let huge = inner.states[self.id_base as usize].load(Ordering::Acquire) & page::UNIT != 0;
+        let unit = if huge { page::UNIT_BYTES } else { PAGE_SIZE };
+        if offset % unit != 0
+            || bytes % unit != 0
+            || offset.checked_add(bytes).is_none_or(|end| end > self.len())
+        {
+            return Err(PagerError::Range {
+                offset,
+                bytes,
+                len: self.len(),
+            });
+        }
+        // The LRU, slot and frame locks taken below are ones a program's
+        // signal handler could want too, through a fault.
+        let _blocked = signals::SignalsBlocked::asynchronous();
+        // A batch of pages at a time: their claims held across one
+        // MADV_DONTNEED, so that no eviction moves a page out between the
+        // drop and the new state (it would keep the old contents staged).
+        const BATCH: usize = 64;
+        let first = offset / PAGE_SIZE;
+        let end = first + bytes / PAGE_SIZE;
+        let mut at = first;
+        while at < end {
+            let n = (end - at).min(if huge { page::UNIT_PAGES } else { BATCH });
+            let step = if huge { page::UNIT_PAGES } else { 1 };
+            let mut claims: [Option<page::PageClaim<'_>>; BATCH] = [const { None }; BATCH];
+            for (k, i) in (at..at + n).step_by(step).enumerate() {
+                let id = self.id_base as usize + i;
+                claims[k] = Some(page::PageClaim::wait_claim(&inner.states[id], || {
+                    inner.counters.busy_waits.inc()
+                }));
+            }
+            let addr = self.map.addr() + (at * PAGE_SIZE) as u64;
+            // SAFETY: pages of this region whose claims we hold: their
+            // contents are being discarded on the program's word.
+            if let Err(e) = unsafe { crate::sys::discard_pages(addr, n * PAGE_SIZE) } {
+                // Locked (mlock) or not ours any more: nothing changed.
+                drop(claims);
+                return Err(PagerError::Mmap {
+                    bytes: n * PAGE_SIZE,
+                    source: e,
+                });
+            }
+            let mut resident = 0;
+            let mut gone = [0u32; BATCH];
+            let mut ngone = 0;
+            for (k, claim) in claims.iter_mut().enumerate() {
+                let Some(claim) = claim.take() else {
+                    break;
+                };
+                let id = self.id_base + ((at + k * step) as u32);
+                let w = claim.found();
+                match (page::kind(w), w & page::UNIT != 0) {
+                    (page::RESIDENT, true) => resident += page::UNIT_PAGES,
+                    (page::SWAPPED, true) => inner.free_unit_slots(id, w),
+                    (page::RESIDENT, false) => resident += 1,
+                    (page::STAGED, false) => {
+                        resident += 1;
+                        inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+                        writeback::drop_staged(inner, w);
+                    }
+                    _ => {}
+                }
+                if w & page::UNIT == 0 {
+                    if let Some(e) = page::slot(w) {
+                        inner.free_slot(e);
+                    }
+                }
+                if page::kind(w) == page::RESIDENT {
+                    gone[ngone] = id;
+                    ngone += 1;
+                }
+                if page::kind(w) != page::NEVER {
+                    inner.counters.discarded.inc();
+                }
+                claim.commit(page::NEVER | (w & page::UNIT));
+            }
+            inner.lru.remove_batch(&gone[..ngone]);
+            inner.budget.resident.fetch_sub(resident, Ordering::Relaxed);
+            at += n;
+        }
+        Ok(())
     }
 
     /// The region as bytes.

@@ -336,6 +336,96 @@ fn readahead_reads_ahead_in_order_and_loses_nothing() {
     }
 }
 
+/// `Region::discard` (MADV_DONTNEED for a region): the pages in the range
+/// read as zeros afterwards whatever they were (resident, staged, swapped
+/// out, never written), their slots and frames go back, and every other
+/// page keeps its data; in both modes, on RAM and on a swap file.  Then a
+/// `map_huge` region's unit, and ranges that are refused.
+#[test]
+fn discard_zeros_pages_wherever_they_are() {
+    let dir = tempfile::tempdir().unwrap();
+    for (mode, file) in MODES_AND_DEVICES {
+        let device = ram_or_file(file, &dir, &format!("discard-{mode:?}"));
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(device)
+            .fault_mode(mode)
+            .build()
+            .unwrap();
+        let mut region = swap.map((4 * MIB) as usize).unwrap();
+        fill(&mut region, 21);
+        let pages = region.len() / PAGE_SIZE;
+        // Pages of every state: the oldest are written out, the youngest
+        // resident, some staged between.
+        let kinds = |r: &Region| {
+            (0..pages).fold([0usize; 3], |mut k, p| {
+                k[if r.is_resident(p) {
+                    0
+                } else if r.is_staged(p) {
+                    1
+                } else {
+                    2
+                }] += 1;
+                k
+            })
+        };
+        let before = kinds(&region);
+        assert!(before[0] > 0 && before[2] > 0, "{mode:?}: {before:?}");
+        let (lo, hi) = (pages / 8, pages - pages / 8);
+        let free_before = swap.free_slots();
+        region.discard(lo * PAGE_SIZE, (hi - lo) * PAGE_SIZE).unwrap();
+        assert!(
+            swap.free_slots() > free_before,
+            "{mode:?} file {file}: the discarded pages' slots went back"
+        );
+        let st = swap.stats();
+        assert!(
+            st.counter("discarded") >= (hi - lo) as u64 / 2,
+            "{:?}",
+            st.counters
+        );
+        for p in 0..pages {
+            let page = &region.as_slice()[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
+            if (lo..hi).contains(&p) {
+                assert!(
+                    page.iter().all(|&b| b == 0),
+                    "{mode:?}: discarded page {p} reads {:#x}",
+                    page[0]
+                );
+            } else {
+                for (at, &b) in page.iter().enumerate() {
+                    assert_eq!(b, fill_byte(p, at, 21), "{mode:?}: kept page {p} byte {at}");
+                }
+            }
+        }
+        // Discarded pages are never-written pages: reading them took no IO.
+        drop(region);
+        assert_all_returned(&swap, &format!("{mode:?} file {file}: discard"));
+        // Not whole pages, or past the end: refused, nothing changed.
+        let region = swap.map((2 * MIB) as usize).unwrap();
+        for (off, len) in [(1, PAGE_SIZE), (0, PAGE_SIZE + 1), (0, 3 * MIB as usize)] {
+            let e = region.discard(off, len).unwrap_err();
+            assert!(matches!(e, PagerError::Range { .. }), "{e}");
+        }
+    }
+    // A 2 MB unit, in and out.
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(SwapDeviceSpec::ram(64 * MIB))
+        .build()
+        .unwrap();
+    let mut region = swap.map_huge((16 * MIB) as usize).unwrap();
+    fill(&mut region, 22);
+    let unit = page::UNIT_BYTES;
+    assert!(region.discard(PAGE_SIZE, unit).is_err(), "part of a unit");
+    for u in 0..region.len() / unit {
+        region.discard(u * unit, unit).unwrap();
+    }
+    assert!(region.as_slice().iter().step_by(509).all(|&b| b == 0));
+    drop(region);
+    assert_all_returned(&swap, "huge discard");
+}
+
 /// Writers racing readahead: each thread walks its quarter in order,
 /// reading a page and then writing it (so it comes in clean, often read
 /// ahead, and the write is a write-protect fault), while the reclaimer
