@@ -42,11 +42,11 @@ enum Command {
     /// LD_PRELOAD, built by the workspace beside this executable); what
     /// the heap holds beyond the budget goes to swap and comes back on
     /// access.  Covered today: the malloc heap of a dynamically linked
-    /// program and its threads, in handler-thread mode (root, or
-    /// vm.unprivileged_userfaultfd=1).  Not yet: memory the program maps
-    /// itself with mmap (it stays ordinary memory), fork without exec
-    /// (the child cannot reach the heap: it crashes if it touches it),
-    /// system calls on heap buffers in SIGBUS mode (EFAULT).  The
+    /// program and its threads, and the private anonymous memory it maps
+    /// itself (mmap, munmap, mremap, madvise), in handler-thread mode
+    /// (root, or vm.unprivileged_userfaultfd=1).  Not yet: fork without
+    /// exec (the child cannot reach the heap: it crashes if it touches
+    /// it), system calls on heap buffers in SIGBUS mode (EFAULT).  The
     /// program's children run without uswap.
     Run(run::RunArgs),
     /// Benchmarks of the core, one per seed experiment.

@@ -30,9 +30,10 @@ pub struct RunArgs {
     /// Swap device: `ram:SIZE`, or `file:PATH:SIZE` (created with mode
     /// 0600 if missing and then unlinked at once, so nothing is left
     /// behind; an existing file or block device is used as is).  Repeat for
-    /// several.  Default: a file in $TMPDIR (or /var/tmp) of four times the
-    /// budget, at most half the free space there.  The heap can hold the
-    /// budget and the swap space together; past that, malloc fails.
+    /// several.  Default: a file in $TMPDIR (or /var/tmp) of eight times
+    /// the budget, at most half the free space there.  The heap holds the
+    /// budget and the swap space together (and a little more, for the
+    /// allocator's fragmentation); past that, malloc fails.
     #[arg(long = "swap")]
     pub swap: Vec<String>,
     /// Who serves faults.  Handler threads (the default) also serve the
@@ -114,12 +115,12 @@ fn free_space(dir: &Path) -> anyhow::Result<u64> {
     Ok(st.f_bavail * st.f_frsize)
 }
 
-/// The default swap device: a file in $TMPDIR (else /var/tmp), four times
-/// the budget, at most half the free space there.
+/// The default swap device: a file in $TMPDIR (else /var/tmp), eight
+/// times the budget, at most half the free space there.
 fn default_swap(budget: u64) -> anyhow::Result<(String, u64)> {
     let dir = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from);
     let page = uswap::PAGE_SIZE as u64;
-    let bytes = (4 * budget).min(free_space(&dir)? / 2) / page * page;
+    let bytes = (8 * budget).min(free_space(&dir)? / 2) / page * page;
     if bytes < 1 << 20 {
         bail!(
             "{}: not enough free space for a swap file; free some, or give --swap file:PATH:SIZE elsewhere",
@@ -159,9 +160,15 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         lines.push(line);
         swap_bytes += b;
     }
-    // Address space for the heap: what the budget and the swap space can
-    // hold together; beyond it the program's malloc fails.
-    let heap = budget + swap_bytes;
+    // Address space for the heap: what the budget and the swap space hold
+    // together, a quarter more and 64 MiB, so that mimalloc finds room for
+    // a large block (it places one in whole 64 KiB slices of its arena,
+    // which fragments: a 64 MiB block did not fit in a 128 MiB arena that
+    // held a 32 MiB one).  Past it malloc fails, as memory runs out under
+    // kernel swap; just short of it, pages that find no slot stay
+    // resident, counted over budget.
+    let whole = budget + swap_bytes;
+    let heap = whole + whole / 4 + (64 << 20);
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(old) if !old.is_empty() => {
             let mut p = lib.into_os_string();

@@ -1,13 +1,15 @@
 //! The library `uswap run` preloads into a program (`LD_PRELOAD`): the
-//! program's malloc heap lives in a uswap region, paged under a budget.
+//! program's malloc heap, and the anonymous memory it maps itself
+//! (`maps.rs`), live in a uswap region, paged under a budget.
 //!
 //! The heap is mimalloc (built from source by `libmimalloc-sys`): this
 //! library exports `malloc`, `free` and the rest of the family, each
 //! forwarding to mimalloc's, so they interpose on libc's (a static
 //! library's own exports would be hidden by a cdylib's version script).  At load, before the program's `main`, [`init`] reads the
 //! configuration `uswap run` left in the environment, starts a `Swap`,
-//! maps one region as large as the budget and the swap space together
-//! can hold, and hands it to mimalloc as an arena
+//! maps one region (what the budget and the swap space hold together, and
+//! a margin for mimalloc's fragmentation), and hands it to mimalloc as an
+//! arena
 //! (`mi_manage_os_memory`); from then on mimalloc takes memory from that
 //! arena alone (`disallow_os_alloc`).  What was allocated before (the
 //! loader's and libc's start-up, a few KiB) stays in ordinary memory:
@@ -35,192 +37,20 @@
 //! soon as it is open (its descriptor closes at `exec` and exit), and
 //! threads and the userfaultfd go with the process.
 
-use std::alloc::{GlobalAlloc, Layout};
 use std::ffi::c_void;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
-use libmimalloc_sys::{
-    mi_aligned_alloc, mi_calloc, mi_manage_os_memory_ex, mi_option_set, mi_posix_memalign,
-};
-use libmimalloc_sys::{mi_free, mi_malloc, mi_realloc};
+use libmimalloc_sys::{mi_manage_os_memory_ex, mi_option_set};
 use uswap::io::FileOptions;
 use uswap::pager::{FaultMode, Region, Swap, SwapDeviceSpec};
 use uswap::run_env as env;
 
-extern "C" {
-    fn __libc_malloc(size: usize) -> *mut c_void;
-    fn __libc_calloc(n: usize, size: usize) -> *mut c_void;
-    fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
-    fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
-    fn __libc_free(p: *mut c_void);
-    // mimalloc's, which libmimalloc-sys does not bind.
-    fn mi_memalign(align: usize, size: usize) -> *mut c_void;
-    fn mi_reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void;
-    fn mi_valloc(size: usize) -> *mut c_void;
-    fn mi_pvalloc(size: usize) -> *mut c_void;
-    fn mi_malloc_usable_size(p: *const c_void) -> usize;
-}
+mod heap;
+mod maps;
 
-/// The malloc family, interposed on libc's: mimalloc's, one call each.
-/// Their callers are C programs: each function's contract is C's (its
-/// manual page), which mimalloc's function of the same name keeps; the
-/// arguments pass through unchanged.
-#[allow(clippy::missing_safety_doc)] // the contract is the C one, above
-mod interpose {
-    use super::*;
-
-    /// `malloc(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_malloc(size) }
-    }
-
-    /// `calloc(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_calloc(n, size) }
-    }
-
-    /// `realloc(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_realloc(p, size) }
-    }
-
-    /// `reallocarray(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_reallocarray(p, n, size) }
-    }
-
-    /// `free(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn free(p: *mut c_void) {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_free(p) }
-    }
-
-    /// `cfree`, an old alias of `free`.
-    #[no_mangle]
-    pub unsafe extern "C" fn cfree(p: *mut c_void) {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_free(p) }
-    }
-
-    /// `posix_memalign(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_posix_memalign(out, align, size) }
-    }
-
-    /// `memalign(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_memalign(align, size) }
-    }
-
-    /// `aligned_alloc(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_aligned_alloc(align, size) }
-    }
-
-    /// `valloc(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_valloc(size) }
-    }
-
-    /// `pvalloc(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_pvalloc(size) }
-    }
-
-    /// `malloc_usable_size(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn malloc_usable_size(p: *const c_void) -> usize {
-        // SAFETY: the C contract (module documentation).
-        unsafe { mi_malloc_usable_size(p) }
-    }
-}
-
-// mimalloc v3's option numbers (`mi_option_t` in mimalloc.h).
-const MI_OPTION_PURGE_DELAY: i32 = 15;
-const MI_OPTION_DISALLOW_OS_ALLOC: i32 = 17;
-
-/// glibc's allocator, for this library's own Rust code.
-struct LibcMalloc;
-
-/// What glibc's malloc aligns to by itself.
-const MALLOC_ALIGN: usize = 16;
-
-// SAFETY: each method hands the layout to the glibc function that honours
-// it: malloc/calloc/realloc for alignments malloc gives anyway, memalign
-// for larger ones; memory is freed by the allocator that gave it.
-unsafe impl GlobalAlloc for LibcMalloc {
-    unsafe fn alloc(&self, l: Layout) -> *mut u8 {
-        // SAFETY: plain C allocation calls.
-        unsafe {
-            if l.align() <= MALLOC_ALIGN {
-                __libc_malloc(l.size()).cast()
-            } else {
-                __libc_memalign(l.align(), l.size()).cast()
-            }
-        }
-    }
-
-    unsafe fn alloc_zeroed(&self, l: Layout) -> *mut u8 {
-        if l.align() <= MALLOC_ALIGN {
-            // SAFETY: a plain C allocation call.
-            return unsafe { __libc_calloc(1, l.size()).cast() };
-        }
-        // SAFETY: as `alloc`; the fresh block is ours to zero.
-        unsafe {
-            let p = self.alloc(l);
-            if !p.is_null() {
-                p.write_bytes(0, l.size());
-            }
-            p
-        }
-    }
-
-    unsafe fn realloc(&self, p: *mut u8, l: Layout, size: usize) -> *mut u8 {
-        if l.align() <= MALLOC_ALIGN {
-            // SAFETY: `p` came from this allocator's malloc family.
-            return unsafe { __libc_realloc(p.cast(), size).cast() };
-        }
-        // SAFETY: a fresh block of the new size, the old one's bytes copied
-        // (the smaller of the two sizes), then the old one freed.
-        unsafe {
-            let q = self.alloc(Layout::from_size_align_unchecked(size, l.align()));
-            if !q.is_null() {
-                std::ptr::copy_nonoverlapping(p, q, l.size().min(size));
-                self.dealloc(p, l);
-            }
-            q
-        }
-    }
-
-    unsafe fn dealloc(&self, p: *mut u8, _: Layout) {
-        // SAFETY: `p` came from glibc's allocator (above).
-        unsafe { __libc_free(p.cast()) }
-    }
-}
-
-#[global_allocator]
-static ALLOC: LibcMalloc = LibcMalloc;
+use heap::{MI_OPTION_DISALLOW_OS_ALLOC, MI_OPTION_PURGE_DELAY};
 
 /// One swap device: `ram BYTES` or `file BYTES PATH`, one per line of
 /// `USWAP_RUN_SWAP`.
@@ -280,13 +110,13 @@ impl Config {
 
 /// The running instance, and its region (both live until the process
 /// ends: the program's heap is in the region).
-struct Running {
+pub(crate) struct Running {
     swap: Swap,
-    region: Region,
+    pub(crate) region: Region,
     mode: FaultMode,
 }
 
-static RUNNING: OnceLock<Running> = OnceLock::new();
+pub(crate) static RUNNING: OnceLock<Running> = OnceLock::new();
 
 #[used]
 #[link_section = ".init_array"]

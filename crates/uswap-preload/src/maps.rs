@@ -1,0 +1,249 @@
+//! The program's own anonymous memory: `mmap`, `munmap`, `mremap` and
+//! `madvise`, interposed on libc's.
+//!
+//! A private anonymous read-write mapping the program asks for (no
+//! address, no file: Python's small-object arenas, a JIT's heap, a large
+//! buffer) is served from the paged heap instead: a page-aligned mimalloc
+//! block, zeroed by `Region::discard` (no page touched), remembered here.
+//! Everything else goes to the kernel unchanged, through the system call
+//! (libc's `mmap` would be this one again).
+//!
+//! On memory served so: `munmap` discards the pages (they read as zeros,
+//! their memory and slots go back) and frees the block once all of it was
+//! unmapped; `mremap` shrinks in place (the tail discarded) or, allowed to
+//! move, moves into a new block (copied, the old one unmapped), and
+//! refuses to grow in place (ENOMEM, as the kernel does where the next
+//! pages are taken); `madvise(MADV_DONTNEED | MADV_FREE)` discards; other
+//! advice and `mprotect` reach the kernel (pages `mprotect`ed read-only are
+//! left resident, as uswap leaves such pages). `madvise(MADV_DONTNEED)`
+//! on heap memory that `malloc` gave (a program trimming its own
+//! allocator's memory) discards too: the kernel's call would miss the
+//! pages uswap holds.
+//!
+//! Calls mimalloc itself makes (its metadata) go to the kernel: see
+//! `heap::in_mimalloc`.
+
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use libmimalloc_sys::{mi_free, mi_malloc_aligned};
+
+use crate::heap::{in_mimalloc, mimalloc};
+use crate::RUNNING;
+
+const PAGE: usize = uswap::PAGE_SIZE;
+
+/// Blocks served as mappings: start -> (length, bytes unmapped so far).
+/// A `BTreeMap` (allocated by glibc's malloc, as all of this library's
+/// memory) under a lock: `mmap` and `munmap` are not hot paths.
+static SERVED: Mutex<BTreeMap<usize, (usize, usize)>> = Mutex::new(BTreeMap::new());
+
+fn served() -> std::sync::MutexGuard<'static, BTreeMap<usize, (usize, usize)>> {
+    SERVED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn set_errno(e: i32) {
+    // SAFETY: errno is this thread's.
+    unsafe { *libc::__errno_location() = e };
+}
+
+/// The heap region's range, once uswap runs.
+fn heap() -> Option<(usize, usize, &'static crate::Running)> {
+    let r = RUNNING.get()?;
+    let base = r.region.as_ptr() as usize;
+    Some((base, base + r.region.len(), r))
+}
+
+/// Discard the whole pages of `[addr, addr + len)` in the heap.
+fn discard(r: &crate::Running, base: usize, addr: usize, len: usize) {
+    let lo = addr.next_multiple_of(PAGE);
+    let hi = (addr + len) / PAGE * PAGE;
+    if hi > lo {
+        // A range of the region, page aligned: cannot be refused but for
+        // an mlock'd range, which keeps its contents, as the kernel does.
+        let _ = r.region.discard(lo - base, hi - lo);
+    }
+}
+
+/// The served block holding `addr`, if any: (start, length).
+fn block_of(map: &BTreeMap<usize, (usize, usize)>, addr: usize) -> Option<(usize, usize)> {
+    let (&start, &(len, _)) = map.range(..=addr).next_back()?;
+    (addr < start + len).then_some((start, len))
+}
+
+/// The system call itself.
+unsafe fn sys_mmap(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut c_void {
+    // SAFETY: the caller's arguments, to the kernel.
+    unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
+}
+
+/// Whether a mapping request is one the heap serves.
+fn servable(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32) -> bool {
+    addr.is_null()
+        && fd == -1
+        && len > 0
+        && prot == libc::PROT_READ | libc::PROT_WRITE
+        && flags & !libc::MAP_NORESERVE == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
+        && !in_mimalloc()
+}
+
+/// Serve a mapping of `len` bytes from the heap: a zeroed, page-aligned
+/// block; None when the heap has no room.
+fn serve(len: usize) -> Option<*mut c_void> {
+    let (base, _, r) = heap()?;
+    let len = len.next_multiple_of(PAGE);
+    // SAFETY: an allocation call.
+    let p = unsafe { mimalloc(|| mi_malloc_aligned(len, PAGE)) };
+    if p.is_null() {
+        return None;
+    }
+    // A fresh mapping reads as zeros; a reused block may not.
+    discard(r, base, p as usize, len);
+    served().insert(p as usize, (len, 0));
+    Some(p)
+}
+
+/// The interposed calls.  Their callers are C programs: each function's
+/// contract is the C one (its manual page).
+#[allow(clippy::missing_safety_doc)] // the contract is the C one, above
+mod interpose {
+    use super::*;
+
+    /// `mmap(2)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn mmap(
+        addr: *mut c_void,
+        len: usize,
+        prot: i32,
+        flags: i32,
+        fd: i32,
+        off: i64,
+    ) -> *mut c_void {
+        if servable(addr, len, prot, flags, fd) {
+            if let Some(p) = serve(len) {
+                return p;
+            }
+            if heap().is_some() {
+                // The heap is full: as the kernel says when memory is.
+                set_errno(libc::ENOMEM);
+                return libc::MAP_FAILED;
+            }
+        }
+        // SAFETY: the caller's request, to the kernel.
+        unsafe { sys_mmap(addr, len, prot, flags, fd, off) }
+    }
+
+    /// `mmap64`, the same on 64-bit.
+    #[no_mangle]
+    pub unsafe extern "C" fn mmap64(
+        addr: *mut c_void,
+        len: usize,
+        prot: i32,
+        flags: i32,
+        fd: i32,
+        off: i64,
+    ) -> *mut c_void {
+        // SAFETY: the same contract.
+        unsafe { mmap(addr, len, prot, flags, fd, off) }
+    }
+
+    /// `munmap(2)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
+        let a = addr as usize;
+        if let Some((base, end, r)) = heap() {
+            if a >= base && a < end {
+                let mut map = served();
+                let Some((start, blen)) = block_of(&map, a) else {
+                    // Heap memory malloc gave: not the program's to unmap.
+                    set_errno(libc::EINVAL);
+                    return -1;
+                };
+                let hi = (a + len).min(start + blen);
+                discard(r, base, a, hi - a);
+                let entry = map.get_mut(&start).expect("found above");
+                entry.1 += hi - a;
+                if entry.1 >= blen {
+                    map.remove(&start);
+                    drop(map);
+                    // SAFETY: a block `serve` allocated, unmapped whole.
+                    unsafe { mimalloc(|| mi_free(start as *mut c_void)) };
+                }
+                return 0;
+            }
+        }
+        // SAFETY: the caller's request, to the kernel.
+        unsafe { libc::syscall(libc::SYS_munmap, addr, len) as i32 }
+    }
+
+    /// `mremap(2)`.  Variadic in C (the new address comes only with
+    /// `MREMAP_FIXED`); on x86-64 the fifth argument is in its register
+    /// either way, read only when that flag says it was passed.
+    #[no_mangle]
+    pub unsafe extern "C" fn mremap(
+        old: *mut c_void,
+        old_len: usize,
+        new_len: usize,
+        flags: i32,
+        new_addr: *mut c_void,
+    ) -> *mut c_void {
+        let a = old as usize;
+        if let Some((base, end, _)) = heap() {
+            if a >= base && a < end {
+                let known = block_of(&served(), a).is_some_and(|(start, blen)| start == a && old_len <= blen);
+                if !known || flags & libc::MREMAP_FIXED != 0 || new_len == 0 {
+                    set_errno(libc::EINVAL);
+                    return libc::MAP_FAILED;
+                }
+                let (old_pages, new_pages) = (old_len.next_multiple_of(PAGE), new_len.next_multiple_of(PAGE));
+                if new_pages <= old_pages {
+                    // Shrink in place: the tail is unmapped.
+                    // SAFETY: the tail of a served block.
+                    unsafe { munmap((a + new_pages) as *mut c_void, old_pages - new_pages) };
+                    return old;
+                }
+                if flags & libc::MREMAP_MAYMOVE == 0 {
+                    set_errno(libc::ENOMEM);
+                    return libc::MAP_FAILED;
+                }
+                let Some(p) = serve(new_pages) else {
+                    set_errno(libc::ENOMEM);
+                    return libc::MAP_FAILED;
+                };
+                // SAFETY: two served blocks, the new one at least as long.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(old as *const u8, p as *mut u8, old_len);
+                    munmap(old, old_pages);
+                }
+                return p;
+            }
+        }
+        // SAFETY: the caller's request, to the kernel.
+        unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut c_void }
+    }
+
+    /// `madvise(2)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
+        let a = addr as usize;
+        if let Some((base, end, r)) = heap() {
+            if a >= base && a < end && !in_mimalloc() {
+                if advice == libc::MADV_DONTNEED || advice == libc::MADV_FREE {
+                    if a % PAGE != 0 {
+                        set_errno(libc::EINVAL);
+                        return -1;
+                    }
+                    discard(r, base, a, len.min(end - a));
+                    return 0;
+                }
+                if advice == libc::MADV_DONTFORK || advice == libc::MADV_DOFORK {
+                    // The heap's fork behaviour is uswap's.
+                    return 0;
+                }
+            }
+        }
+        // SAFETY: the caller's request, to the kernel.
+        unsafe { libc::syscall(libc::SYS_madvise, addr, len, advice) as i32 }
+    }
+}
