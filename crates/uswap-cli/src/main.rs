@@ -128,6 +128,15 @@ enum BenchCommand {
     /// eviction come back and are activated; --ablate --variants
     /// unbatched-lru is the behaviour before seed 002.
     Activate(workload::side_by_side::ActivateArgs),
+    /// An unmodified program larger than its budget: under `uswap run`
+    /// (RAM or file swap), in a memory cgroup with kernel swap (zram or a
+    /// swap file), and without a limit, interleaved round by round.
+    ///
+    /// `uswap bench program --budget 64M -- python3 big.py`.  Wall, user and
+    /// system seconds and peak RSS per runner; every run's output must
+    /// match the unlimited run's.  Kernel runners need root and set up and
+    /// remove their cgroup and swap around each run.
+    Program(workload::program::ProgramArgs),
     /// Internal: one workload run in its own process.
     #[command(hide = true)]
     Worker(workload::worker::WorkerArgs),
@@ -155,6 +164,7 @@ fn run(cli: Cli) -> Result<()> {
             BenchCommand::Pmbench(a) => workload::side_by_side::pmbench(&a),
             BenchCommand::SeqWrite(a) => workload::side_by_side::seq_write(&a),
             BenchCommand::Activate(a) => workload::side_by_side::activate(&a),
+            BenchCommand::Program(a) => workload::program::run(&a),
             BenchCommand::Worker(a) => workload::worker::main(&a),
         },
     }

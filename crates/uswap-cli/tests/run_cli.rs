@@ -8,24 +8,26 @@ use std::process::{Command, Output};
 
 const PYTHON: &str = "/usr/bin/python3";
 
-/// The preload library beside the `uswap` under test, built if it is not
-/// there yet (`cargo test` builds the command line only).
+/// The preload library beside the `uswap` under test, built (or found up
+/// to date) once per test binary: `cargo test` builds the command line and
+/// the library's test harness, not the library itself, and a stale one
+/// left by an earlier build would test old code.
 fn preload_built() {
-    let exe = PathBuf::from(env!("CARGO_BIN_EXE_uswap"));
-    let lib = exe.with_file_name("libuswap_preload.so");
-    if lib.exists() {
-        return;
-    }
-    let release = exe.parent().is_some_and(|d| d.ends_with("release"));
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let mut cmd = Command::new(cargo);
-    cmd.args(["build", "-p", "uswap-preload"]);
-    if release {
-        cmd.arg("--release");
-    }
-    let out = cmd.output().expect("run cargo");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(lib.exists(), "{} after the build", lib.display());
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
+        let exe = PathBuf::from(env!("CARGO_BIN_EXE_uswap"));
+        let release = exe.parent().is_some_and(|d| d.ends_with("release"));
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let mut cmd = Command::new(cargo);
+        cmd.args(["build", "-p", "uswap-preload"]);
+        if release {
+            cmd.arg("--release");
+        }
+        let out = cmd.output().expect("run cargo");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let lib = exe.with_file_name("libuswap_preload.so");
+        assert!(lib.exists(), "{} after the build", lib.display());
+    });
 }
 
 fn uswap(args: &[&str], env: &[(&str, &str)]) -> Output {

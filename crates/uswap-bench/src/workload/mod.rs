@@ -10,9 +10,13 @@
 //! - [`kernel_swap`]: the memory cgroup and the kernel swap device of a
 //!   kernel run, set up and torn down around it.
 //! - [`plot`]: `--plot FILE.png|svg`.
+//! - [`program`]: `uswap bench program`: an unmodified program under
+//!   `uswap run` beside the same program in a memory cgroup with kernel
+//!   swap.
 
 pub mod kernel_swap;
 pub mod plot;
+pub mod program;
 pub mod side_by_side;
 pub mod worker;
 // `workload::workload`: the loops themselves, beside the benches that run them.
