@@ -95,7 +95,7 @@ fn python_builds_a_dict_four_times_the_budget() {
         assert!(out.status.success(), "{allocator}: {err}");
         assert_eq!(out.stdout, plain.stdout, "{allocator}: {err}");
         assert!(
-            stat(&err, "swap-ins") + stat(&err, "read ahead") > 5000,
+            stat(&err, "swap-ins") + stat(&err, "pages read ahead") > 5000,
             "{allocator}: {err}"
         );
         assert!(stat(&err, "evictions") > 10000, "{allocator}: {err}");

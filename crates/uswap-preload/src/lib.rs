@@ -214,7 +214,8 @@ extern "C" fn print_stats() {
     let mib = |pages: u64| pages as f64 * uswap::PAGE_SIZE as f64 / (1 << 20) as f64;
     let text = format!(
         "uswap run: budget {:.0} MiB, heap region {:.0} MiB, {}\n  \
-         faults {} (zero fills {}, swap-ins {}, read ahead {}, swap-cache hits {}, write-protect {})\n  \
+         faults {} (zero fills {}, swap-ins {}, swap-cache hits {}, write-protect {}); \
+         pages read ahead {}, zero pages filled around {}\n  \
          evictions {} (clean drops {}, written {}, zero pages {}); swap IO: {:.1} MiB written, {:.1} MiB read\n  \
          resident now {:.1} MiB; direct reclaim {}, over budget {}\n",
         mib(r.swap.budget_pages() as u64),
@@ -227,9 +228,10 @@ extern "C" fn print_stats() {
         c("faults"),
         c("zero_fills"),
         c("swapins"),
-        c("readahead"),
         c("swapcache_hits"),
         c("wp_faults"),
+        c("readahead"),
+        c("fault_around"),
         c("evictions"),
         c("evict_clean"),
         c("evict_write"),
