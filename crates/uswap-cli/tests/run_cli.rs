@@ -103,69 +103,91 @@ fn python_builds_a_dict_four_times_the_budget() {
     }
 }
 
-/// A C program's own anonymous mappings, four times the budget: fresh
-/// ones read as zeros, written data reads back after going out,
-/// `madvise(MADV_DONTNEED)` zeroes, `mremap` grows (moving) with the
-/// contents kept and the new tail zero, `munmap` in pieces, and a new
-/// mapping reads as zeros again.
-const MAPS_C: &str = r#"
-#define _GNU_SOURCE
-#include <stdint.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <sys/mman.h>
-static unsigned char want(size_t i) { return (unsigned char)(i * 7 + i / 4096); }
-int main(int argc, char **argv) {
-    size_t len = (size_t)atoi(argv[1]) << 20;
-    unsigned char *p = mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED) return 2;
-    for (size_t i = 0; i < len; i += 512) if (p[i]) return 3;
-    for (size_t i = 0; i < len; i++) p[i] = want(i);
-    if (madvise(p + len / 4, len / 4, MADV_DONTNEED)) return 4;
-    unsigned char *q = mremap(p, len, 2 * len, MREMAP_MAYMOVE);
-    if (q == MAP_FAILED) return 5;
-    for (size_t i = 0; i < 2 * len; i++) {
-        unsigned char w = (i < len / 4 || (i >= len / 2 && i < len)) ? want(i) : 0;
-        if (q[i] != w) { fprintf(stderr, "byte %zu reads %d, not %d\n", i, q[i], w); return 6; }
-    }
-    if (munmap(q, len) || munmap(q + len, len)) return 7;
-    unsigned char *r = mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (r == MAP_FAILED) return 8;
-    for (size_t i = 0; i < len; i += 512) if (r[i]) return 9;
-    puts("ok");
-    return 0;
+/// Compile `tests/programs/NAME.c` into `dir`.
+fn compile(name: &str, dir: &Path) -> PathBuf {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/programs")
+        .join(format!("{name}.c"));
+    let bin = dir.join(name);
+    let cc = Command::new("cc")
+        .args(["-O1", "-pthread", "-o"])
+        .arg(&bin)
+        .arg(&src)
+        .output()
+        .expect("cc (a C compiler builds mimalloc too)");
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
+    bin
 }
-"#;
 
+/// Run compiled program `name` with `args`, plainly and under `uswap run`
+/// with `budget` and a 256 MiB RAM swap device: both succeed with the same
+/// output, and under uswap at least `evictions` pages went out.
+fn same_under_uswap(name: &str, args: &[&str], budget: &str, evictions: u64) {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = compile(name, dir.path());
+    let bin = bin.to_str().unwrap();
+    let plain = Command::new(bin).args(args).output().unwrap();
+    assert!(
+        plain.status.success(),
+        "{name} plain: {}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let mut run = vec![
+        "run", "--budget", budget, "--swap", "ram:256M", "--stats", "--", bin,
+    ];
+    run.extend_from_slice(args);
+    let out = uswap(&run, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "{name}: exit {:?}: {err}",
+        out.status.code()
+    );
+    assert_eq!(out.stdout, plain.stdout, "{name}: {err}");
+    assert!(
+        stat(&err, "evictions") > evictions,
+        "{name}: too little went out: {err}"
+    );
+}
+
+/// A C program's own anonymous mappings, four times the budget
+/// (`programs/maps.c`): fresh ones read as zeros, written data reads back
+/// after going out, `madvise(MADV_DONTNEED)` zeroes, `mremap` grows
+/// (moving) with the contents kept and the new tail zero, `munmap` in
+/// pieces, and a new mapping reads as zeros again.
 #[test]
 fn a_programs_own_mappings_are_paged() {
     if !root() {
         assert!(refused_without_privilege());
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let src = dir.path().join("maps.c");
-    let bin = dir.path().join("maps");
-    std::fs::write(&src, MAPS_C).unwrap();
-    let cc = Command::new("cc")
-        .arg("-O1")
-        .arg("-o")
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("cc (a C compiler builds mimalloc too)");
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
-    let bin = bin.to_str().unwrap();
-    let out = uswap(
-        &[
-            "run", "--budget", "8M", "--swap", "ram:128M", "--stats", "--", bin, "32",
-        ],
-        &[],
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "exit {:?}: {err}", out.status.code());
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{err}");
-    assert!(stat(&err, "evictions") > 8000, "the mappings were paged: {err}");
+    same_under_uswap("maps", &["32"], "8M", 8000);
+}
+
+/// Four threads, started after uswap, each allocating, writing, checking,
+/// freeing and reallocating 16 MiB of small blocks under a 16 MiB budget
+/// (`programs/threads.c`).
+#[test]
+fn threads_allocate_four_times_the_budget() {
+    if !root() {
+        assert!(refused_without_privilege());
+        return;
+    }
+    same_under_uswap("threads", &["16"], "16M", 20000);
+}
+
+/// The kernel touching swapped-out heap memory (`programs/kernel_io.c`):
+/// `read(2)` into a buffer that is out, `send(2)` from one that is out
+/// through a socket pair (to a forked child that touches no heap), and the
+/// program's own SIGBUS handler, which still gets the program's SIGBUS.
+/// Handler-thread mode serves the kernel's faults.
+#[test]
+fn the_kernel_reads_and_writes_swapped_out_buffers() {
+    if !root() {
+        assert!(refused_without_privilege());
+        return;
+    }
+    same_under_uswap("kernel_io", &["8"], "8M", 8000);
 }
 
 /// GNU sort of a file three times the budget, its buffer (-S) as large as
