@@ -262,7 +262,8 @@ fn demo_swaps_and_verifies() {
 
 /// `uswap bench fault --json`, one round, one thread, 8 MiB, with `extra`
 /// arguments.
-fn small_fault(extra: &[&str]) -> Value {
+/// A small `bench fault` run's arguments, `extra` after them.
+fn small_fault_args<'a>(extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "bench",
         "fault",
@@ -275,7 +276,11 @@ fn small_fault(extra: &[&str]) -> Value {
         "8",
     ];
     args.extend_from_slice(extra);
-    bench_json(&args)
+    args
+}
+
+fn small_fault(extra: &[&str]) -> Value {
+    bench_json(&small_fault_args(extra))
 }
 
 #[test]
@@ -386,19 +391,7 @@ fn an_ordinary_user_runs_the_demo_and_benches() {
         );
         assert!(text.contains("every byte read back as written"), "{text}");
     }
-    let out = run(&[
-        "bench",
-        "fault",
-        "--json",
-        "--rounds",
-        "1",
-        "--threads",
-        "1",
-        "--mib",
-        "8",
-        "--variants",
-        "bare-uffd,swapin-ram",
-    ]);
+    let out = run(&small_fault_args(&["--variants", "bare-uffd,swapin-ram"]));
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let swap_dir = dir.path().to_str().unwrap();
     let out = run(&[

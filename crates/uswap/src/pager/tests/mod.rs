@@ -554,19 +554,27 @@ fn read_error_poisons_the_page() {
         eprintln!("read {v:#x} from a page whose swap-in failed");
         std::process::exit(3);
     }
+    assert_poisoned_child(
+        "read_error_poisons_the_page",
+        "touching the poisoned page",
+        PAGE_SIZE,
+    );
+}
+
+/// Run test `test`'s child scenario, which prints `reached` and then
+/// touches memory whose swap-in fails: it dies of SIGBUS, never reading
+/// zeros, and the reason is logged, naming `bytes` bytes (a page, a unit)
+/// and the errno.
+fn assert_poisoned_child(test: &str, reached: &str, bytes: usize) {
     let out = child::run(
-        "pager::tests::read_error_poisons_the_page",
+        &format!("pager::tests::{test}"),
         "poison",
         std::time::Duration::from_secs(60),
     );
     let err = &out.stderr;
+    assert!(err.contains(reached), "the child did not get there: {out:?}");
     assert!(
-        err.contains("touching the poisoned page"),
-        "the child did not get there: {out:?}"
-    );
-    // The reason is logged: which slot failed, and with what.
-    assert!(
-        err.contains("uswap: swap-in of 4096 bytes at 0x") && err.contains("gave errno 5"),
+        err.contains(&format!("uswap: swap-in of {bytes} bytes at 0x")) && err.contains("gave errno 5"),
         "{out:?}"
     );
     assert_eq!(out.signal, Some(libc::SIGBUS), "{out:?}");
@@ -604,21 +612,11 @@ fn a_split_unit_read_error_poisons_the_unit() {
         eprintln!("read {v:#x} from a unit whose swap-in failed");
         std::process::exit(3);
     }
-    let out = child::run(
-        "pager::tests::a_split_unit_read_error_poisons_the_unit",
-        "poison",
-        std::time::Duration::from_secs(60),
+    assert_poisoned_child(
+        "a_split_unit_read_error_poisons_the_unit",
+        "touching the poisoned unit",
+        page::UNIT_BYTES,
     );
-    let err = &out.stderr;
-    assert!(
-        err.contains("touching the poisoned unit"),
-        "the child did not get there: {out:?}"
-    );
-    assert!(
-        err.contains("uswap: swap-in of 2097152 bytes at 0x") && err.contains("gave errno 5"),
-        "{out:?}"
-    );
-    assert_eq!(out.signal, Some(libc::SIGBUS), "{out:?}");
 }
 
 /// A failed swap-out keeps the page resident (its data intact) and the
