@@ -11,9 +11,8 @@
 //! a cache line between CPUs.  The clock is read only when the lock was
 //! found held, where the wait dwarfs it.
 
-use std::cell::Cell;
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -21,29 +20,21 @@ use crossbeam_utils::CachePadded;
 use serde::{Deserialize, Serialize};
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
-/// Counter shards per site.  Threads are spread over the shards round-robin,
-/// so with up to this many threads no two share a cache line; beyond it two
-/// threads sharing a shard only costs some line bouncing, never accuracy.
+/// Counter shards per site, one per CPU (modulo this): threads on
+/// different CPUs never share a cache line; two threads on one CPU share a
+/// shard, which costs nothing but an uncontended atomic add, and a thread
+/// that migrates mid-increment only adds to another shard: the sum is the
+/// same.  By CPU rather than by thread because counters are bumped in the
+/// SIGBUS handler, which touches no thread-local storage: a library
+/// preloaded into a program (`uswap run`) reaches it through the thread's
+/// DTV, which glibc allocates with the program's `calloc`, in paged memory.
 const SHARDS: usize = 64;
 
-static NEXT_SHARD: AtomicUsize = AtomicUsize::new(0);
-
-thread_local! {
-    static SHARD: Cell<usize> = const { Cell::new(usize::MAX) };
-}
-
-/// The counter shard of the calling thread, assigned on first use.
+/// The counter shard of the calling thread's CPU (`sched_getcpu`: the
+/// rseq area glibc keeps in the thread's control block, or the vDSO).
 #[inline]
 fn shard_index() -> usize {
-    SHARD.with(|s| {
-        let v = s.get();
-        if v != usize::MAX {
-            return v;
-        }
-        let v = NEXT_SHARD.fetch_add(1, Ordering::Relaxed) % SHARDS;
-        s.set(v);
-        v
-    })
+    crate::percpu::current_cpu() % SHARDS
 }
 
 /// A monotonically increasing event count, sharded per thread.

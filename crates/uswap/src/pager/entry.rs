@@ -67,7 +67,6 @@
 //! the top of a stack given by `pthread_attr_setstack`, so such a stack
 //! cannot be a region; a stack the thread switches to (`swapcontext`, a
 
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, Once, Weak};
 use std::thread::JoinHandle;
@@ -575,22 +574,12 @@ const BUCKETS: usize = 64;
 static IN_HANDLER: [CachePadded<AtomicU32>; BUCKETS] =
     [const { CachePadded::new(AtomicU32::new(0)) }; BUCKETS];
 
-thread_local! {
-    /// This thread's id, cached: `gettid` is a system call.  A plain
-    /// `Cell` with a const initializer: no allocation, no destructor.
-    static TID: Cell<i32> = const { Cell::new(0) };
-}
-
+/// This thread's bucket.  By `gettid`, a system call each time, not an
+/// id cached in thread-local storage: nothing on the fault path touches
+/// thread-local storage (see `fault::Readahead`).
 fn handler_bucket() -> &'static AtomicU32 {
-    let tid = TID.with(|t| match t.get() {
-        0 => {
-            // SAFETY: gettid has no preconditions.
-            let tid = unsafe { libc::gettid() };
-            t.set(tid);
-            tid
-        }
-        tid => tid,
-    });
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
     &IN_HANDLER[tid as usize % BUCKETS]
 }
 

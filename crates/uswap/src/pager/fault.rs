@@ -18,8 +18,9 @@
 //! in that stops part way is finished by copying: a resident unit is
 //! always all there.  How units go out is in `reclaim.rs`.
 
-use std::cell::Cell;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+use crossbeam_utils::CachePadded;
 
 use super::folio;
 use super::instance::{Inner, Installed};
@@ -384,13 +385,68 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
 /// Most pages one fault reads ahead.
 pub(super) const READAHEAD_MAX: u32 = 32;
 
-thread_local! {
-    /// This thread's readahead state: where a fault counts as in order
-    /// (from just past what this thread read itself to the end of what it
-    /// handed the prefetcher), and the window.  Per thread, as threads walk
-    /// their own parts of a region; a `Cell` with a const initializer: no
-    /// allocation, usable in the SIGBUS handler.
-    static READAHEAD: Cell<(u64, u64, u32)> = const { Cell::new((0, 0, 0)) };
+/// A thread's readahead state: where a fault counts as in order (from
+/// just past what the thread read itself to the end of what it handed the
+/// prefetcher), and the window.  Per thread, as threads walk their own
+/// parts of a region.
+///
+/// Not in thread-local storage: the fault path touches none.  A library
+/// preloaded into a program (`uswap run`) reaches its thread-locals
+/// through the thread's DTV, which glibc allocates for a new thread with
+/// the program's `calloc`, that is in the paged heap: a SIGBUS handler
+/// touching a DTV that is out would fault inside itself.  So the state
+/// lives in a fixed table, a slot per hash of `pthread_self` (the thread's
+/// control block, reached through the thread pointer itself), tagged with
+/// its owner; a thread finding another's tag starts afresh and takes the
+/// slot over.  Readahead is advice: two threads sharing a slot only read
+/// ahead less well, and a torn read of a slot only mistakes the window.
+struct Readahead {
+    owner: AtomicU64,
+    lo: AtomicU64,
+    hi: AtomicU64,
+    window: AtomicU32,
+}
+
+const READAHEAD_SLOTS: usize = 64;
+static READAHEAD: [CachePadded<Readahead>; READAHEAD_SLOTS] = [const {
+    CachePadded::new(Readahead {
+        owner: AtomicU64::new(0),
+        lo: AtomicU64::new(0),
+        hi: AtomicU64::new(0),
+        window: AtomicU32::new(0),
+    })
+}; READAHEAD_SLOTS];
+
+impl Readahead {
+    /// The calling thread's slot, and its tag.
+    fn mine() -> (&'static Readahead, u64) {
+        // SAFETY: pthread_self has no preconditions (it reads the thread
+        // pointer).
+        let me = unsafe { libc::pthread_self() } as u64;
+        let slot = (me.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % READAHEAD_SLOTS;
+        (&READAHEAD[slot], me)
+    }
+
+    /// This thread's (lo, hi, window); zeros if the slot is another's.
+    fn get() -> (u64, u64, u32) {
+        let (r, me) = Self::mine();
+        if r.owner.load(Ordering::Relaxed) != me {
+            return (0, 0, 0);
+        }
+        (
+            r.lo.load(Ordering::Relaxed),
+            r.hi.load(Ordering::Relaxed),
+            r.window.load(Ordering::Relaxed),
+        )
+    }
+
+    fn set(lo: u64, hi: u64, window: u32) {
+        let (r, me) = Self::mine();
+        r.owner.store(me, Ordering::Relaxed);
+        r.lo.store(lo, Ordering::Relaxed);
+        r.hi.store(hi, Ordering::Relaxed);
+        r.window.store(window.min(READAHEAD_MAX), Ordering::Relaxed);
+    }
 }
 
 /// Readahead after the fault on page `id` at `addr` (the kernel's
@@ -417,7 +473,7 @@ thread_local! {
 /// the fault's own page went in (a write fault: writable and dirty, so a
 /// sequential writer takes one fault per run, not per page).
 fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_file: bool) {
-    let (lo, hi, window) = READAHEAD.with(Cell::get);
+    let (lo, hi, window) = Readahead::get();
     let window = if lo != 0 && lo <= addr && addr <= hi {
         (window * 2).clamp(2, READAHEAD_MAX)
     } else {
@@ -446,9 +502,9 @@ fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_file: bool) {
     let end = addr + PAGE * (1 + done as u64);
     if prefetch && done == sync {
         inner.prefetch.post(id + 1 + done, end, window, write);
-        READAHEAD.with(|r| r.set((end, end + PAGE * window as u64, window)));
+        Readahead::set(end, end + PAGE * window as u64, window);
     } else {
-        READAHEAD.with(|r| r.set((end, end, window)));
+        Readahead::set(end, end, window);
     }
 }
 
