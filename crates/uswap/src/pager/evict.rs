@@ -125,6 +125,12 @@ pub(super) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
             out.keep(id, false);
             continue;
         };
+        if inner.pinned(id) {
+            // A system call is using it (`Region::pin`): back, active.
+            drop(claim);
+            out.keep(id, true);
+            continue;
+        }
         // The word may have changed between the load and the claim only
         // by the claim itself: try_claim compares against `w`.
         claims[i] = Some(claim);

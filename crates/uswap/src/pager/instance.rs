@@ -5,7 +5,7 @@
 //! fault and the reclaim paths use: the userfaultfd moves and copies with
 //! their test hooks, slot frees, the retry pause.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use super::frames::{FramePool, Mapping, UnitPool};
@@ -96,6 +96,12 @@ pub(crate) struct Inner {
     pub states: Box<[AtomicU64]>,
     /// Per page id: the page's address, 0 when no region holds the id.
     pub addrs: Box<[AtomicU64]>,
+    /// Per page id: pins held on the page (`Region::pin`): a pinned page
+    /// is resident and is not evicted.  The pinner raises it and then
+    /// checks the state; an evictor claims the page and then checks it,
+    /// each with a SeqCst fence between (`pinned`): one of the two sees
+    /// the other.
+    pub pins: Box<[AtomicU32]>,
     /// Free page-id ranges (start, len); capacity never grows past the
     /// number of regions, and it is only touched by map and unmap.
     pub ids: StatMutex<Vec<(u32, u32)>>,
@@ -255,6 +261,16 @@ impl Inject {
 }
 
 impl Inner {
+    /// Whether page `id`, whose claim the caller (an evictor) has just
+    /// taken, is pinned: then it must stay.  The fence pairs with the one
+    /// in `Region::pin`: either this sees the pin, or the pinner sees the
+    /// claim and lets go.
+    #[inline]
+    pub fn pinned(&self, id: u32) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.pins[id as usize].load(Ordering::Relaxed) != 0
+    }
+
     pub fn free_ids(&self, start: u32, len: u32) {
         let mut ids = self.ids.lock();
         ids.push((start, len));

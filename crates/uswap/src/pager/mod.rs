@@ -397,6 +397,7 @@ impl SwapBuilder {
             // Zeroed (NEVER, no address) and committed as ids are used.
             states: table::zeroed(max_pages as usize, "page states")?,
             addrs: table::zeroed(max_pages as usize, "page addresses")?,
+            pins: table::zeroed(max_pages as usize, "page pins")?,
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() },
             ids: StatMutex::new(vec![(0, max_pages)], registry.lock_site("page_ids")),
@@ -814,6 +815,76 @@ impl Region {
         Ok(())
     }
 
+    /// Pin `bytes` bytes at `offset` for a system call that will read them
+    /// (`write` false: `write(2)`, `send`) or store into them (`write`
+    /// true: `read(2)`, `recv`): every page is brought in (and made
+    /// writable, when the kernel is to store into it) and is not evicted
+    /// until the returned guard drops.  The kernel's own accesses to such
+    /// pages then find them there: in SIGBUS mode a system call that met a
+    /// missing or write-protected page of a region would fail with
+    /// `EFAULT`.  Pages are brought in by touching them from this thread,
+    /// as the program would (a read, or a compare-exchange of a byte with
+    /// itself, which changes nothing); a page evicted between its touch and its pin is
+    /// touched again.  Small-page regions only.
+    ///
+    /// A page the program itself dropped with a plain `madvise`
+    /// (`MADV_DONTNEED`, not [`Region::discard`]) still counts as resident
+    /// until a fault or an eviction finds it gone, and so is not brought
+    /// back by a pin.
+    pub fn pin(&self, offset: usize, bytes: usize, write: bool) -> Result<Pinned<'_>, PagerError> {
+        let inner = &self.inner;
+        let huge = inner.states[self.id_base as usize].load(Ordering::Acquire) & page::UNIT != 0;
+        let end = offset.checked_add(bytes).filter(|&e| e <= self.len() && !huge);
+        let Some(end) = end else {
+            return Err(PagerError::Range {
+                offset,
+                bytes,
+                len: self.len(),
+            });
+        };
+        let first = offset / PAGE_SIZE;
+        let last = end.div_ceil(PAGE_SIZE);
+        for p in first..last {
+            let id = self.id_base as usize + p;
+            let addr = self.as_ptr() as usize + p * PAGE_SIZE;
+            loop {
+                inner.pins[id].fetch_add(1, Ordering::Relaxed);
+                // Pairs with the fence in `Inner::pinned`: an evictor that
+                // claimed the page before this sees the pin, or this sees
+                // its claim (BUSY) and lets go.
+                std::sync::atomic::fence(Ordering::SeqCst);
+                let w = inner.states[id].load(Ordering::Relaxed);
+                if page::kind(w) == page::RESIDENT && w & page::BUSY == 0 && (!write || w & page::DIRTY != 0)
+                {
+                    break;
+                }
+                inner.pins[id].fetch_sub(1, Ordering::Release);
+                // SAFETY: a byte of this region, mapped for the region's
+                // life; a volatile read, or a compare-exchange of the byte
+                // with itself, faults the page in as the program's own
+                // access would.  The exchange writes (a locked
+                // compare-exchange is a write access even when it fails,
+                // and a racing writer's store is never lost); an atomic
+                // add of zero would not: LLVM turns such an idempotent
+                // update into a fenced load on x86.
+                unsafe {
+                    if write {
+                        let b = std::sync::atomic::AtomicU8::from_ptr(addr as *mut u8);
+                        let v = b.load(Ordering::Relaxed);
+                        let _ = b.compare_exchange(v, v, Ordering::Relaxed, Ordering::Relaxed);
+                    } else {
+                        std::ptr::read_volatile(addr as *const u8);
+                    }
+                }
+            }
+        }
+        Ok(Pinned {
+            region: self,
+            first,
+            last,
+        })
+    }
+
     /// The region as bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: the mapping lives as long as `self`; every byte is
@@ -845,6 +916,22 @@ impl Region {
     /// written back (a touch costs no IO).
     pub fn is_staged(&self, index: usize) -> bool {
         page::kind(self.inner.states[self.id_base as usize + index].load(Ordering::Acquire)) == page::STAGED
+    }
+}
+
+/// Pages of a region pinned by [`Region::pin`]; unpinned on drop.
+#[must_use = "the pages are unpinned when this drops"]
+pub struct Pinned<'a> {
+    region: &'a Region,
+    first: usize,
+    last: usize,
+}
+
+impl Drop for Pinned<'_> {
+    fn drop(&mut self) {
+        for p in self.first..self.last {
+            self.region.inner.pins[self.region.id_base as usize + p].fetch_sub(1, Ordering::Release);
+        }
     }
 }
 

@@ -234,6 +234,9 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     let Some(claim) = PageClaim::try_claim(st, w) else {
         return Stage::Not;
     };
+    if inner.pinned(id) {
+        return Stage::Refused;
+    }
     let Some(f) = frame(inner) else {
         return Stage::Not;
     };

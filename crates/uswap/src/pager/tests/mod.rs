@@ -485,6 +485,136 @@ fn read_syscall_into_a_swapped_out_region() {
     assert!(region.as_slice() == &data[..], "read(2) data landed intact");
 }
 
+/// In SIGBUS mode the kernel's own store into a swapped-out (or clean,
+/// write-protected) page fails the system call with EFAULT; pinned
+/// (`Region::pin`), the same `pread(2)`s land, chunk by chunk, and every
+/// byte reads back.  The unpinned call's EFAULT is checked first, so that
+/// the test shows what the pin is for.
+#[test]
+fn pinned_pages_take_the_kernels_stores_in_sigbus_mode() {
+    use std::os::fd::AsRawFd;
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(SwapDeviceSpec::ram(32 * MIB))
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    region.as_mut_slice().fill(0xEE);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let data: Vec<u8> = (0..region.len())
+        .map(|i| fill_byte(i / PAGE_SIZE, i % PAGE_SIZE, 9))
+        .collect();
+    std::fs::write(&path, &data).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    // Page 0 went out long ago (the budget is an eighth).
+    assert!(!region.is_resident(0));
+    let base = region.as_ptr();
+    // SAFETY: pread into the region's first page, which is not resident;
+    // no Rust reference to it is alive.
+    let n = unsafe { libc::pread(f.as_raw_fd(), base.cast(), PAGE_SIZE, 0) };
+    assert_eq!(n, -1, "an unpinned pread into a swapped-out page");
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EFAULT));
+    const CHUNK: usize = 64 << 10;
+    for off in (0..region.len()).step_by(CHUNK) {
+        let pin = region.pin(off, CHUNK, true).unwrap();
+        // SAFETY: pread into pinned pages of the region; no Rust
+        // reference to them is alive.
+        let n = unsafe { libc::pread(f.as_raw_fd(), base.add(off).cast(), CHUNK, off as i64) };
+        assert_eq!(
+            n,
+            CHUNK as isize,
+            "pinned pread at {off}: {}",
+            std::io::Error::last_os_error()
+        );
+        drop(pin);
+    }
+    assert!(region.as_slice() == &data[..], "every pinned read landed");
+    // And the other way: write(2) from pinned pages that had gone out.
+    let out = dir.path().join("out");
+    let g = std::fs::File::create(&out).unwrap();
+    for off in (0..region.len()).step_by(CHUNK) {
+        let pin = region.pin(off, CHUNK, false).unwrap();
+        g.write_all_at(&region.as_slice()[off..off + CHUNK], off as u64)
+            .unwrap();
+        drop(pin);
+    }
+    assert!(std::fs::read(&out).unwrap() == data);
+    assert!(matches!(
+        region.pin(region.len(), 1, false),
+        Err(PagerError::Range { .. })
+    ));
+    drop(region);
+    assert_all_returned(&swap, "pin");
+}
+
+/// Pinned pages stay mapped however hard reclaim pushes: two threads fill
+/// and refill the rest of a region four times the budget while the main
+/// thread holds pins on a range and checks, again and again, that every
+/// pinned page is mapped (`mincore`) and holds what it held; in both
+/// modes.
+#[test]
+fn pinned_pages_are_not_evicted() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(SwapDeviceSpec::ram(32 * MIB))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
+        let mut region = swap.map((4 * MIB) as usize).unwrap();
+        fill(&mut region, 31);
+        let pages = region.len() / PAGE_SIZE;
+        let pinned = 0..32;
+        let base = region.as_ptr() as usize;
+        let region = &region;
+        let stop = AtomicBool::new(false);
+        let mut gone = None;
+        let evictions = swap.stats().counter("evictions");
+        std::thread::scope(|s| {
+            for t in 0..2 {
+                let stop = &stop;
+                s.spawn(move || {
+                    let mut round = 0u8;
+                    while !stop.load(AtOrd::Relaxed) {
+                        for p in (32 + t..pages).step_by(2) {
+                            // SAFETY: a page of the region outside the pinned
+                            // range, written by this thread alone.
+                            unsafe { ((base + p * PAGE_SIZE + 8) as *mut u8).write_volatile(round) };
+                        }
+                        round = round.wrapping_add(1);
+                    }
+                });
+            }
+            let pin = region.pin(0, pinned.len() * PAGE_SIZE, false).unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            // Failures are noted, not asserted here: the writers must be
+            // stopped before the scope can end.
+            while gone.is_none() && swap.stats().counter("evictions") < evictions + 4 * pages as u64 {
+                gone = pinned
+                    .clone()
+                    .find(|p| !crate::sys::page_mapped((base + p * PAGE_SIZE) as u64));
+                if std::time::Instant::now() > deadline {
+                    break;
+                }
+            }
+            drop(pin);
+            stop.store(true, AtOrd::Relaxed);
+        });
+        assert_eq!(gone, None, "{mode:?}: a pinned page went out");
+        assert!(
+            swap.stats().counter("evictions") >= evictions + 4 * pages as u64,
+            "{mode:?}: reclaim did not run while the pins were held"
+        );
+        for p in pinned {
+            let page = &region.as_slice()[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
+            for (at, &b) in page.iter().enumerate() {
+                assert_eq!(b, fill_byte(p, at, 31), "{mode:?}: pinned page {p} byte {at}");
+            }
+        }
+    }
+}
+
 /// A swap device too small for the region: pages that cannot be written
 /// out stay resident (the overrun is counted), never zeros.
 #[test]
