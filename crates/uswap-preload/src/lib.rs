@@ -5,13 +5,13 @@
 //! The heap is mimalloc (built from source by `libmimalloc-sys`): this
 //! library exports `malloc`, `free` and the rest of the family, each
 //! forwarding to mimalloc's, so they interpose on libc's (a static
-//! library's own exports would be hidden by a cdylib's version script).  At load, before the program's `main`, [`init`] reads the
-//! configuration `uswap run` left in the environment, starts a `Swap`,
-//! maps one region (what the budget and the swap space hold together, and
-//! a margin for mimalloc's fragmentation), and hands it to mimalloc as an
-//! arena
-//! (`mi_manage_os_memory`); from then on mimalloc takes memory from that
-//! arena alone (`disallow_os_alloc`).  What was allocated before (the
+//! library's own exports would be hidden by a cdylib's version script).
+//! At load, before the program's `main`, [`init`] reads the configuration
+//! `uswap run` left in the environment, starts a `Swap`, maps one region
+//! (what the budget and the swap space hold together, and a margin for
+//! mimalloc's fragmentation), and hands it to mimalloc as an arena
+//! (`mi_manage_os_memory_ex`); from then on mimalloc takes memory from
+//! that arena alone (`disallow_os_alloc`).  What was allocated before (the
 //! loader's and libc's start-up, a few KiB) stays in ordinary memory:
 //! `uswap run` sets `MIMALLOC_ARENA_RESERVE=0`, so that it is not a
 //! 1 GiB arena of mimalloc's own that later allocations would fill first.
@@ -173,12 +173,14 @@ fn start(c: Config) -> Result<(), String> {
     {
         return Err("started twice".into());
     }
+    // Marked as calls into mimalloc: any mapping it makes meanwhile goes
+    // to the kernel, not to the heap being set up (`maps.rs`).
     // SAFETY: the region is ours for the life of the process (RUNNING is
     // never dropped), mapped, zero, and usable (uswap serves its faults).
-    let managed = unsafe {
+    let managed = heap::mimalloc(|| unsafe {
         mi_option_set(MI_OPTION_PURGE_DELAY, -1);
         mi_manage_os_memory_ex(start, len, true, false, true, -1, false, std::ptr::null_mut())
-    };
+    });
     if !managed {
         return Err(format!("mimalloc refused the region of {len} bytes as its arena"));
     }

@@ -153,7 +153,7 @@ mod interpose {
     pub unsafe extern "C" fn munmap(addr: *mut c_void, len: usize) -> i32 {
         let a = addr as usize;
         if let Some((base, end, r)) = heap() {
-            if a >= base && a < end {
+            if a >= base && a < end && !in_mimalloc() {
                 let mut map = served();
                 let Some((start, blen)) = block_of(&map, a) else {
                     // Heap memory malloc gave: not the program's to unmap.
@@ -190,7 +190,7 @@ mod interpose {
     ) -> *mut c_void {
         let a = old as usize;
         if let Some((base, end, _)) = heap() {
-            if a >= base && a < end {
+            if a >= base && a < end && !in_mimalloc() {
                 let known = block_of(&served(), a).is_some_and(|(start, blen)| start == a && old_len <= blen);
                 if !known || flags & libc::MREMAP_FIXED != 0 || new_len == 0 {
                     set_errno(libc::EINVAL);
