@@ -117,12 +117,7 @@ fn read_fixed(ring: &mut io_uring::IoUring, file: &std::fs::File, addr: *mut u8)
 #[test]
 fn pinned_pages_stay_resident() {
     for mode in both_modes() {
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(32 * MIB))
-            .fault_mode(mode)
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 32 * MIB, mode);
         let mut region = swap.map((8 * MIB) as usize).unwrap();
         let base = region.as_mut_slice().as_mut_ptr();
         let pages = region.len() / PAGE_SIZE;
@@ -243,12 +238,7 @@ fn units_with_a_hole_or_a_pin_are_handled() {
 //    forever.
 
 fn dontneed_scenario(mode: FaultMode) {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(16 * MIB))
-        .fault_mode(mode)
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 16 * MIB, mode);
     let mut region = swap.map((4 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
@@ -338,12 +328,7 @@ fn discarded_resident_pages_read_as_zeros() {
 // 4. After fork, the child's handles must do no harm to the parent.
 
 fn fork_scenario(mode: FaultMode) {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(32 * MIB))
-        .fault_mode(mode)
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 32 * MIB, mode);
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
@@ -430,11 +415,7 @@ fn block_sigbus() {
 /// mode: the first touch of swapped memory there would kill the process.
 #[test]
 fn map_refuses_when_sigbus_is_blocked() {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(16 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
     let e = std::thread::scope(|s| {
         s.spawn(|| {
             block_sigbus();
@@ -468,11 +449,7 @@ fn map_refuses_when_sigbus_is_blocked() {
 #[test]
 fn a_thread_blocking_sigbus_is_reported() {
     if child::scenario().is_some() {
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(16 * MIB))
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
         let mut region = swap.map((2 * MIB) as usize).unwrap();
         write_pages(region.as_mut_slice().as_mut_ptr(), 0..512);
         std::thread::Builder::new()
@@ -549,11 +526,7 @@ fn current_sigbus_handler() -> usize {
 #[test]
 fn a_later_sigbus_handler_is_chained() {
     if child::scenario().is_some() {
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(16 * MIB))
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
         let mut region = swap.map((4 * MIB) as usize).unwrap();
         let base = region.as_mut_slice().as_mut_ptr();
         write_pages(base, 0..1024);
@@ -633,12 +606,7 @@ fn alarm_read() {
 }
 
 fn alarm_scenario(mode: FaultMode) {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(32 * MIB))
-        .fault_mode(mode)
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 32 * MIB, mode);
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
@@ -719,12 +687,7 @@ fn signal_handlers_touching_regions_do_not_deadlock() {
 #[test]
 fn uswap_threads_block_every_signal() {
     for mode in both_modes() {
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(16 * MIB))
-            .fault_mode(mode)
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 16 * MIB, mode);
         // A new thread names itself when it first runs, which on a busy
         // machine may be a while after `build` returns: look until then.
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -772,11 +735,7 @@ fn check_uswap_thread_masks(mode: FaultMode) -> usize {
 /// change it.
 #[test]
 fn faults_preserve_errno() {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(32 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 32 * MIB, FaultMode::Sigbus);
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr() as usize;
     let pages = region.len() / PAGE_SIZE;
@@ -804,11 +763,7 @@ fn faults_preserve_errno() {
 
 #[test]
 fn transient_write_errors_retire_nothing() {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(16 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
@@ -869,11 +824,7 @@ fn metadata_costs_memory_only_as_used() {
             child::exit(0);
         }
         let before = vm_rss_kib();
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(64 << 30))
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 64 << 30, FaultMode::Sigbus);
         let after = vm_rss_kib();
         eprintln!("a 64 GiB device: RSS grew by {} KiB", after - before);
         let mut region = swap.map((8 * MIB) as usize).unwrap();
@@ -901,11 +852,7 @@ fn metadata_costs_memory_only_as_used() {
 
 #[test]
 fn map_huge_refuses_a_budget_under_two_units() {
-    let swap = Swap::builder()
-        .budget(3 * MIB)
-        .device(SwapDeviceSpec::ram(64 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(3 * MIB, 64 * MIB, FaultMode::Sigbus);
     let e = swap.map_huge(16 * MIB as usize).err().expect("refused");
     assert!(e.to_string().contains("2 MB units"), "{e}");
     assert!(swap.map((16 * MIB) as usize).is_ok(), "4 KiB pages are fine");
@@ -919,11 +866,7 @@ fn map_huge_refuses_a_budget_under_two_units() {
 /// (which would mark it dirty and free its valid slot).
 #[test]
 fn concurrent_read_faults_leave_pages_clean() {
-    let swap = Swap::builder()
-        .budget(4 * MIB)
-        .device(SwapDeviceSpec::ram(64 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(4 * MIB, 64 * MIB, FaultMode::Sigbus);
     let mut region = swap.map((16 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr() as usize;
     write_pages(base as *mut u8, 0..4096);
@@ -1002,11 +945,7 @@ fn region_drop_spares_what_the_program_mapped_there() {
 #[test]
 fn kill_bus_is_not_a_fault() {
     if child::scenario().is_some() {
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(16 * MIB))
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
         let mut region = swap.map((4 * MIB) as usize).unwrap();
         let base = region.as_mut_slice().as_mut_ptr();
         write_pages(base, 0..1024);
@@ -1214,11 +1153,7 @@ extern "C" fn coroutine() {
 #[test]
 fn a_region_can_be_a_coroutine_stack() {
     if child::scenario().is_some() {
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(32 * MIB))
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 32 * MIB, FaultMode::Sigbus);
         let mut stack = swap.map((2 * MIB) as usize).unwrap();
         let mut flood = swap.map((8 * MIB) as usize).unwrap();
         let stack_base = stack.as_mut_slice().as_mut_ptr();
@@ -1310,11 +1245,7 @@ fn thread_state(tid: i32) -> char {
 #[test]
 fn a_realtime_waiter_sleeps_on_a_claim() {
     if child::scenario().is_some() {
-        let swap = Swap::builder()
-            .budget(4 * MIB)
-            .device(SwapDeviceSpec::ram(16 * MIB))
-            .build()
-            .unwrap();
+        let swap = ram_swap(4 * MIB, 16 * MIB, FaultMode::Sigbus);
         let mut region = swap.map((MIB) as usize).unwrap();
         let base = region.as_mut_slice().as_mut_ptr() as usize;
         let gate = &swap.inner.inject.gate;

@@ -84,6 +84,17 @@ fn hammer_counters(region: &mut Region, rounds: u64, what: &str) {
     }
 }
 
+/// An instance of `budget` bytes with a RAM swap device of `ram` bytes,
+/// in `mode` (the shape most tests need).
+fn ram_swap(budget: u64, ram: u64, mode: FaultMode) -> Swap {
+    Swap::builder()
+        .budget(budget)
+        .device(SwapDeviceSpec::ram(ram))
+        .fault_mode(mode)
+        .build()
+        .unwrap()
+}
+
 /// Both fault modes, each with a RAM device and with a swap file (true).
 const MODES_AND_DEVICES: [(FaultMode, bool); 4] = [
     (FaultMode::Sigbus, false),
@@ -156,11 +167,7 @@ fn integrity(swap: Swap, region_bytes: usize) {
 
 #[test]
 fn integrity_ram_sigbus_mode() {
-    let swap = Swap::builder()
-        .budget(4 * MIB)
-        .device(SwapDeviceSpec::ram(64 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(4 * MIB, 64 * MIB, FaultMode::Sigbus);
     assert_eq!(swap.fault_mode(), FaultMode::Sigbus);
     integrity(swap, (16 * MIB) as usize);
 }
@@ -193,11 +200,7 @@ fn integrity_file_backend() {
 
 #[test]
 fn never_written_pages_are_zero_without_io_or_slots() {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(16 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
     let region = swap.map((8 * MIB) as usize).unwrap();
     assert!(region.as_slice().iter().all(|&b| b == 0));
     let st = swap.stats();
@@ -224,11 +227,7 @@ fn never_written_pages_are_zero_without_io_or_slots() {
 /// ever.
 #[test]
 fn written_zero_pages_are_dropped_without_io() {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(16 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     let pages = region.len() / PAGE_SIZE;
     let data = |i: usize| if i % 2 == 0 { 0 } else { (i as u8) | 1 };
@@ -265,12 +264,7 @@ fn written_zero_pages_are_dropped_without_io() {
 #[test]
 fn no_write_is_lost_to_eviction() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
-        let swap = Swap::builder()
-            .budget(256 * 1024)
-            .device(SwapDeviceSpec::ram(16 * MIB))
-            .fault_mode(mode)
-            .build()
-            .unwrap();
+        let swap = ram_swap(256 * 1024, 16 * MIB, mode);
         let mut region = swap.map((2 * MIB) as usize).unwrap();
         let pages = region.len() / PAGE_SIZE;
         hammer_counters(&mut region, 20, &format!("{mode:?}"));
@@ -409,11 +403,7 @@ fn discard_zeros_pages_wherever_they_are() {
         }
     }
     // A 2 MB unit, in and out.
-    let swap = Swap::builder()
-        .budget(4 * MIB)
-        .device(SwapDeviceSpec::ram(64 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(4 * MIB, 64 * MIB, FaultMode::Sigbus);
     let mut region = swap.map_huge((16 * MIB) as usize).unwrap();
     fill(&mut region, 22);
     let unit = page::UNIT_BYTES;
@@ -493,11 +483,7 @@ fn read_syscall_into_a_swapped_out_region() {
 #[test]
 fn pinned_pages_take_the_kernels_stores_in_sigbus_mode() {
     use std::os::fd::AsRawFd;
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(32 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 32 * MIB, FaultMode::Sigbus);
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     region.as_mut_slice().fill(0xEE);
     let dir = tempfile::tempdir().unwrap();
@@ -556,12 +542,7 @@ fn pinned_pages_take_the_kernels_stores_in_sigbus_mode() {
 #[test]
 fn pinned_pages_are_not_evicted() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(32 * MIB))
-            .fault_mode(mode)
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 32 * MIB, mode);
         let mut region = swap.map((4 * MIB) as usize).unwrap();
         fill(&mut region, 31);
         let pages = region.len() / PAGE_SIZE;
@@ -667,11 +648,7 @@ fn bad_configuration_is_refused() {
 #[test]
 fn read_error_poisons_the_page() {
     if child::scenario().is_some() {
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(16 * MIB))
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
         let mut region = swap.map((4 * MIB) as usize).unwrap();
         region.as_mut_slice().fill(0x42);
         // Page 0 is long evicted by now (the budget is a quarter).
@@ -753,11 +730,7 @@ fn a_split_unit_read_error_poisons_the_unit() {
 /// slot out of use for good (a bad slot is never handed out again).
 #[test]
 fn write_error_keeps_the_page_and_retires_the_slot() {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(16 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
     let mut region = swap.map((4 * MIB) as usize).unwrap();
     swap.inject_io_error(0, crate::io::ANY_SLOT, crate::io::IoOp::Write);
     for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
@@ -788,12 +761,7 @@ fn write_error_keeps_the_page_and_retires_the_slot() {
 #[test]
 fn touches_of_staged_pages_hit_the_swap_cache() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
-        let swap = Swap::builder()
-            .budget(MIB)
-            .device(SwapDeviceSpec::ram(16 * MIB))
-            .fault_mode(mode)
-            .build()
-            .unwrap();
+        let swap = ram_swap(MIB, 16 * MIB, mode);
         // 256 pages of budget, 300 pages of working set.
         let mut region = swap.map(300 * PAGE_SIZE).unwrap();
         for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
@@ -1014,11 +982,7 @@ fn huge_integrity(swap: Swap, expect_fallback: bool) {
 
 #[test]
 fn huge_units_sigbus_mode() {
-    let swap = Swap::builder()
-        .budget(8 * MIB)
-        .device(SwapDeviceSpec::ram(64 * MIB))
-        .build()
-        .unwrap();
+    let swap = ram_swap(8 * MIB, 64 * MIB, FaultMode::Sigbus);
     huge_integrity(swap, false);
 }
 
@@ -1070,12 +1034,7 @@ fn huge_units_on_a_file() {
 #[test]
 fn refused_moves_keep_pages_resident() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
-        let swap = Swap::builder()
-            .budget(256 * 1024)
-            .device(SwapDeviceSpec::ram(16 * MIB))
-            .fault_mode(mode)
-            .build()
-            .unwrap();
+        let swap = ram_swap(256 * 1024, 16 * MIB, mode);
         swap.inner.inject.move_out.2.store(libc::EBUSY, AtOrd::Relaxed);
         swap.inner.inject.move_out.0.store(3000, AtOrd::Relaxed);
         let mut region = swap.map((2 * MIB) as usize).unwrap();
@@ -1129,12 +1088,7 @@ fn huge_units_on_a_file_handler_thread_mode() {
 fn many_threads_fault_on_one_page() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
         for huge in [false, true] {
-            let swap = Swap::builder()
-                .budget(4 * MIB)
-                .device(SwapDeviceSpec::ram(64 * MIB))
-                .fault_mode(mode)
-                .build()
-                .unwrap();
+            let swap = ram_swap(4 * MIB, 64 * MIB, mode);
             let mut region = if huge {
                 swap.map_huge((16 * MIB) as usize)
             } else {
