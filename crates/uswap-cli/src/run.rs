@@ -178,6 +178,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
         _ => lib.into_os_string(),
     };
+    if matches!(args.mode, Mode::Sigbus) {
+        eprintln!(
+            "uswap run: SIGBUS mode: a system call given a heap buffer that is swapped out (or clean) fails with EFAULT, as buffer pinning is not built yet; most programs need --mode handler"
+        );
+    }
     let mut cmd = std::process::Command::new(&args.program[0]);
     cmd.args(&args.program[1..])
         .env("LD_PRELOAD", preload)

@@ -274,6 +274,36 @@ fn an_ordinary_user_is_told_what_handler_mode_needs() {
     assert!(refused_without_privilege());
 }
 
+/// SIGBUS mode starts for any user (a user-mode-only userfaultfd when
+/// there is no privilege for more), and says in one line what it cannot
+/// do yet.  As `nobody` when this is root.
+#[test]
+fn sigbus_mode_runs_as_any_user_and_says_its_limit() {
+    use std::os::unix::process::CommandExt;
+    preload_built();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    if root() {
+        cmd.uid(65534).gid(65534);
+    }
+    let out = cmd
+        .args([
+            "run", "--mode", "sigbus", "--budget", "8M", "--swap", "ram:32M", "--stats", "--", "true",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("SIGBUS mode: a system call given a heap buffer"),
+        "{err}"
+    );
+    // The preload started (its statistics at exit), in SIGBUS mode.
+    assert!(
+        err.contains("uswap run: budget 8 MiB") && err.contains("SIGBUS mode"),
+        "{err}"
+    );
+}
+
 /// Bad input: one line each, saying what is wrong.
 #[test]
 fn bad_input_gets_one_line() {
