@@ -5,6 +5,7 @@
 //! fault and the reclaim paths use: the userfaultfd moves and copies with
 //! their test hooks, slot frees, the retry pause.
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
@@ -587,38 +588,31 @@ impl Inner {
 /// skips stale entries.  The ring holds twice the staging frames; when it
 /// fills with stale entries it is compacted.
 pub(crate) struct StagedRing {
-    ids: Box<[(u32, u64)]>,
-    head: usize,
-    len: usize,
+    /// Oldest first: (page id, raw slot).  Never grows past `cap`, which
+    /// its allocation holds: pushing allocates nothing.
+    ids: VecDeque<(u32, u64)>,
+    cap: usize,
 }
 
 impl StagedRing {
     pub fn new(cap: usize) -> Self {
+        let cap = cap.max(2);
         StagedRing {
-            ids: vec![(0, 0); cap.max(2)].into_boxed_slice(),
-            head: 0,
-            len: 0,
+            ids: VecDeque::with_capacity(cap),
+            cap,
         }
     }
 
     pub fn push(&mut self, id: u32, slot: SwapEntry) -> bool {
-        if self.len == self.ids.len() {
+        if self.ids.len() == self.cap {
             return false;
         }
-        let i = (self.head + self.len) % self.ids.len();
-        self.ids[i] = (id, slot.raw());
-        self.len += 1;
+        self.ids.push_back((id, slot.raw()));
         true
     }
 
     pub fn pop(&mut self) -> Option<(u32, u64)> {
-        if self.len == 0 {
-            return None;
-        }
-        let e = self.ids[self.head];
-        self.head = (self.head + 1) % self.ids.len();
-        self.len -= 1;
-        Some(e)
+        self.ids.pop_front()
     }
 
     /// Pop the oldest entry and those after it that continue it as a run:
@@ -626,31 +620,23 @@ impl StagedRing {
     /// as `out` holds.  Returns how many.
     pub fn pop_run(&mut self, out: &mut [(u32, u64)]) -> usize {
         let mut n = 0;
-        while n < out.len() && self.len > 0 {
-            let e = self.ids[self.head];
+        while n < out.len() {
+            let Some(&e) = self.ids.front() else {
+                break;
+            };
             if n > 0 && (e.0 != out[n - 1].0 + 1 || e.1 != out[n - 1].1 + 1) {
                 break;
             }
             out[n] = e;
             n += 1;
-            self.head = (self.head + 1) % self.ids.len();
-            self.len -= 1;
+            self.ids.pop_front();
         }
         n
     }
 
     /// Keep only the entries `live` accepts, in order.
     pub fn compact(&mut self, live: impl Fn(u32, u64) -> bool) {
-        let n = self.len;
-        let mut kept = 0;
-        for k in 0..n {
-            let e = self.ids[(self.head + k) % self.ids.len()];
-            if live(e.0, e.1) {
-                self.ids[(self.head + kept) % self.ids.len()] = e;
-                kept += 1;
-            }
-        }
-        self.len = kept;
+        self.ids.retain(|&(id, slot)| live(id, slot));
     }
 }
 
@@ -668,12 +654,16 @@ pub(crate) struct Prefetch {
     pub ready: std::sync::Condvar,
 }
 
-/// A fixed ring of requests: (first page id, its address, pages, whether
-/// the fault that asked was a write).
+/// Requests: (first page id, its address, pages, whether the fault that
+/// asked was a write), oldest first.  Never more than
+/// [`PrefetchQueue::CAP`], which its allocation holds: posting from the
+/// SIGBUS handler allocates nothing.
 pub(crate) struct PrefetchQueue {
-    reqs: [(u32, u64, u32, bool); 16],
-    head: usize,
-    len: usize,
+    reqs: VecDeque<(u32, u64, u32, bool)>,
+}
+
+impl PrefetchQueue {
+    const CAP: usize = 16;
 }
 
 impl Prefetch {
@@ -681,9 +671,7 @@ impl Prefetch {
         Prefetch {
             on,
             queue: std::sync::Mutex::new(PrefetchQueue {
-                reqs: [(0, 0, 0, false); 16],
-                head: 0,
-                len: 0,
+                reqs: VecDeque::with_capacity(PrefetchQueue::CAP),
             }),
             ready: std::sync::Condvar::new(),
         }
@@ -695,12 +683,10 @@ impl Prefetch {
         let Ok(mut q) = self.queue.lock() else {
             return;
         };
-        if q.len == q.reqs.len() {
+        if q.reqs.len() == PrefetchQueue::CAP {
             return;
         }
-        let i = (q.head + q.len) % q.reqs.len();
-        q.reqs[i] = (id, addr, pages, write);
-        q.len += 1;
+        q.reqs.push_back((id, addr, pages, write));
         drop(q);
         self.ready.notify_one();
     }
@@ -708,16 +694,10 @@ impl Prefetch {
     /// The oldest request, waiting up to `wait` for one.
     pub fn take(&self, wait: std::time::Duration) -> Option<(u32, u64, u32, bool)> {
         let mut q = self.queue.lock().ok()?;
-        if q.len == 0 {
+        if q.reqs.is_empty() {
             q = self.ready.wait_timeout(q, wait).ok()?.0;
         }
-        if q.len == 0 {
-            return None;
-        }
-        let r = q.reqs[q.head];
-        q.head = (q.head + 1) % q.reqs.len();
-        q.len -= 1;
-        Some(r)
+        q.reqs.pop_front()
     }
 }
 

@@ -427,12 +427,7 @@ fn map_refuses_when_sigbus_is_blocked() {
     let e = e.expect("map on a thread that blocks SIGBUS must be refused");
     assert!(e.to_string().contains("blocks SIGBUS"), "{e}");
     // Handler-thread mode serves such threads.
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(16 * MIB))
-        .fault_mode(FaultMode::HandlerThread)
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 16 * MIB, FaultMode::HandlerThread);
     std::thread::scope(|s| {
         s.spawn(|| {
             block_sigbus();

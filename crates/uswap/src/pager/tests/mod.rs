@@ -84,6 +84,20 @@ fn hammer_counters(region: &mut Region, rounds: u64, what: &str) {
     }
 }
 
+/// A file of `len` bytes holding the pattern of `seed` (as `fill` writes
+/// it), open for reading, in a directory that lives as long as the
+/// returned guard; and the bytes.
+fn pattern_file(len: usize, seed: u64) -> (tempfile::TempDir, std::fs::File, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let data: Vec<u8> = (0..len)
+        .map(|i| fill_byte(i / PAGE_SIZE, i % PAGE_SIZE, seed))
+        .collect();
+    std::fs::write(&path, &data).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    (dir, f, data)
+}
+
 /// An instance of `budget` bytes with a RAM swap device of `ram` bytes,
 /// in `mode` (the shape most tests need).
 fn ram_swap(budget: u64, ram: u64, mode: FaultMode) -> Swap {
@@ -448,22 +462,11 @@ fn writes_racing_readahead_are_kept() {
 /// `read(2)` into swapped-out memory.
 #[test]
 fn read_syscall_into_a_swapped_out_region() {
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(SwapDeviceSpec::ram(32 * MIB))
-        .fault_mode(FaultMode::HandlerThread)
-        .build()
-        .unwrap();
+    let swap = ram_swap(MIB, 32 * MIB, FaultMode::HandlerThread);
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     // Write the region once so its pages are swapped out, not just missing.
     region.as_mut_slice().fill(0xEE);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("data");
-    let data: Vec<u8> = (0..region.len())
-        .map(|i| fill_byte(i / PAGE_SIZE, i % PAGE_SIZE, 7))
-        .collect();
-    std::fs::write(&path, &data).unwrap();
-    let f = std::fs::File::open(&path).unwrap();
+    let (_dir, f, data) = pattern_file(region.len(), 7);
     let mut done = 0;
     while done < region.len() {
         let n = f
@@ -486,13 +489,7 @@ fn pinned_pages_take_the_kernels_stores_in_sigbus_mode() {
     let swap = ram_swap(MIB, 32 * MIB, FaultMode::Sigbus);
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     region.as_mut_slice().fill(0xEE);
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("data");
-    let data: Vec<u8> = (0..region.len())
-        .map(|i| fill_byte(i / PAGE_SIZE, i % PAGE_SIZE, 9))
-        .collect();
-    std::fs::write(&path, &data).unwrap();
-    let f = std::fs::File::open(&path).unwrap();
+    let (dir, f, data) = pattern_file(region.len(), 9);
     // Page 0 went out long ago (the budget is an eighth).
     assert!(!region.is_resident(0));
     let base = region.as_ptr();
@@ -988,12 +985,7 @@ fn huge_units_sigbus_mode() {
 
 #[test]
 fn huge_units_handler_thread_mode() {
-    let swap = Swap::builder()
-        .budget(8 * MIB)
-        .device(SwapDeviceSpec::ram(64 * MIB))
-        .fault_mode(FaultMode::HandlerThread)
-        .build()
-        .unwrap();
+    let swap = ram_swap(8 * MIB, 64 * MIB, FaultMode::HandlerThread);
     huge_integrity(swap, false);
 }
 
