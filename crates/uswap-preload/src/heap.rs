@@ -4,8 +4,11 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::ffi::c_void;
+use std::sync::atomic::{AtomicPtr, Ordering};
 
-use libmimalloc_sys::{mi_aligned_alloc, mi_calloc, mi_free, mi_malloc, mi_posix_memalign, mi_realloc};
+use libmimalloc_sys::{
+    mi_aligned_alloc, mi_calloc, mi_free, mi_is_in_heap_region, mi_malloc, mi_posix_memalign, mi_realloc,
+};
 
 extern "C" {
     fn __libc_malloc(size: usize) -> *mut c_void;
@@ -13,6 +16,8 @@ extern "C" {
     fn __libc_realloc(p: *mut c_void, size: usize) -> *mut c_void;
     fn __libc_memalign(align: usize, size: usize) -> *mut c_void;
     fn __libc_free(p: *mut c_void);
+    fn __libc_valloc(size: usize) -> *mut c_void;
+    fn __libc_pvalloc(size: usize) -> *mut c_void;
     // mimalloc's, which libmimalloc-sys does not bind.
     fn mi_memalign(align: usize, size: usize) -> *mut c_void;
     fn mi_reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void;
@@ -33,84 +38,140 @@ mod interpose {
     #[no_mangle]
     pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_malloc(size)) }
+        unsafe {
+            if to_libc() {
+                return __libc_malloc(size);
+            }
+            mimalloc(|| mi_malloc(size))
+        }
     }
 
     /// `calloc(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_calloc(n, size)) }
+        unsafe {
+            if to_libc() {
+                return __libc_calloc(n, size);
+            }
+            mimalloc(|| mi_calloc(n, size))
+        }
     }
 
     /// `realloc(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_realloc(p, size)) }
+        unsafe {
+            if libc_block(p) || (p.is_null() && to_libc()) {
+                return __libc_realloc(p, size);
+            }
+            mimalloc(|| mi_realloc(p, size))
+        }
     }
 
     /// `reallocarray(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn reallocarray(p: *mut c_void, n: usize, size: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_reallocarray(p, n, size)) }
+        unsafe {
+            if libc_block(p) || (p.is_null() && to_libc()) {
+                return match n.checked_mul(size) {
+                    Some(bytes) => __libc_realloc(p, bytes),
+                    None => {
+                        *libc::__errno_location() = libc::ENOMEM;
+                        std::ptr::null_mut()
+                    }
+                };
+            }
+            mimalloc(|| mi_reallocarray(p, n, size))
+        }
     }
 
     /// `free(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn free(p: *mut c_void) {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_free(p)) }
+        unsafe { free_block(p) }
     }
 
     /// `cfree`, an old alias of `free`.
     #[no_mangle]
     pub unsafe extern "C" fn cfree(p: *mut c_void) {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_free(p)) }
+        unsafe { free_block(p) }
     }
 
     /// `posix_memalign(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_posix_memalign(out, align, size)) }
+        unsafe {
+            if to_libc() {
+                return libc_posix_memalign(out, align, size);
+            }
+            mimalloc(|| mi_posix_memalign(out, align, size))
+        }
     }
 
     /// `memalign(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn memalign(align: usize, size: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_memalign(align, size)) }
+        unsafe {
+            if to_libc() {
+                return __libc_memalign(align, size);
+            }
+            mimalloc(|| mi_memalign(align, size))
+        }
     }
 
     /// `aligned_alloc(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn aligned_alloc(align: usize, size: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_aligned_alloc(align, size)) }
+        unsafe {
+            if to_libc() {
+                return __libc_memalign(align, size);
+            }
+            mimalloc(|| mi_aligned_alloc(align, size))
+        }
     }
 
     /// `valloc(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn valloc(size: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_valloc(size)) }
+        unsafe {
+            if to_libc() {
+                return __libc_valloc(size);
+            }
+            mimalloc(|| mi_valloc(size))
+        }
     }
 
     /// `pvalloc(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn pvalloc(size: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_pvalloc(size)) }
+        unsafe {
+            if to_libc() {
+                return __libc_pvalloc(size);
+            }
+            mimalloc(|| mi_pvalloc(size))
+        }
     }
 
     /// `malloc_usable_size(3)`.
     #[no_mangle]
     pub unsafe extern "C" fn malloc_usable_size(p: *const c_void) -> usize {
         // SAFETY: the C contract (module documentation).
-        unsafe { mimalloc(|| mi_malloc_usable_size(p)) }
+        unsafe {
+            if libc_block(p) {
+                return libc_usable_size(p);
+            }
+            mimalloc(|| mi_malloc_usable_size(p))
+        }
     }
 }
 
@@ -139,6 +200,123 @@ pub(crate) fn mimalloc<R>(f: impl FnOnce() -> R) -> R {
     let r = f();
     IN_MIMALLOC.with(|d| d.set(d.get() - 1));
     r
+}
+
+thread_local! {
+    /// Where this thread's new blocks come from: decided at its first
+    /// allocation once uswap runs (`UNDECIDED` until then), and kept.
+    static ROUTE: Cell<u8> = const { Cell::new(UNDECIDED) };
+}
+
+const UNDECIDED: u8 = 0;
+const HEAP: u8 = 1;
+const LIBC: u8 = 2;
+
+/// Whether this thread's new blocks come from glibc's allocator rather
+/// than the paged heap: whether it blocked SIGBUS at its first allocation.
+///
+/// uswap's own threads (the reclaimer, the fault handler) block every
+/// signal from their first instruction, and glibc allocates for them
+/// before any of uswap's code runs in them (the list of thread-local
+/// destructors, at thread start): such memory must not be paged, as
+/// uswap's never is, or the thread that serves faults would wait on its
+/// own.  In SIGBUS mode the same test keeps out a thread of the program
+/// that blocks SIGBUS (glibc's helper threads, a server's workers): its
+/// first touch of a swapped-out page would end the process.
+#[inline]
+pub(crate) fn to_libc() -> bool {
+    match ROUTE.with(Cell::get) {
+        HEAP => false,
+        LIBC => true,
+        _ => decide_route(),
+    }
+}
+
+#[cold]
+fn decide_route() -> bool {
+    if crate::RUNNING.get().is_none() {
+        // Not started (or not the paged process): mimalloc over ordinary
+        // memory, and no decision kept, so that one is made once it runs.
+        return false;
+    }
+    // SAFETY: reads this thread's signal mask into a local set.
+    let blocked = unsafe {
+        let mut cur: libc::sigset_t = std::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut cur);
+        libc::sigismember(&cur, libc::SIGBUS) == 1
+    };
+    ROUTE.with(|r| r.set(if blocked { LIBC } else { HEAP }));
+    blocked
+}
+
+/// Whether `p`, a block the malloc family gave, came from glibc's
+/// allocator (a thread routed there) rather than mimalloc's.  Every block
+/// that reaches `free` came from one of the two: the loader's own early
+/// blocks are never freed through `malloc`'s interposer.
+#[inline]
+fn libc_block(p: *const c_void) -> bool {
+    if p.is_null() {
+        return false;
+    }
+    if let Some(r) = crate::RUNNING.get() {
+        let base = r.region.as_ptr() as usize;
+        if (base..base + r.region.len()).contains(&(p as usize)) {
+            return false;
+        }
+    }
+    // SAFETY: a page-map lookup; any address may be asked.
+    !unsafe { mi_is_in_heap_region(p) }
+}
+
+/// `free`: to the allocator that gave the block.
+unsafe fn free_block(p: *mut c_void) {
+    if libc_block(p) {
+        // SAFETY: a block of glibc's allocator (`libc_block`).
+        unsafe { __libc_free(p) }
+    } else {
+        // SAFETY: a block of mimalloc's, or null.
+        unsafe { mimalloc(|| mi_free(p)) }
+    }
+}
+
+/// `posix_memalign` over glibc's allocator, which exports no such entry
+/// point of its own: the argument checks of posix_memalign(3), then
+/// `memalign`.
+unsafe fn libc_posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
+    if !align.is_power_of_two() || align % std::mem::size_of::<*mut c_void>() != 0 {
+        return libc::EINVAL;
+    }
+    // SAFETY: a plain C allocation call.
+    let p = unsafe { __libc_memalign(align, size) };
+    if p.is_null() {
+        return libc::ENOMEM;
+    }
+    // SAFETY: `out` is the caller's, per the C contract.
+    unsafe { *out = p };
+    0
+}
+
+/// `malloc_usable_size` of a glibc block: glibc's own function, found
+/// past this library's (`RTLD_NEXT`) at start ([`find_libc_usable_size`]).
+unsafe fn libc_usable_size(p: *const c_void) -> usize {
+    let f = LIBC_USABLE_SIZE.load(Ordering::Acquire);
+    if f.is_null() {
+        return 0;
+    }
+    // SAFETY: glibc's `malloc_usable_size`, on one of its blocks.
+    unsafe {
+        let f: unsafe extern "C" fn(*const c_void) -> usize = std::mem::transmute(f);
+        f(p)
+    }
+}
+
+static LIBC_USABLE_SIZE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Look up glibc's `malloc_usable_size` (called once, at start).
+pub(crate) fn find_libc_usable_size() {
+    // SAFETY: a symbol lookup past this library, with a C string.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"malloc_usable_size".as_ptr()) };
+    LIBC_USABLE_SIZE.store(f, Ordering::Release);
 }
 
 /// glibc's allocator, for this library's own Rust code.

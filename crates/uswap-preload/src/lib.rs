@@ -23,8 +23,9 @@
 //!
 //! uswap's own memory (its page tables, LRU, frame pools) must not be in
 //! the region it pages: its Rust code allocates through glibc's own
-//! allocator (`__libc_malloc`, [`LibcMalloc`]), never through the
-//! interposed `malloc`.
+//! allocator (`__libc_malloc`, `LibcMalloc`), never through the
+//! interposed `malloc`; and what C code allocates in uswap's threads
+//! (glibc's own bookkeeping) goes there too (`heap::to_libc`).
 //!
 //! Which process is paged: the one `uswap run` became (it `exec`s the
 //! program, so the program has its pid, `USWAP_RUN_PID`), through every
@@ -155,6 +156,7 @@ fn start(c: Config) -> Result<(), String> {
             }
         });
     }
+    heap::find_libc_usable_size();
     let swap = builder.build().map_err(|e| e.to_string());
     // Open (or failed): the files are not needed by name any more.
     for f in &created {

@@ -21,7 +21,9 @@
 //! pages uswap holds.
 //!
 //! Calls mimalloc itself makes (its metadata) go to the kernel: see
-//! `heap::in_mimalloc`.
+//! `heap::in_mimalloc`; so do those of threads whose blocks come from
+//! glibc's allocator (`heap::to_libc`: uswap's own, and in SIGBUS mode
+//! threads that block SIGBUS).
 
 use std::collections::BTreeMap;
 use std::ffi::c_void;
@@ -29,7 +31,7 @@ use std::sync::Mutex;
 
 use libmimalloc_sys::{mi_free, mi_malloc_aligned};
 
-use crate::heap::{in_mimalloc, mimalloc};
+use crate::heap::{in_mimalloc, mimalloc, to_libc};
 use crate::RUNNING;
 
 const PAGE: usize = uswap::PAGE_SIZE;
@@ -86,6 +88,7 @@ fn servable(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32) -> bo
         && prot == libc::PROT_READ | libc::PROT_WRITE
         && flags & !libc::MAP_NORESERVE == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
         && !in_mimalloc()
+        && !to_libc()
 }
 
 /// Serve a mapping of `len` bytes from the heap: a zeroed, page-aligned

@@ -1,12 +1,21 @@
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
 #define T 4
 static size_t per;
+static int block_sigbus;
 static void *work(void *arg) {
     size_t t = (size_t)arg;
+    if (block_sigbus && t == 0) {
+        /* A thread that blocks SIGBUS before its first allocation. */
+        sigset_t s;
+        sigemptyset(&s);
+        sigaddset(&s, SIGBUS);
+        pthread_sigmask(SIG_BLOCK, &s, 0);
+    }
     size_t n = per / 4096;
     unsigned char **blocks = malloc(n * sizeof(void*));
     for (size_t i = 0; i < n; i++) {
@@ -24,6 +33,7 @@ static void *work(void *arg) {
 }
 int main(int argc, char **argv) {
     per = (size_t)atoi(argv[1]) << 20;
+    block_sigbus = argc > 2 && strcmp(argv[2], "block-sigbus") == 0;
     pthread_t th[T];
     for (size_t t = 0; t < T; t++) pthread_create(&th[t], 0, work, (void*)t);
     for (int t = 0; t < T; t++) pthread_join(th[t], 0);
