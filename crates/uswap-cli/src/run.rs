@@ -15,7 +15,17 @@ use clap::Args;
 use uswap::run_env as uswap_env;
 use uswap_bench::parse_bytes;
 
-use crate::demo::Mode;
+/// `--mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum RunMode {
+    /// Handler threads where this user may have the kernel's faults
+    /// served, else SIGBUS.
+    Auto,
+    /// uswap's handler threads serve every fault.
+    Handler,
+    /// The faulting thread serves its own, in a signal handler.
+    Sigbus,
+}
 
 /// The preload library's file name.
 const LIBRARY: &str = "libuswap_preload.so";
@@ -36,15 +46,19 @@ pub struct RunArgs {
     /// allocator's fragmentation); past that, malloc fails.
     #[arg(long = "swap")]
     pub swap: Vec<String>,
-    /// Who serves faults.  Handler threads (the default) also serve the
-    /// kernel's faults on the heap (`read(2)` into a buffer that is out),
-    /// which needs root, vm.unprivileged_userfaultfd=1 or access to
-    /// /dev/userfaultfd.  `sigbus` serves the program's own accesses only:
-    /// a system call given a heap buffer that is out fails with EFAULT
-    /// (pinning such buffers is not built yet), so few real programs run
-    /// under it today.
-    #[arg(long, value_enum, default_value_t = Mode::Handler)]
-    pub mode: Mode,
+    /// Who serves faults.  `handler`: uswap's threads, which serve the
+    /// kernel's faults on the heap too (`read(2)` into a buffer that is
+    /// out), whatever call makes them; needs root,
+    /// vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd.
+    /// `sigbus`: the faulting thread itself, in a signal handler, several
+    /// times faster (no thread wake-ups) and open to any user; the kernel
+    /// cannot have its faults served there, so the buffers of the calls
+    /// that move data (read, write, recv, send, fread, fwrite and their
+    /// kin; docs/DESIGN.md lists them) are brought in and held for the
+    /// call, and a call outside that list given a heap buffer that is out
+    /// fails with EFAULT.  `auto`: handler where allowed, else sigbus.
+    #[arg(long, value_enum, default_value_t = RunMode::Auto)]
+    pub mode: RunMode,
     /// At exit, print what was swapped (faults by kind, evictions, swap IO)
     /// on stderr.
     #[arg(long)]
@@ -178,11 +192,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         }
         _ => lib.into_os_string(),
     };
-    if matches!(args.mode, Mode::Sigbus) {
-        eprintln!(
-            "uswap run: SIGBUS mode: a system call given a heap buffer that is swapped out (or clean) fails with EFAULT, as buffer pinning is not built yet; most programs need --mode handler"
-        );
-    }
+    let mode = match args.mode {
+        RunMode::Auto if uswap::uffd::Uffd::kernel_faults_allowed() => RunMode::Handler,
+        RunMode::Auto => RunMode::Sigbus,
+        m => m,
+    };
     let mut cmd = std::process::Command::new(&args.program[0]);
     cmd.args(&args.program[1..])
         .env("LD_PRELOAD", preload)
@@ -195,9 +209,9 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         .env(uswap_env::SWAP, lines.join("\n"))
         .env(
             uswap_env::MODE,
-            match args.mode {
-                Mode::Sigbus => "sigbus",
-                Mode::Handler => "handler",
+            match mode {
+                RunMode::Handler => "handler",
+                _ => "sigbus",
             },
         );
     if args.stats {

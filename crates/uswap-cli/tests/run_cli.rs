@@ -1,7 +1,10 @@
 //! `uswap run`: unmodified programs with their malloc heap paged by uswap,
-//! their output compared with a run without it.  Handler-thread mode (the
-//! default) needs the privilege for kernel faults: these run as root, as
-//! the suite does; as an ordinary user they check the one-line refusal.
+//! their output compared with a run without it, in both fault modes:
+//! SIGBUS mode as an ordinary user (as `nobody` when the suite runs as
+//! root: a user-mode-only userfaultfd, all such a user gets), and
+//! handler-thread mode where this user has the privilege for kernel
+//! faults (root, as the suite runs in CI); without it, the one-line
+//! refusal is checked instead.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -40,6 +43,65 @@ fn uswap(args: &[&str], env: &[(&str, &str)]) -> Output {
     cmd.output().expect("run uswap")
 }
 
+/// A fault mode a test runs `uswap run` in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    /// As an ordinary user: this one, or `nobody` when this is root.
+    Sigbus,
+    /// As this user, who has the privilege for kernel faults.
+    Handler,
+}
+
+impl Mode {
+    /// The modes this user can test: SIGBUS mode always; handler-thread
+    /// mode where the privilege is there (else its refusal is checked).
+    fn all() -> Vec<Mode> {
+        let sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
+        if root() || sysctl.trim() == "1" {
+            vec![Mode::Sigbus, Mode::Handler]
+        } else {
+            assert!(refused_without_privilege());
+            vec![Mode::Sigbus]
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Sigbus => "sigbus",
+            Mode::Handler => "handler",
+        }
+    }
+}
+
+/// `uswap run` in `mode`: `args` start with "run"; `--mode` goes after it.
+fn uswap_in(mode: Mode, args: &[&str], env: &[(&str, &str)]) -> Output {
+    use std::os::unix::process::CommandExt;
+    preload_built();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    cmd.args(&args[..1])
+        .args(["--mode", mode.name()])
+        .args(&args[1..]);
+    if mode == Mode::Sigbus && root() {
+        cmd.uid(NOBODY).gid(NOBODY);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run uswap")
+}
+
+const NOBODY: u32 = 65534;
+
+/// A temporary directory `nobody` may read and run programs from (and,
+/// with `writable`, write to).
+fn open_dir(writable: bool) -> tempfile::TempDir {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mode = if writable { 0o1777 } else { 0o755 };
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
+    dir
+}
+
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -70,13 +132,11 @@ print(h.hexdigest(), len(d))
 /// it: the same as without uswap, and the memory really went out and came
 /// back, both ways Python allocates: its small-object arenas, which it
 /// maps itself (`mmap`, served from the paged heap), and with
-/// `PYTHONMALLOC=malloc`, malloc.
+/// `PYTHONMALLOC=malloc`, malloc.  In both modes: in SIGBUS mode the
+/// modules Python reads at start-up land in fresh heap buffers through
+/// `read(2)`, which pinning lets through.
 #[test]
 fn python_builds_a_dict_four_times_the_budget() {
-    if !root() {
-        assert!(refused_without_privilege());
-        return;
-    }
     assert!(
         Path::new(PYTHON).exists(),
         "{PYTHON} is missing: install Debian's python3 (scripts/check does)"
@@ -84,22 +144,25 @@ fn python_builds_a_dict_four_times_the_budget() {
     let n = "400000";
     let plain = Command::new(PYTHON).args(["-c", DICT, n]).output().unwrap();
     assert!(plain.status.success());
-    for allocator in ["pymalloc", "malloc"] {
-        let out = uswap(
-            &[
-                "run", "--budget", "24M", "--swap", "ram:256M", "--stats", "--", PYTHON, "-c", DICT, n,
-            ],
-            &[("PYTHONMALLOC", allocator)],
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{allocator}: {err}");
-        assert_eq!(out.stdout, plain.stdout, "{allocator}: {err}");
-        assert!(
-            stat(&err, "swap-ins") + stat(&err, "pages read ahead") > 5000,
-            "{allocator}: {err}"
-        );
-        assert!(stat(&err, "evictions") > 10000, "{allocator}: {err}");
-        assert_eq!(stat(&err, "over budget"), 0, "{allocator}: {err}");
+    for mode in Mode::all() {
+        for allocator in ["pymalloc", "malloc"] {
+            let out = uswap_in(
+                mode,
+                &[
+                    "run", "--budget", "24M", "--swap", "ram:256M", "--stats", "--", PYTHON, "-c", DICT, n,
+                ],
+                &[("PYTHONMALLOC", allocator)],
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{mode:?} {allocator}: {err}");
+            assert_eq!(out.stdout, plain.stdout, "{mode:?} {allocator}: {err}");
+            assert!(
+                stat(&err, "swap-ins") + stat(&err, "pages read ahead") > 5000,
+                "{mode:?} {allocator}: {err}"
+            );
+            assert!(stat(&err, "evictions") > 10000, "{mode:?} {allocator}: {err}");
+            assert_eq!(stat(&err, "over budget"), 0, "{mode:?} {allocator}: {err}");
+        }
     }
 }
 
@@ -120,11 +183,11 @@ fn compile(name: &str, dir: &Path) -> PathBuf {
 }
 
 /// Run compiled program `name` with `args`, plainly and under `uswap run`
-/// with `budget`, a 256 MiB RAM swap device and `options`: both succeed
-/// with the same output, and under uswap at least `evictions` pages went
-/// out.
-fn same_under_uswap(name: &str, args: &[&str], budget: &str, options: &[&str], evictions: u64) {
-    let dir = tempfile::tempdir().unwrap();
+/// with `budget`, a 256 MiB RAM swap device and `options`, in each of
+/// `modes`: all succeed with the same output, and under uswap at least
+/// `evictions` pages went out.
+fn same_under_uswap(name: &str, args: &[&str], budget: &str, modes: &[Mode], evictions: u64) {
+    let dir = open_dir(false);
     let bin = compile(name, dir.path());
     let bin = bin.to_str().unwrap();
     let plain = Command::new(bin).args(args).output().unwrap();
@@ -133,22 +196,20 @@ fn same_under_uswap(name: &str, args: &[&str], budget: &str, options: &[&str], e
         "{name} plain: {}",
         String::from_utf8_lossy(&plain.stderr)
     );
-    let mut run = vec!["run", "--budget", budget, "--swap", "ram:256M", "--stats"];
-    run.extend_from_slice(options);
-    run.extend_from_slice(&["--", bin]);
-    run.extend_from_slice(args);
-    let out = uswap(&run, &[]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        out.status.success(),
-        "{name}: exit {:?}: {err}",
-        out.status.code()
-    );
-    assert_eq!(out.stdout, plain.stdout, "{name}: {err}");
-    assert!(
-        stat(&err, "evictions") > evictions,
-        "{name}: too little went out: {err}"
-    );
+    for &mode in modes {
+        let mut run = vec![
+            "run", "--budget", budget, "--swap", "ram:256M", "--stats", "--", bin,
+        ];
+        run.extend_from_slice(args);
+        let out = uswap_in(mode, &run, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{name} {mode:?}: {:?}: {err}", out.status);
+        assert_eq!(out.stdout, plain.stdout, "{name} {mode:?}: {err}");
+        assert!(
+            stat(&err, "evictions") > evictions,
+            "{name} {mode:?}: too little went out: {err}"
+        );
+    }
 }
 
 /// A C program's own anonymous mappings, four times the budget
@@ -158,11 +219,7 @@ fn same_under_uswap(name: &str, args: &[&str], budget: &str, options: &[&str], e
 /// pieces, and a new mapping reads as zeros again.
 #[test]
 fn a_programs_own_mappings_are_paged() {
-    if !root() {
-        assert!(refused_without_privilege());
-        return;
-    }
-    same_under_uswap("maps", &["32"], "8M", &[], 8000);
+    same_under_uswap("maps", &["32"], "8M", &Mode::all(), 8000);
 }
 
 /// Four threads, started after uswap, each allocating, writing, checking,
@@ -170,11 +227,7 @@ fn a_programs_own_mappings_are_paged() {
 /// (`programs/threads.c`).
 #[test]
 fn threads_allocate_four_times_the_budget() {
-    if !root() {
-        assert!(refused_without_privilege());
-        return;
-    }
-    same_under_uswap("threads", &["16"], "16M", &[], 20000);
+    same_under_uswap("threads", &["16"], "16M", &Mode::all(), 20000);
 }
 
 /// In SIGBUS mode, a thread that blocks SIGBUS could not have a page of
@@ -185,41 +238,30 @@ fn threads_allocate_four_times_the_budget() {
 /// privilege.
 #[test]
 fn a_thread_blocking_sigbus_allocates_outside_the_heap() {
-    same_under_uswap(
-        "threads",
-        &["16", "block-sigbus"],
-        "16M",
-        &["--mode", "sigbus"],
-        10000,
-    );
+    same_under_uswap("threads", &["16", "block-sigbus"], "16M", &[Mode::Sigbus], 10000);
 }
 
 /// The kernel touching swapped-out heap memory (`programs/kernel_io.c`):
 /// `read(2)` into a buffer that is out, `send(2)` from one that is out
 /// through a socket pair (to a forked child that touches no heap), and the
 /// program's own SIGBUS handler, which still gets the program's SIGBUS.
-/// Handler-thread mode serves the kernel's faults.
+/// Handler-thread mode serves the kernel's faults; SIGBUS mode pins the
+/// buffers of `read` and `send` for the call.
 #[test]
 fn the_kernel_reads_and_writes_swapped_out_buffers() {
-    if !root() {
-        assert!(refused_without_privilege());
-        return;
-    }
-    same_under_uswap("kernel_io", &["8"], "8M", &[], 8000);
+    same_under_uswap("kernel_io", &["8"], "8M", &Mode::all(), 8000);
 }
 
 /// GNU sort of a file three times the budget, its buffer (-S) as large as
-/// the file, reading it with read(2) into a heap buffer that may be out
-/// (the kernel's fault, served by a handler thread): the output is the
-/// same as without uswap.  The default swap device, a file in $TMPDIR,
+/// the file, reading it with `fread` into a heap buffer that may be out
+/// (stdio reads straight into the caller's buffer when it is large: the
+/// kernel's fault, served by a handler thread, or pinned by the
+/// interposed `fread_unlocked` in SIGBUS mode), with two threads whose
+/// mutexes live in the heap: the output is the same as without uswap.  The default swap device, a file in $TMPDIR,
 /// leaves nothing behind.
 #[test]
 fn sort_of_a_file_three_times_the_budget() {
-    if !root() {
-        assert!(refused_without_privilege());
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = open_dir(false);
     let input = dir.path().join("in.txt");
     let mut text = String::new();
     let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
@@ -237,26 +279,28 @@ fn sort_of_a_file_three_times_the_budget() {
         .output()
         .unwrap();
     assert!(plain.status.success());
-    let tmp = dir.path().join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    let out = uswap(
-        &[
-            "run", "--budget", "4M", "--stats", "--", "sort", "-S", "12M", input,
-        ],
-        &[("LC_ALL", "C"), ("TMPDIR", tmp.to_str().unwrap())],
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(
-        out.stdout == plain.stdout,
-        "sort's output differs under uswap: {err}"
-    );
-    assert!(stat(&err, "evictions") > 1000, "{err}");
-    assert_eq!(
-        std::fs::read_dir(&tmp).unwrap().count(),
-        0,
-        "the default swap file was left in $TMPDIR"
-    );
+    for mode in Mode::all() {
+        let tmp = open_dir(true);
+        let out = uswap_in(
+            mode,
+            &[
+                "run", "--budget", "4M", "--stats", "--", "sort", "-S", "12M", input,
+            ],
+            &[("LC_ALL", "C"), ("TMPDIR", tmp.path().to_str().unwrap())],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {err}");
+        assert!(
+            out.stdout == plain.stdout,
+            "{mode:?}: sort's output differs under uswap: {err}"
+        );
+        assert!(stat(&err, "evictions") > 1000, "{mode:?}: {err}");
+        assert_eq!(
+            std::fs::read_dir(tmp.path()).unwrap().count(),
+            0,
+            "{mode:?}: the default swap file was left in $TMPDIR"
+        );
+    }
 }
 
 /// Handler-thread mode without the privilege for kernel faults: refused,
@@ -274,7 +318,9 @@ fn refused_without_privilege() -> bool {
         return true;
     }
     let out = cmd
-        .args(["run", "--budget", "8M", "--swap", "ram:32M", "--", "true"])
+        .args([
+            "run", "--mode", "handler", "--budget", "8M", "--swap", "ram:32M", "--", "true",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
@@ -292,34 +338,41 @@ fn an_ordinary_user_is_told_what_handler_mode_needs() {
     assert!(refused_without_privilege());
 }
 
-/// SIGBUS mode starts for any user (a user-mode-only userfaultfd when
-/// there is no privilege for more), and says in one line what it cannot
-/// do yet.  As `nobody` when this is root.
+/// Without `--mode`, an ordinary user gets SIGBUS mode (a user-mode-only
+/// userfaultfd) and this user handler-thread mode where the privilege for
+/// kernel faults is there: the statistics at exit say which.
 #[test]
-fn sigbus_mode_runs_as_any_user_and_says_its_limit() {
+fn the_default_mode_is_the_one_this_user_may_have() {
     use std::os::unix::process::CommandExt;
     preload_built();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    let sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
+    let mut users = vec![(NOBODY, sysctl.trim() == "1")];
     if root() {
-        cmd.uid(65534).gid(65534);
+        users.push((0, true));
     }
-    let out = cmd
-        .args([
-            "run", "--mode", "sigbus", "--budget", "8M", "--swap", "ram:32M", "--stats", "--", "true",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{:?}: {err}", out.status);
-    assert!(
-        err.contains("SIGBUS mode: a system call given a heap buffer"),
-        "{err}"
-    );
-    // The preload started (its statistics at exit), in SIGBUS mode.
-    assert!(
-        err.contains("uswap run: budget 8 MiB") && err.contains("SIGBUS mode"),
-        "{err}"
-    );
+    for (user, privileged) in users {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+        if root() {
+            cmd.uid(user).gid(user);
+        }
+        let out = cmd
+            .args([
+                "run", "--budget", "8M", "--swap", "ram:32M", "--stats", "--", "true",
+            ])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "uid {user}: {:?}: {err}", out.status);
+        let says = if privileged {
+            "handler-thread mode"
+        } else {
+            "SIGBUS mode (user-mode faults only)"
+        };
+        assert!(
+            err.contains("uswap run: budget 8 MiB") && err.contains(says),
+            "uid {user}: {err}"
+        );
+    }
 }
 
 /// Bad input: one line each, saying what is wrong.

@@ -4,7 +4,7 @@
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
 use libmimalloc_sys::{
     mi_aligned_alloc, mi_calloc, mi_free, mi_is_in_heap_region, mi_malloc, mi_posix_memalign, mi_realloc,
@@ -34,36 +34,86 @@ extern "C" {
 mod interpose {
     use super::*;
 
+    // malloc, calloc and realloc are entered through a shim that passes
+    // the caller's return address on, as one more argument: in SIGBUS
+    // mode the blocks libc takes for itself stay out of the heap
+    // (`from_libc`).
+
     /// `malloc(3)`.
+    #[cfg(target_arch = "x86_64")]
+    #[unsafe(naked)]
+    #[no_mangle]
+    pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
+        // On entry the return address is at the top of the stack.
+        std::arch::naked_asm!("mov rsi, [rsp]", "jmp {f}", f = sym malloc_from)
+    }
+
+    /// `calloc(3)`.
+    #[cfg(target_arch = "x86_64")]
+    #[unsafe(naked)]
+    #[no_mangle]
+    pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+        std::arch::naked_asm!("mov rdx, [rsp]", "jmp {f}", f = sym calloc_from)
+    }
+
+    /// `realloc(3)`.
+    #[cfg(target_arch = "x86_64")]
+    #[unsafe(naked)]
+    #[no_mangle]
+    pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+        std::arch::naked_asm!("mov rdx, [rsp]", "jmp {f}", f = sym realloc_from)
+    }
+
+    /// Elsewhere no shim: every caller counts as the program.
+    #[cfg(not(target_arch = "x86_64"))]
     #[no_mangle]
     pub unsafe extern "C" fn malloc(size: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
+        unsafe { malloc_from(size, 0) }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    #[no_mangle]
+    pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { calloc_from(n, size, 0) }
+    }
+
+    #[cfg(not(target_arch = "x86_64"))]
+    #[no_mangle]
+    pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
+        unsafe { realloc_from(p, size, 0) }
+    }
+
+    /// `malloc` for code at `caller`.
+    unsafe extern "C" fn malloc_from(size: usize, caller: usize) -> *mut c_void {
+        // SAFETY: the C contract (module documentation).
         unsafe {
-            if to_libc() {
+            if to_libc() || from_libc(caller) {
                 return __libc_malloc(size);
             }
             mimalloc(|| mi_malloc(size))
         }
     }
 
-    /// `calloc(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn calloc(n: usize, size: usize) -> *mut c_void {
+    /// `calloc` for code at `caller`.
+    unsafe extern "C" fn calloc_from(n: usize, size: usize, caller: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
         unsafe {
-            if to_libc() {
+            if to_libc() || from_libc(caller) {
                 return __libc_calloc(n, size);
             }
             mimalloc(|| mi_calloc(n, size))
         }
     }
 
-    /// `realloc(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+    /// `realloc` for code at `caller`: a block stays with the allocator
+    /// that gave it.
+    unsafe extern "C" fn realloc_from(p: *mut c_void, size: usize, caller: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
         unsafe {
-            if libc_block(p) || (p.is_null() && to_libc()) {
+            if libc_block(p) || (p.is_null() && (to_libc() || from_libc(caller))) {
                 return __libc_realloc(p, size);
             }
             mimalloc(|| mi_realloc(p, size))
@@ -249,6 +299,60 @@ fn decide_route() -> bool {
     blocked
 }
 
+/// libc's code, `[start, end)`, while blocks libc takes for itself stay
+/// out of the heap (SIGBUS mode); empty otherwise.
+static LIBC_TEXT: (AtomicUsize, AtomicUsize) = (AtomicUsize::new(0), AtomicUsize::new(0));
+
+/// Whether `caller`, a return address, is in libc while its blocks are
+/// kept out of the heap.
+///
+/// In SIGBUS mode a system call on heap memory fails unless its buffer is
+/// pinned, and the calls libc makes inside itself cannot be: stdio
+/// reading into a `FILE`'s buffer, `readdir` into a `DIR`'s, `getcwd`
+/// and `realpath` into their results.  Those buffers come from `malloc`
+/// called by libc, so libc's own blocks come from glibc's allocator,
+/// outside the heap: small, and not the program's data (what libc
+/// allocates on the program's behalf, `strdup`'s copy or `getline`'s
+/// line, is the exception, and stays resident).
+#[inline]
+fn from_libc(caller: usize) -> bool {
+    let start = LIBC_TEXT.0.load(Ordering::Relaxed);
+    caller >= start && caller < LIBC_TEXT.1.load(Ordering::Relaxed)
+}
+
+/// Keep libc's own blocks out of the heap from now on: find the
+/// executable segments of the object that holds `__libc_malloc`.
+pub(crate) fn keep_libc_blocks_out() {
+    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> i32 {
+        // SAFETY: dl_iterate_phdr passes a valid info for each object,
+        // whose program headers it points to; `data` is our `Found`.
+        unsafe {
+            let info = &*info;
+            let found = &mut *data.cast::<(usize, usize, usize)>();
+            let headers = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
+            let (mut lo, mut hi) = (usize::MAX, 0);
+            for h in headers
+                .iter()
+                .filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0)
+            {
+                let start = info.dlpi_addr as usize + h.p_vaddr as usize;
+                lo = lo.min(start);
+                hi = hi.max(start + h.p_memsz as usize);
+            }
+            if (lo..hi).contains(&found.0) {
+                (found.1, found.2) = (lo, hi);
+                return 1;
+            }
+        }
+        0
+    }
+    let mut found: (usize, usize, usize) = (__libc_malloc as *const () as usize, 0, 0);
+    // SAFETY: walks the loaded objects with the callback above.
+    unsafe { libc::dl_iterate_phdr(Some(each), (&mut found as *mut (usize, usize, usize)).cast()) };
+    LIBC_TEXT.1.store(found.2, Ordering::Relaxed);
+    LIBC_TEXT.0.store(found.1, Ordering::Relaxed);
+}
+
 /// Whether `p`, a block the malloc family gave, came from glibc's
 /// allocator (a thread routed there) rather than mimalloc's.  Every block
 /// that reaches `free` came from one of the two: the loader's own early
@@ -283,7 +387,7 @@ unsafe fn free_block(p: *mut c_void) {
 /// point of its own: the argument checks of posix_memalign(3), then
 /// `memalign`.
 unsafe fn libc_posix_memalign(out: *mut *mut c_void, align: usize, size: usize) -> i32 {
-    if !align.is_power_of_two() || align % std::mem::size_of::<*mut c_void>() != 0 {
+    if !align.is_power_of_two() || !align.is_multiple_of(std::mem::size_of::<*mut c_void>()) {
         return libc::EINVAL;
     }
     // SAFETY: a plain C allocation call.

@@ -48,6 +48,7 @@ use uswap::io::FileOptions;
 use uswap::pager::{FaultMode, Region, Swap, SwapDeviceSpec};
 use uswap::run_env as env;
 
+mod calls;
 mod heap;
 mod maps;
 
@@ -188,6 +189,10 @@ fn start(c: Config) -> Result<(), String> {
     }
     // SAFETY: an option setter.
     unsafe { mi_option_set(MI_OPTION_DISALLOW_OS_ALLOC, 1) };
+    if c.mode == FaultMode::Sigbus {
+        heap::keep_libc_blocks_out();
+    }
+    calls::start(c.mode, c.budget as usize);
     if c.stats {
         // A descriptor of its own: programs close stderr on the way out
         // (GNU tools' `close_stdout`, an atexit handler that runs before
@@ -200,6 +205,18 @@ fn start(c: Config) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// End the process with one line on stderr: something this library
+/// cannot go on without is missing.
+pub(crate) fn fatal(line: &str) -> ! {
+    // SAFETY: the system calls themselves (libc's `write` is interposed),
+    // with our own bytes; then the end of the process.
+    unsafe {
+        libc::syscall(libc::SYS_write, 2, line.as_ptr(), line.len());
+        libc::syscall(libc::SYS_write, 2, b"\n".as_ptr(), 1usize);
+        libc::_exit(127)
+    }
 }
 
 /// Where `--stats` goes: stderr as it was at start.

@@ -233,7 +233,7 @@ mod interpose {
         if let Some((base, end, r)) = heap() {
             if a >= base && a < end && !in_mimalloc() {
                 if advice == libc::MADV_DONTNEED || advice == libc::MADV_FREE {
-                    if a % PAGE != 0 {
+                    if !a.is_multiple_of(PAGE) {
                         set_errno(libc::EINVAL);
                         return -1;
                     }

@@ -329,6 +329,20 @@ impl Uffd {
     /// A new descriptor, and whether it is user-mode only: the syscall,
     /// then /dev/userfaultfd (both serve kernel faults too), then, where
     /// `reach` allows, the syscall for user-mode faults only.
+    /// Whether this process may open a descriptor that serves the
+    /// kernel's faults too ([`Reach::KernelFaults`]): root,
+    /// `vm.unprivileged_userfaultfd=1`, or access to /dev/userfaultfd.
+    pub fn kernel_faults_allowed() -> bool {
+        match Self::open_fd(libc::O_CLOEXEC, Reach::KernelFaults) {
+            Ok((fd, _)) => {
+                // SAFETY: a descriptor just opened, ours to close.
+                unsafe { libc::close(fd) };
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
     fn open_fd(flags: i32, reach: Reach) -> Result<(RawFd, bool), UffdError> {
         // SAFETY: the syscall takes only flags and returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as RawFd;

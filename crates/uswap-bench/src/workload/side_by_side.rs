@@ -172,7 +172,7 @@ fn validate(o: &SwapOpts, units: &[Unit], swap_bytes: u64) -> Result<()> {
         .max()
         .unwrap_or(PAGE as u64);
     ensure!(
-        o.wss >= align && o.wss % align == 0,
+        o.wss >= align && o.wss.is_multiple_of(align),
         "--wss must be a positive multiple of {} (the unit), got {}",
         if align == HUGE as u64 { "2 MiB" } else { "4 KiB" },
         o.wss

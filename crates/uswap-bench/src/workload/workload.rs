@@ -339,7 +339,7 @@ pub fn write_slice(
         unsafe { filler.fill(base + page * PAGE, page as u64) };
         h.saturating_record(t0.elapsed().as_nanos() as u64);
         done += 1;
-        if done % 64 == 0 {
+        if done.is_multiple_of(64) {
             p.done[t].store(done, Ordering::Relaxed);
             if p.stop.load(Ordering::Relaxed) {
                 break;
@@ -494,7 +494,7 @@ pub fn touch_all(
         unsafe { std::ptr::write_volatile((base + page * PAGE) as *mut u8, (t + 1) as u8) };
         h.saturating_record(t0.elapsed().as_nanos() as u64);
         *done += 1;
-        if *done % 64 == 0 {
+        if (*done).is_multiple_of(64) {
             p.done[t].store(*done, Ordering::Relaxed);
         }
     }

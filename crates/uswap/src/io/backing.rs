@@ -325,7 +325,7 @@ fn add_fiemap(builder: &mut ExtentMapBuilder, index: u32, b: &Backing) -> Result
         // A page must be one piece of disk: the kernel skips a page that
         // straddles extents, but here slot i must be logical page i, so
         // refuse instead (it only happens with blocks below page size).
-        if expected % PAGE != 0 || end % PAGE != 0 || physical % PAGE != 0 {
+        if !expected.is_multiple_of(PAGE) || end % PAGE != 0 || physical % PAGE != 0 {
             return Err(ExtentError::BadExtentFlags {
                 path: path.to_path_buf(),
                 offset: expected,

@@ -466,12 +466,12 @@ impl IoDevice {
     /// Check a call's arguments; returns the number of pages.
     #[inline]
     fn check(&self, offset: u64, len: usize, addr: usize) -> Result<u64, IoError> {
-        if len == 0 || len % PAGE_SIZE != 0 {
+        if len == 0 || !len.is_multiple_of(PAGE_SIZE) {
             return Err(IoError::Unaligned {
                 what: "buffer length is not a nonzero multiple of the page size",
             });
         }
-        if self.store.needs_alignment() && addr % PAGE_SIZE != 0 {
+        if self.store.needs_alignment() && !addr.is_multiple_of(PAGE_SIZE) {
             return Err(IoError::Unaligned {
                 what: "buffer address is not 4096-byte aligned, which file devices (O_DIRECT) need",
             });

@@ -61,7 +61,7 @@ impl PageStore for RamStore {
 /// 0.75 us to read one (random pages of 256 MiB, this machine kind).
 #[inline]
 fn ram_write(region: &Mapping, at: usize, src: &[u8]) {
-    assert!(at % 8 == 0 && src.len() % 8 == 0 && at + src.len() <= region.len());
+    assert!(at.is_multiple_of(8) && src.len().is_multiple_of(8) && at + src.len() <= region.len());
     // SAFETY: `at + src.len() <= len` (asserted), so the destination is
     // inside the live mapping, 8-aligned (page-aligned base, `at` a
     // multiple of 8); the region is only ever accessed through these two
@@ -73,7 +73,7 @@ fn ram_write(region: &Mapping, at: usize, src: &[u8]) {
 /// see [`ram_write`].
 #[inline]
 fn ram_read(region: &Mapping, at: usize, dst: &mut [u8]) {
-    assert!(at % 8 == 0 && dst.len() % 8 == 0 && at + dst.len() <= region.len());
+    assert!(at.is_multiple_of(8) && dst.len().is_multiple_of(8) && at + dst.len() <= region.len());
     // SAFETY: as in `ram_write`, the other way round.
     unsafe { from_region(dst, region.as_ptr().add(at)) }
 }

@@ -655,7 +655,7 @@ fn concurrent(dev: &IoDevice, reg: &Registry) {
                     x ^= x << 13;
                     x ^= x >> 7;
                     x ^= x << 17;
-                    let n = if x % 5 == 0 { 4 } else { 1 };
+                    let n = if x.is_multiple_of(5) { 4 } else { 1 };
                     let first = base + (x >> 8) % (OWN - n + 1);
                     let bytes = n as usize * PAGE_SIZE;
                     gen += 1;

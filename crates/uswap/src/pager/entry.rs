@@ -410,7 +410,7 @@ struct Disposition {
 }
 
 const MASK_WORDS: usize = std::mem::size_of::<libc::sigset_t>() / 8;
-const _: () = assert!(std::mem::size_of::<libc::sigset_t>() % 8 == 0);
+const _: () = assert!(std::mem::size_of::<libc::sigset_t>().is_multiple_of(8));
 
 static PROGRAM: Disposition = Disposition {
     seq: AtomicU64::new(0),

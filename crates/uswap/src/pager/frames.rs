@@ -78,7 +78,7 @@ impl FreeFrames {
                 start = 0;
                 len = 0;
             }
-            if len == 0 && f % 64 == 0 && self.bits[(f / 64) as usize] == 0 {
+            if len == 0 && f.is_multiple_of(64) && self.bits[(f / 64) as usize] == 0 {
                 let step = 64.min(self.frames - f);
                 f += step;
                 seen += step;

@@ -733,8 +733,8 @@ impl Region {
         let inner = &self.inner;
         let huge = inner.states[self.id_base as usize].load(Ordering::Acquire) & page::UNIT != 0;
         let unit = if huge { page::UNIT_BYTES } else { PAGE_SIZE };
-        if offset % unit != 0
-            || bytes % unit != 0
+        if !offset.is_multiple_of(unit)
+            || !bytes.is_multiple_of(unit)
             || offset.checked_add(bytes).is_none_or(|end| end > self.len())
         {
             return Err(PagerError::Range {

@@ -33,9 +33,11 @@ pub(super) fn line(args: std::fmt::Arguments<'_>) {
     l.buf[l.len] = b'\n';
     l.len += 1;
     // One write(2), so lines of several threads do not interleave; a
-    // failed one (stderr closed) leaves nobody else to tell.
+    // failed one (stderr closed) leaves nobody else to tell.  The system
+    // call itself: a library preloaded into a program (`uswap run`) may
+    // interpose libc's `write`, and a line may come from a signal handler.
     // SAFETY: writes our own stack buffer to stderr.
-    unsafe { libc::write(2, l.buf.as_ptr().cast(), l.len) };
+    unsafe { libc::syscall(libc::SYS_write, 2, l.buf.as_ptr(), l.len) };
 }
 
 /// Write the line only the first time `flag` is passed.

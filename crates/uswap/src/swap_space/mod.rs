@@ -579,7 +579,7 @@ impl SwapSpace {
     /// slot (each dropping one reference).
     pub fn free_huge(&self, base: SwapEntry) -> Result<(), SwapError> {
         let dev = self.device(base)?;
-        if base.offset() % CLUSTER_SLOTS != 0 || base.offset() + CLUSTER_SLOTS > dev.max() {
+        if !base.offset().is_multiple_of(CLUSTER_SLOTS) || base.offset() + CLUSTER_SLOTS > dev.max() {
             return Err(SwapError::BadEntry {
                 device: base.device(),
                 offset: base.offset(),

@@ -244,7 +244,7 @@ fn written_zero_pages_are_dropped_without_io() {
     let swap = ram_swap(MIB, 16 * MIB, FaultMode::Sigbus);
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     let pages = region.len() / PAGE_SIZE;
-    let data = |i: usize| if i % 2 == 0 { 0 } else { (i as u8) | 1 };
+    let data = |i: usize| if i.is_multiple_of(2) { 0 } else { (i as u8) | 1 };
     for (i, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
         page.fill(data(i));
     }

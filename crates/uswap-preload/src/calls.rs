@@ -1,0 +1,641 @@
+//! The calls through which the kernel touches the program's buffers,
+//! interposed in SIGBUS mode: each pins the heap pages of its buffers for
+//! the length of the call.
+//!
+//! In SIGBUS mode uswap serves the program's own accesses only: a system
+//! call that meets a heap page that is out, or stores into a clean page
+//! (clean pages are write-protected, to see the first write), fails with
+//! `EFAULT` (and a user-mode-only userfaultfd, all an ordinary user gets,
+//! could serve nothing else).  So before such a call its buffers' heap
+//! pages are brought in as the program would bring them (a read, or a
+//! write that changes nothing) and held against eviction
+//! (`Region::pin`); the guard lets go when the call returns.
+//!
+//! Covered (each under its `_chk`, `64` and `_unlocked` names where glibc
+//! has them): `read`, `pread`, `readv`, `preadv`, `write`, `pwrite`,
+//! `writev`, `pwritev`, `recv`, `recvfrom`, `recvmsg`, `send`, `sendto`,
+//! `sendmsg`, `fread`, `fwrite` (for large requests glibc's stdio moves
+//! data between the file and the caller's buffer directly, by a system
+//! call inside libc that no interposer sees), `getrandom`, `poll`,
+//! `epoll_wait`; and the waits on futex words that glibc aborts on when
+//! the kernel answers `EFAULT` (`pthread_mutex_lock`,
+//! `pthread_cond_wait` and `_timedwait`, `sem_wait`).  libc's own
+//! buffers (stdio's, `opendir`'s) are never in the heap (`heap.rs`,
+//! routing by caller), so the calls libc makes on them need nothing.
+//!
+//! A long `read`, `write`, `pread`, `pwrite`, `fread` or `fwrite` is done
+//! a chunk at a time (a quarter of the budget, at most 16 MiB), so that
+//! pinning never holds more than the budget allows; reads go on past a
+//! chunk only on regular files, where a full chunk means more is there (a
+//! pipe's reader would wait for data the single call would not have).
+//! Vectors, sockets (a datagram is one message) and the rest are pinned
+//! whole.
+//!
+//! In handler-thread mode none of this runs: uswap's thread serves the
+//! kernel's faults.
+
+use std::ffi::c_void;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use uswap::pager::{FaultMode, Pinned};
+
+use crate::RUNNING;
+
+/// The longest span pinned at once, in bytes; 0 until SIGBUS mode runs,
+/// and while it is 0 the interposed calls pin nothing.
+static CHUNK: AtomicUsize = AtomicUsize::new(0);
+
+/// Turn pinning on (SIGBUS mode), once the instance runs.
+pub(crate) fn start(mode: FaultMode, budget_bytes: usize) {
+    if mode == FaultMode::Sigbus {
+        CHUNK.store((budget_bytes / 4).clamp(64 << 10, 16 << 20), Ordering::Release);
+    }
+}
+
+/// The chunk when pinning is on.
+#[inline]
+fn chunk() -> Option<usize> {
+    match CHUNK.load(Ordering::Acquire) {
+        0 => None,
+        c => Some(c),
+    }
+}
+
+/// Pin the heap pages of `[addr, addr + len)`: for the kernel to store
+/// into them (`write`) or to read them.  None when pinning is off or no
+/// byte of the span is in the heap.
+fn pin(addr: *const c_void, len: usize, write: bool) -> Option<Pinned<'static>> {
+    chunk()?;
+    let r = RUNNING.get()?;
+    let base = r.region.as_ptr() as usize;
+    let end = base + r.region.len();
+    let lo = (addr as usize).max(base);
+    let hi = (addr as usize).saturating_add(len).min(end);
+    if lo >= hi {
+        return None;
+    }
+    // A span of the region (checked above): cannot be refused.
+    r.region.pin(lo - base, hi - lo, write).ok()
+}
+
+/// Whether any byte of `[addr, addr + len)` is in the heap while pinning
+/// is on: only then is a long call cut into chunks.
+fn in_heap(addr: *const c_void, len: usize) -> bool {
+    let Some(r) = RUNNING.get() else {
+        return false;
+    };
+    let base = r.region.as_ptr() as usize;
+    let a = addr as usize;
+    a < base + r.region.len() && a.saturating_add(len) > base
+}
+
+/// Do `call(at, len, done)` over `[buf, buf + n)`, where `at` is `buf +
+/// done`, pinned a chunk at a time; as one call would: the bytes moved,
+/// or the first call's error (with its errno).  `go_on` says whether a
+/// full chunk may be followed by another.
+fn chunked(
+    buf: *const c_void,
+    n: usize,
+    store: bool,
+    go_on: impl FnOnce() -> bool,
+    mut call: impl FnMut(*const c_void, usize, usize) -> isize,
+) -> isize {
+    let chunk = match chunk() {
+        Some(c) if n > c && in_heap(buf, n) => c,
+        _ => {
+            let _pinned = pin(buf, n, store);
+            return call(buf, n, 0);
+        }
+    };
+    let go_on = go_on();
+    let mut done = 0usize;
+    loop {
+        let piece = (n - done).min(chunk);
+        let at = buf.cast::<u8>().wrapping_add(done).cast::<c_void>();
+        let got = {
+            let _pinned = pin(at, piece, store);
+            call(at, piece, done)
+        };
+        if got < 0 {
+            // Bytes moved before the error: the call moved them.
+            return if done > 0 { done as isize } else { got };
+        }
+        done += got as usize;
+        if (got as usize) < piece || done == n || !go_on {
+            return done as isize;
+        }
+    }
+}
+
+/// Whether `fd` is a regular file: a read there that filled a chunk may
+/// go on to the next without waiting for anything.
+fn regular_file(fd: i32) -> bool {
+    // SAFETY: fstat into a local struct.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    }
+}
+
+/// Pin every buffer of an iovec array (for the kernel to store into them,
+/// or to read them).
+///
+/// # Safety
+/// `iov` points to `cnt` iovecs, as the call taking them requires.
+unsafe fn pin_iov(iov: *const libc::iovec, cnt: i32, store: bool) -> Vec<Pinned<'static>> {
+    if chunk().is_none() || iov.is_null() || cnt <= 0 {
+        return Vec::new();
+    }
+    // The array itself, which the kernel reads.
+    let array = pin(
+        iov.cast(),
+        cnt as usize * std::mem::size_of::<libc::iovec>(),
+        false,
+    );
+    // SAFETY: per the contract (and pinned: the kernel will read it).
+    let iov = unsafe { std::slice::from_raw_parts(iov, cnt as usize) };
+    let mut pins: Vec<_> = iov
+        .iter()
+        .filter_map(|v| pin(v.iov_base, v.iov_len, store))
+        .collect();
+    pins.extend(array);
+    pins
+}
+
+/// Pin what a `msghdr` points to: its name, its control data and its
+/// vector (the kernel stores into all of them on receipt).
+///
+/// # Safety
+/// `msg` is null or a valid `msghdr`, as the call taking it requires.
+unsafe fn pin_msg(msg: *const libc::msghdr, store: bool) -> Vec<Pinned<'static>> {
+    if chunk().is_none() || msg.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: per the contract.
+    let m = unsafe { &*msg };
+    // SAFETY: the message's own vector.
+    let mut pins = unsafe { pin_iov(m.msg_iov, m.msg_iovlen as i32, store) };
+    pins.extend(pin(msg.cast(), std::mem::size_of::<libc::msghdr>(), store));
+    pins.extend(pin(m.msg_name, m.msg_namelen as usize, store));
+    pins.extend(pin(m.msg_control, m.msg_controllen, store));
+    pins
+}
+
+/// The next definition of a symbol after this library's (libc's), looked
+/// up once.
+macro_rules! next {
+    ($name:literal as fn($($arg:ty),*) -> $ret:ty) => {{
+        static AT: AtomicUsize = AtomicUsize::new(0);
+        let mut at = AT.load(Ordering::Relaxed);
+        if at == 0 {
+            // SAFETY: a symbol lookup with a C string.
+            at = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr().cast()) } as usize;
+            if at == 0 {
+                crate::fatal(concat!("uswap run: libc has no ", $name));
+            }
+            AT.store(at, Ordering::Relaxed);
+        }
+        // SAFETY: libc's function of that name has this C signature.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(at) }
+    }};
+}
+
+/// The interposed calls.  Their callers are C programs: each function's
+/// contract is the C one (its manual page); each passes its arguments on
+/// to libc's function of the same name unchanged, after pinning.
+#[allow(clippy::missing_safety_doc)] // the contract is the C one, above
+mod interpose {
+    use super::*;
+    use libc::{c_int, iovec, msghdr, off_t, size_t, sockaddr, socklen_t, ssize_t, FILE};
+
+    // ---- read family: the kernel stores into the buffer.
+
+    #[no_mangle]
+    pub unsafe extern "C" fn read(fd: c_int, buf: *mut c_void, n: size_t) -> ssize_t {
+        let f = next!("read" as fn(c_int, *mut c_void, size_t) -> ssize_t);
+        // SAFETY: the caller's buffer, in pieces.
+        chunked(
+            buf,
+            n,
+            true,
+            || regular_file(fd),
+            |at, len, _| unsafe { f(fd, at.cast_mut(), len) },
+        )
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
+        let f = next!("__read_chk" as fn(c_int, *mut c_void, size_t, size_t) -> ssize_t);
+        let _pinned = pin(buf, n.min(buflen), true);
+        // SAFETY: the C contract.
+        unsafe { f(fd, buf, n, buflen) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+        let f = next!("pread" as fn(c_int, *mut c_void, size_t, off_t) -> ssize_t);
+        // SAFETY: the caller's buffer, in pieces, at the matching offsets.
+        chunked(
+            buf,
+            n,
+            true,
+            || regular_file(fd),
+            |at, len, done| unsafe { f(fd, at.cast_mut(), len, off + done as off_t) },
+        )
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn pread64(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
+        // SAFETY: the same call on 64-bit.
+        unsafe { pread(fd, buf, n, off) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn __pread64_chk(
+        fd: c_int,
+        buf: *mut c_void,
+        n: size_t,
+        off: off_t,
+        buflen: size_t,
+    ) -> ssize_t {
+        let f = next!("__pread64_chk" as fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t);
+        let _pinned = pin(buf, n.min(buflen), true);
+        // SAFETY: the C contract.
+        unsafe { f(fd, buf, n, off, buflen) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+        let f = next!("readv" as fn(c_int, *const iovec, c_int) -> ssize_t);
+        // SAFETY: the C contract: `cnt` iovecs.
+        let _pinned = unsafe { pin_iov(iov, cnt, true) };
+        // SAFETY: the C contract.
+        unsafe { f(fd, iov, cnt) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+        let f = next!("preadv" as fn(c_int, *const iovec, c_int, off_t) -> ssize_t);
+        // SAFETY: the C contract: `cnt` iovecs.
+        let _pinned = unsafe { pin_iov(iov, cnt, true) };
+        // SAFETY: the C contract.
+        unsafe { f(fd, iov, cnt, off) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+        // SAFETY: the same call on 64-bit.
+        unsafe { preadv(fd, iov, cnt, off) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
+        let f = next!("recv" as fn(c_int, *mut c_void, size_t, c_int) -> ssize_t);
+        let _pinned = pin(buf, n, true);
+        // SAFETY: the C contract.
+        unsafe { f(fd, buf, n, flags) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn __recv_chk(
+        fd: c_int,
+        buf: *mut c_void,
+        n: size_t,
+        buflen: size_t,
+        flags: c_int,
+    ) -> ssize_t {
+        let f = next!("__recv_chk" as fn(c_int, *mut c_void, size_t, size_t, c_int) -> ssize_t);
+        let _pinned = pin(buf, n.min(buflen), true);
+        // SAFETY: the C contract.
+        unsafe { f(fd, buf, n, buflen, flags) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn recvfrom(
+        fd: c_int,
+        buf: *mut c_void,
+        n: size_t,
+        flags: c_int,
+        from: *mut sockaddr,
+        fromlen: *mut socklen_t,
+    ) -> ssize_t {
+        let f = next!(
+            "recvfrom" as fn(c_int, *mut c_void, size_t, c_int, *mut sockaddr, *mut socklen_t) -> ssize_t
+        );
+        let _buf = pin(buf, n, true);
+        let _len = pin(fromlen.cast(), std::mem::size_of::<socklen_t>(), true);
+        // `fromlen`, when given, says how long `from` is.
+        let room = if fromlen.is_null() {
+            0
+        } else {
+            // SAFETY: the C contract: a valid `socklen_t`.
+            (unsafe { *fromlen }) as usize
+        };
+        let _from = pin(from.cast(), room, true);
+        // SAFETY: the C contract.
+        unsafe { f(fd, buf, n, flags, from, fromlen) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn recvmsg(fd: c_int, msg: *mut msghdr, flags: c_int) -> ssize_t {
+        let f = next!("recvmsg" as fn(c_int, *mut msghdr, c_int) -> ssize_t);
+        // SAFETY: the C contract: a valid msghdr.
+        let _pinned = unsafe { pin_msg(msg, true) };
+        // SAFETY: the C contract.
+        unsafe { f(fd, msg, flags) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn fread(buf: *mut c_void, size: size_t, n: size_t, fp: *mut FILE) -> size_t {
+        let f = next!("fread" as fn(*mut c_void, size_t, size_t, *mut FILE) -> size_t);
+        // SAFETY: the caller's buffer of `n` items, in whole items.
+        fread_chunked(buf, size, n, |at, items| unsafe { f(at, size, items, fp) })
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn fread_unlocked(
+        buf: *mut c_void,
+        size: size_t,
+        n: size_t,
+        fp: *mut FILE,
+    ) -> size_t {
+        let f = next!("fread_unlocked" as fn(*mut c_void, size_t, size_t, *mut FILE) -> size_t);
+        // SAFETY: the caller's buffer of `n` items, in whole items.
+        fread_chunked(buf, size, n, |at, items| unsafe { f(at, size, items, fp) })
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn __fread_chk(
+        buf: *mut c_void,
+        buflen: size_t,
+        size: size_t,
+        n: size_t,
+        fp: *mut FILE,
+    ) -> size_t {
+        let f = next!("__fread_chk" as fn(*mut c_void, size_t, size_t, size_t, *mut FILE) -> size_t);
+        let _pinned = pin(buf, buflen.min(size.saturating_mul(n)), true);
+        // SAFETY: the C contract.
+        unsafe { f(buf, buflen, size, n, fp) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn __fread_unlocked_chk(
+        buf: *mut c_void,
+        buflen: size_t,
+        size: size_t,
+        n: size_t,
+        fp: *mut FILE,
+    ) -> size_t {
+        let f = next!("__fread_unlocked_chk" as fn(*mut c_void, size_t, size_t, size_t, *mut FILE) -> size_t);
+        let _pinned = pin(buf, buflen.min(size.saturating_mul(n)), true);
+        // SAFETY: the C contract.
+        unsafe { f(buf, buflen, size, n, fp) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn getrandom(buf: *mut c_void, n: size_t, flags: u32) -> ssize_t {
+        let f = next!("getrandom" as fn(*mut c_void, size_t, u32) -> ssize_t);
+        let _pinned = pin(buf, n, true);
+        // SAFETY: the C contract.
+        unsafe { f(buf, n, flags) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
+        let f = next!("poll" as fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int);
+        let _pinned = pin(fds.cast(), n as usize * std::mem::size_of::<libc::pollfd>(), true);
+        // SAFETY: the C contract.
+        unsafe { f(fds, n, timeout) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn epoll_wait(
+        ep: c_int,
+        events: *mut libc::epoll_event,
+        max: c_int,
+        timeout: c_int,
+    ) -> c_int {
+        let f = next!("epoll_wait" as fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int);
+        let bytes = max.max(0) as usize * std::mem::size_of::<libc::epoll_event>();
+        let _pinned = pin(events.cast(), bytes, true);
+        // SAFETY: the C contract.
+        unsafe { f(ep, events, max, timeout) }
+    }
+
+    // ---- write family: the kernel reads the buffer.
+
+    #[no_mangle]
+    pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
+        let f = next!("write" as fn(c_int, *const c_void, size_t) -> ssize_t);
+        // SAFETY: the caller's buffer, in pieces.
+        chunked(buf, n, false, || true, |at, len, _| unsafe { f(fd, at, len) })
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn pwrite(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+        let f = next!("pwrite" as fn(c_int, *const c_void, size_t, off_t) -> ssize_t);
+        // SAFETY: the caller's buffer, in pieces, at the matching offsets.
+        chunked(
+            buf,
+            n,
+            false,
+            || true,
+            |at, len, done| unsafe { f(fd, at, len, off + done as off_t) },
+        )
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn pwrite64(fd: c_int, buf: *const c_void, n: size_t, off: off_t) -> ssize_t {
+        // SAFETY: the same call on 64-bit.
+        unsafe { pwrite(fd, buf, n, off) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
+        let f = next!("writev" as fn(c_int, *const iovec, c_int) -> ssize_t);
+        // SAFETY: the C contract: `cnt` iovecs.
+        let _pinned = unsafe { pin_iov(iov, cnt, false) };
+        // SAFETY: the C contract.
+        unsafe { f(fd, iov, cnt) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+        let f = next!("pwritev" as fn(c_int, *const iovec, c_int, off_t) -> ssize_t);
+        // SAFETY: the C contract: `cnt` iovecs.
+        let _pinned = unsafe { pin_iov(iov, cnt, false) };
+        // SAFETY: the C contract.
+        unsafe { f(fd, iov, cnt, off) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
+        // SAFETY: the same call on 64-bit.
+        unsafe { pwritev(fd, iov, cnt, off) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+        let f = next!("send" as fn(c_int, *const c_void, size_t, c_int) -> ssize_t);
+        let _pinned = pin(buf, n, false);
+        // SAFETY: the C contract.
+        unsafe { f(fd, buf, n, flags) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn sendto(
+        fd: c_int,
+        buf: *const c_void,
+        n: size_t,
+        flags: c_int,
+        to: *const sockaddr,
+        tolen: socklen_t,
+    ) -> ssize_t {
+        let f =
+            next!("sendto" as fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t);
+        let _buf = pin(buf, n, false);
+        let _to = pin(to.cast(), tolen as usize, false);
+        // SAFETY: the C contract.
+        unsafe { f(fd, buf, n, flags, to, tolen) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
+        let f = next!("sendmsg" as fn(c_int, *const msghdr, c_int) -> ssize_t);
+        // SAFETY: the C contract: a valid msghdr.
+        let _pinned = unsafe { pin_msg(msg, false) };
+        // SAFETY: the C contract.
+        unsafe { f(fd, msg, flags) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn fwrite(buf: *const c_void, size: size_t, n: size_t, fp: *mut FILE) -> size_t {
+        let f = next!("fwrite" as fn(*const c_void, size_t, size_t, *mut FILE) -> size_t);
+        // SAFETY: the caller's buffer of `n` items, in whole items.
+        fwrite_chunked(buf, size, n, |at, items| unsafe { f(at, size, items, fp) })
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn fwrite_unlocked(
+        buf: *const c_void,
+        size: size_t,
+        n: size_t,
+        fp: *mut FILE,
+    ) -> size_t {
+        let f = next!("fwrite_unlocked" as fn(*const c_void, size_t, size_t, *mut FILE) -> size_t);
+        // SAFETY: the caller's buffer of `n` items, in whole items.
+        fwrite_chunked(buf, size, n, |at, items| unsafe { f(at, size, items, fp) })
+    }
+
+    // ---- waits on futex words: glibc aborts when the kernel cannot read
+    // one (`EFAULT`), so the word's page is held in, writable (a robust
+    // or priority-inheriting mutex has the kernel store into it).
+
+    #[no_mangle]
+    pub unsafe extern "C" fn pthread_mutex_lock(m: *mut libc::pthread_mutex_t) -> c_int {
+        let f = next!("pthread_mutex_lock" as fn(*mut libc::pthread_mutex_t) -> c_int);
+        let _pinned = pin(m.cast(), std::mem::size_of::<libc::pthread_mutex_t>(), true);
+        // SAFETY: the C contract.
+        unsafe { f(m) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn pthread_cond_wait(
+        c: *mut libc::pthread_cond_t,
+        m: *mut libc::pthread_mutex_t,
+    ) -> c_int {
+        let f =
+            next!("pthread_cond_wait" as fn(*mut libc::pthread_cond_t, *mut libc::pthread_mutex_t) -> c_int);
+        let _cond = pin(c.cast(), std::mem::size_of::<libc::pthread_cond_t>(), true);
+        let _mutex = pin(m.cast(), std::mem::size_of::<libc::pthread_mutex_t>(), true);
+        // SAFETY: the C contract.
+        unsafe { f(c, m) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn pthread_cond_timedwait(
+        c: *mut libc::pthread_cond_t,
+        m: *mut libc::pthread_mutex_t,
+        t: *const libc::timespec,
+    ) -> c_int {
+        let f = next!(
+            "pthread_cond_timedwait"
+                as fn(*mut libc::pthread_cond_t, *mut libc::pthread_mutex_t, *const libc::timespec) -> c_int
+        );
+        let _cond = pin(c.cast(), std::mem::size_of::<libc::pthread_cond_t>(), true);
+        let _mutex = pin(m.cast(), std::mem::size_of::<libc::pthread_mutex_t>(), true);
+        let _time = pin(t.cast(), std::mem::size_of::<libc::timespec>(), false);
+        // SAFETY: the C contract.
+        unsafe { f(c, m, t) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn sem_wait(s: *mut libc::sem_t) -> c_int {
+        let f = next!("sem_wait" as fn(*mut libc::sem_t) -> c_int);
+        let _pinned = pin(s.cast(), std::mem::size_of::<libc::sem_t>(), true);
+        // SAFETY: the C contract.
+        unsafe { f(s) }
+    }
+}
+
+/// `fread` of `n` items of `size` bytes a chunk of whole items at a time:
+/// stdio loops until the request is met or the file ends, so a short
+/// piece ends it, as it would end the single call.
+/// Only `f` touches the buffer.
+fn fread_chunked(buf: *mut c_void, size: usize, n: usize, f: impl Fn(*mut c_void, usize) -> usize) -> usize {
+    let bytes = size.saturating_mul(n);
+    let per = match chunk() {
+        Some(c) if size > 0 && bytes > c && in_heap(buf, bytes) => (c / size).max(1),
+        _ => {
+            let _pinned = pin(buf, bytes, true);
+            return f(buf, n);
+        }
+    };
+    let mut done = 0;
+    while done < n {
+        let items = (n - done).min(per);
+        let at = buf.cast::<u8>().wrapping_add(done * size).cast::<c_void>();
+        let got = {
+            let _pinned = pin(at, items * size, true);
+            f(at, items)
+        };
+        done += got;
+        if got < items {
+            break;
+        }
+    }
+    done
+}
+
+/// `fwrite` of `n` items a chunk of whole items at a time (as
+/// [`fread_chunked`]).
+/// Only `f` touches the buffer.
+fn fwrite_chunked(
+    buf: *const c_void,
+    size: usize,
+    n: usize,
+    f: impl Fn(*const c_void, usize) -> usize,
+) -> usize {
+    let bytes = size.saturating_mul(n);
+    let per = match chunk() {
+        Some(c) if size > 0 && bytes > c && in_heap(buf, bytes) => (c / size).max(1),
+        _ => {
+            let _pinned = pin(buf, bytes, false);
+            return f(buf, n);
+        }
+    };
+    let mut done = 0;
+    while done < n {
+        let items = (n - done).min(per);
+        let at = buf.cast::<u8>().wrapping_add(done * size).cast::<c_void>();
+        let got = {
+            let _pinned = pin(at, items * size, false);
+            f(at, items)
+        };
+        done += got;
+        if got < items {
+            break;
+        }
+    }
+    done
+}
