@@ -66,6 +66,12 @@ fn chunk() -> Option<usize> {
 /// byte of the span is in the heap.
 fn pin(addr: *const c_void, len: usize, write: bool) -> Option<Pinned<'static>> {
     chunk()?;
+    if crate::heap::to_libc() {
+        // A thread that blocks SIGBUS cannot have a page brought in (the
+        // kernel would end the process at the touch): its call fails with
+        // EFAULT instead, as it would without uswap's help.
+        return None;
+    }
     let r = RUNNING.get()?;
     let base = r.region.as_ptr() as usize;
     let end = base + r.region.len();

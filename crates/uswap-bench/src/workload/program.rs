@@ -24,10 +24,14 @@ use crate::report::median;
 pub enum Runner {
     /// No limit: the reference (its output is what the others must print).
     Plain,
-    /// `uswap run` with a RAM swap device.
+    /// `uswap run --mode handler` with a RAM swap device.
     Uswap,
-    /// `uswap run` with a swap file in --swap-dir.
+    /// `uswap run --mode handler` with a swap file in --swap-dir.
     UswapFile,
+    /// `uswap run --mode sigbus` with a RAM swap device.
+    UswapSigbus,
+    /// `uswap run --mode sigbus` with a swap file in --swap-dir.
+    UswapSigbusFile,
     /// A memory cgroup with kernel swap on /dev/zram0.
     KernelZram,
     /// A memory cgroup with kernel swap on a swap file in --swap-dir.
@@ -40,6 +44,8 @@ impl Runner {
             Runner::Plain => "plain",
             Runner::Uswap => "uswap",
             Runner::UswapFile => "uswap-file",
+            Runner::UswapSigbus => "uswap-sigbus",
+            Runner::UswapSigbusFile => "uswap-sigbus-file",
             Runner::KernelZram => "kernel-zram",
             Runner::KernelFile => "kernel-file",
         }
@@ -146,9 +152,9 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Vec<u8>)> {
     let page = uswap::PAGE_SIZE as u64;
     let swap = swap / page * page;
     let exe = std::env::current_exe().context("finding this executable")?;
-    let uswap_run = |spec: String| {
+    let uswap_run = |mode: &str, spec: String| {
         let mut c = Command::new(&exe);
-        c.args(["run", "--budget", &a.budget.to_string(), "--swap", &spec, "--"]);
+        c.args(["run", "--mode", mode, "--budget", &a.budget.to_string(), "--swap", &spec, "--"]);
         c.args(&a.program);
         c
     };
@@ -173,8 +179,10 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Vec<u8>)> {
             c.args(&a.program[1..]);
             c
         }
-        Runner::Uswap => uswap_run(format!("ram:{swap}")),
-        Runner::UswapFile => uswap_run(format!("file:{}:{swap}", file.display())),
+        Runner::Uswap => uswap_run("handler", format!("ram:{swap}")),
+        Runner::UswapFile => uswap_run("handler", format!("file:{}:{swap}", file.display())),
+        Runner::UswapSigbus => uswap_run("sigbus", format!("ram:{swap}")),
+        Runner::UswapSigbusFile => uswap_run("sigbus", format!("file:{}:{swap}", file.display())),
         Runner::KernelZram => {
             let (c, ks, cg) = kernel(KernelDevice::Zram {
                 bytes: swap,
