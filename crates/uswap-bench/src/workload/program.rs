@@ -304,13 +304,13 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
         a.rounds
     );
     println!(
-        "{:<14} {:>10} {:>9} {:>9} {:>9} {:>10}",
+        "{:<18} {:>10} {:>9} {:>9} {:>9} {:>10}",
         "runner", "wall s", "vs uswap", "user s", "sys s", "peak MiB"
     );
     for r in &reports {
         let med = |f: &dyn Fn(&Run) -> f64| median(r.runs.iter().map(f).collect());
         println!(
-            "{:<14} {:>10.2} {:>9} {:>9.2} {:>9.2} {:>10.1}",
+            "{:<18} {:>10.2} {:>9} {:>9.2} {:>9.2} {:>10.1}",
             r.runner.name(),
             r.median_wall_s,
             r.vs_uswap.map_or("-".into(), |v| format!("{v:.2}x")),
