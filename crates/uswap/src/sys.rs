@@ -18,19 +18,15 @@ use rustix::mm::{self, Advice, MapFlags, ProtFlags};
 
 use crate::PAGE_SIZE;
 
-/// An anonymous private mapping, unmapped on drop by the process that
-/// made it, never inherited by a child process (`MADV_DONTFORK`: a forked
-/// child sharing or copying swapped memory could not be paged for, and
-/// `UFFDIO_MOVE` refuses pages a child shares).  Mapped with
-/// `MAP_NORESERVE`: its pages are committed as they are touched, and a
-/// swap device or a region larger than memory is the point.
+/// An anonymous private mapping, unmapped on drop.  A forked child
+/// inherits a copy, as it does any private memory (the pager adopts it
+/// there, `pager/fork.rs`): dropping the value in the child unmaps the
+/// child's copy.  Mapped with `MAP_NORESERVE`: its pages are committed as
+/// they are touched, and a swap device or a region larger than memory is
+/// the point.
 pub struct Mapping {
     addr: u64,
     len: usize,
-    /// The process that mapped it.  A forked child inherits this value
-    /// but not the mapping: whatever sits at the address in the child is
-    /// the child's, and it must not be unmapped.
-    pid: u32,
 }
 
 impl Mapping {
@@ -71,14 +67,10 @@ impl Mapping {
                 let _ = mm::munmap((aligned + len) as *mut _, end - (aligned + len));
             }
         }
-        let m = Mapping {
+        Ok(Mapping {
             addr: aligned as u64,
             len,
-            pid: std::process::id(),
-        };
-        // SAFETY: advice on our own mapping; on failure `m` unmaps it.
-        unsafe { mm::madvise(aligned as *mut _, len, Advice::LinuxDontFork) }?;
-        Ok(m)
+        })
     }
 
     pub fn addr(&self) -> u64 {
@@ -131,16 +123,11 @@ impl Mapping {
     pub fn forget(&mut self) {
         self.len = 0;
     }
-
-    /// Whether this process made the mapping (false in a forked child).
-    pub fn ours(&self) -> bool {
-        self.pid == std::process::id()
-    }
 }
 
 impl Drop for Mapping {
     fn drop(&mut self) {
-        if self.len == 0 || !self.ours() {
+        if self.len == 0 {
             return;
         }
         // SAFETY: unmaps exactly the range this Mapping owns; `&mut self`
@@ -218,6 +205,12 @@ pub const DISCARD_BATCH: usize = 64;
 pub struct Discarder {
     /// None where the kernel has no pidfds or no `process_madvise`.
     pidfd: Option<OwnedFd>,
+    /// The process the pidfd names.  A forked child inherits the
+    /// descriptor, which still names its parent: a discard through it
+    /// would drop the parent's pages, so none is made unless this is
+    /// still that process (the child's adoption points it at the child,
+    /// `reopen_here`).
+    pid: std::sync::atomic::AtomicI32,
 }
 
 impl Discarder {
@@ -225,6 +218,7 @@ impl Discarder {
         let pid = rustix::process::getpid();
         Discarder {
             pidfd: rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok(),
+            pid: std::sync::atomic::AtomicI32::new(pid.as_raw_nonzero().get()),
         }
     }
 
@@ -236,6 +230,11 @@ impl Discarder {
         let Some(pidfd) = &self.pidfd else {
             return false;
         };
+        if self.pid.load(std::sync::atomic::Ordering::Relaxed)
+            != rustix::process::getpid().as_raw_nonzero().get()
+        {
+            return false;
+        }
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -264,6 +263,30 @@ impl Discarder {
             )
         };
         done == bytes as i64
+    }
+}
+
+impl Discarder {
+    /// In a forked child: the inherited pidfd names the parent, and a
+    /// discard through it would drop the parent's pages.  Point the same
+    /// descriptor number at this process.
+    pub fn reopen_here(&self) {
+        let Some(pidfd) = &self.pidfd else {
+            return;
+        };
+        let pid = rustix::process::getpid();
+        // Without a pidfd of our own, discards stay refused here (the
+        // pid check), and callers discard range by range.
+        let mine = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty());
+        let ok = mine.as_ref().is_ok_and(|m| {
+            // SAFETY: replaces the descriptor this value owns with a
+            // duplicate of a fresh one (closed as `mine` drops).
+            unsafe { libc::dup3(m.as_raw_fd(), pidfd.as_raw_fd(), libc::O_CLOEXEC) >= 0 }
+        });
+        if ok {
+            self.pid
+                .store(pid.as_raw_nonzero().get(), std::sync::atomic::Ordering::Relaxed);
+        }
     }
 }
 

@@ -246,7 +246,10 @@ pub struct RegisterMode {
 #[derive(Debug)]
 pub struct Uffd {
     fd: OwnedFd,
+    /// What the kernel offers (UFFDIO_API reports every feature it has).
     features: Features,
+    /// What was asked for, and so is on for this descriptor.
+    wanted: Features,
     nonblocking: bool,
     user_mode_only: bool,
 }
@@ -321,14 +324,12 @@ impl Uffd {
         Ok(Uffd {
             fd,
             features: Features(api.features),
+            wanted,
             nonblocking,
             user_mode_only,
         })
     }
 
-    /// A new descriptor, and whether it is user-mode only: the syscall,
-    /// then /dev/userfaultfd (both serve kernel faults too), then, where
-    /// `reach` allows, the syscall for user-mode faults only.
     /// Whether this process may open a descriptor that serves the
     /// kernel's faults too ([`Reach::KernelFaults`]): root,
     /// `vm.unprivileged_userfaultfd=1`, or access to /dev/userfaultfd.
@@ -343,6 +344,32 @@ impl Uffd {
         }
     }
 
+    /// In a forked child: the inherited descriptor speaks for the
+    /// parent's memory.  Open one for this process with the same features
+    /// and reach, and put it under the same descriptor number, so that
+    /// everything holding this value now acts on the child's memory.
+    /// Nothing is registered with the new one yet.
+    pub fn reopen_here(&self) -> Result<(), UffdError> {
+        let reach = if self.user_mode_only {
+            Reach::UserFaults
+        } else {
+            Reach::KernelFaults
+        };
+        let fresh = Self::open_reaching(self.wanted, self.nonblocking, reach)?;
+        // SAFETY: replaces the descriptor this value owns with a duplicate
+        // of the fresh one (which closes as `fresh` drops), close-on-exec.
+        if unsafe { libc::dup3(fresh.raw_fd(), self.fd.as_raw_fd(), libc::O_CLOEXEC) } < 0 {
+            return Err(UffdError::Ioctl {
+                op: "dup3",
+                errno: errno(),
+            });
+        }
+        Ok(())
+    }
+
+    /// A new descriptor, and whether it is user-mode only: the syscall,
+    /// then /dev/userfaultfd (both serve kernel faults too), then, where
+    /// `reach` allows, the syscall for user-mode faults only.
     fn open_fd(flags: i32, reach: Reach) -> Result<(RawFd, bool), UffdError> {
         // SAFETY: the syscall takes only flags and returns a new fd or -1.
         let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags) } as RawFd;

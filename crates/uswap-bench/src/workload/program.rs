@@ -154,7 +154,16 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Vec<u8>)> {
     let exe = std::env::current_exe().context("finding this executable")?;
     let uswap_run = |mode: &str, spec: String| {
         let mut c = Command::new(&exe);
-        c.args(["run", "--mode", mode, "--budget", &a.budget.to_string(), "--swap", &spec, "--"]);
+        c.args([
+            "run",
+            "--mode",
+            mode,
+            "--budget",
+            &a.budget.to_string(),
+            "--swap",
+            &spec,
+            "--",
+        ]);
         c.args(&a.program);
         c
     };

@@ -68,13 +68,14 @@
 //! cannot be a region; a stack the thread switches to (`swapcontext`, a
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Mutex, Once, Weak};
+use std::sync::{Arc, Mutex, Once, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
 
 use super::fault::{self, Access};
+use super::gate;
 use super::instance::Inner;
 use super::page::{self, UNIT_BYTES, UNIT_PAGES};
 use super::signals::{self, SignalsBlocked};
@@ -139,6 +140,48 @@ static USED: AtomicUsize = AtomicUsize::new(0);
 /// The entries that may be in use.
 fn used_entries() -> &'static [RegionEntry] {
     &REGIONS[..USED.load(Ordering::Acquire).min(MAX_REGIONS)]
+}
+
+/// A published region, as `regions_of` lists it.
+pub(super) struct Published {
+    pub base: u64,
+    pub end: u64,
+    pub id_base: u32,
+    pub huge: bool,
+}
+
+/// The regions of instance `inner` (a forked child adopting it).
+pub(super) fn regions_of(inner: &Inner) -> Vec<Published> {
+    used_entries()
+        .iter()
+        .filter(|r| {
+            std::ptr::eq(r.inner.load(Ordering::Acquire), inner) && r.base.load(Ordering::Acquire) != 0
+        })
+        .map(|r| Published {
+            base: r.base.load(Ordering::Acquire),
+            end: r.end.load(Ordering::Relaxed),
+            id_base: r.id_base.load(Ordering::Relaxed),
+            huge: r.huge.load(Ordering::Relaxed),
+        })
+        .collect()
+}
+
+/// Start an instance's threads (`Inner::spawn`); a forked child calls
+/// this again, its parent's threads being absent there: their handles are
+/// forgotten, not joined or detached.
+pub(super) fn start_threads(inner: &Arc<Inner>) {
+    let mut threads = inner.threads.lock();
+    std::mem::forget(std::mem::take(&mut *threads));
+    let weak = Arc::downgrade(inner);
+    for _ in 0..inner.spawn.handlers {
+        threads.push(spawn_handler(weak.clone()));
+    }
+    if inner.prefetch.on {
+        threads.push(spawn_prefetcher(weak.clone()));
+    }
+    if inner.spawn.reclaimer {
+        threads.push(spawn_reclaimer(weak, inner.spawn.watching));
+    }
 }
 
 /// Publish a region; returns its table slot, or None when the table is full.
@@ -262,11 +305,16 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
         }
         while let Ok(Some(ev)) = inner.uffd.read_event() {
             let crate::uffd::Event::PageFault {
-                address, wp, write, ..
+                address,
+                wp,
+                write,
+                thread,
             } = ev
             else {
                 continue;
             };
+            // For a thread that is forking, through the closed gate.
+            let _inside = gate::enter(thread as i32);
             let page_addr = address & !(PAGE - 1);
             let access = Access {
                 present: Some(wp),
@@ -311,6 +359,7 @@ pub(super) fn spawn_prefetcher(weak: Weak<Inner>) -> JoinHandle<()> {
             return;
         };
         if let Some((id, addr, pages, write)) = inner.prefetch.take(Duration::from_millis(100)) {
+            let _inside = gate::enter(0);
             fault::read_ahead_range(&inner, addr, id, pages, write);
         }
     })
@@ -352,17 +401,20 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> JoinHandle<(
             let Some(inner) = Inner::upgrade(&weak) else {
                 return;
             };
+            let inside = gate::enter(0);
             if watching && last_watch.elapsed() >= WATCH_EVERY {
                 last_watch = Instant::now();
                 watches += 1;
                 watch(watches % SCAN_EVERY == 1);
             }
+            inner.backing.hold.release_if_done(&inner);
             let resident = inner.budget.resident.load(Ordering::Relaxed);
             if resident > inner.budget.low
                 && reclaim::reclaim(&inner, resident - inner.budget.low, ring.as_mut()) > 0
             {
                 continue;
             }
+            drop(inside);
             drop(inner);
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -648,7 +700,13 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // `kill` has a garbage address, and a poisoned page is `BUS_MCEERR_AR`
     // (or `BUS_ADRERR` on a kernel without memory-failure support, which
     // `serve_signal` tells from the page's state).
-    if code != libc::BUS_ADRERR || !serve(addr, ctx) {
+    // Served inside the fork gate (gate.rs); a SIGBUS that is not ours
+    // goes to the program's handler outside it, which may fault again.
+    let served = code == libc::BUS_ADRERR && {
+        let _inside = gate::enter(0);
+        serve(addr, ctx)
+    };
+    if !served {
         pass_on(sig, info, ctx);
     }
     inside.fetch_sub(1, Ordering::AcqRel);

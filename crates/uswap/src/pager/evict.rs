@@ -115,7 +115,7 @@ pub(super) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
             continue;
         }
         let is_dirty = w & page::DIRTY != 0;
-        if is_dirty && page::slot(w).is_none() && inner.backing.space.nr_free() == 0 {
+        if is_dirty && page::slot(w).is_none() && inner.no_free_slots() {
             // Nowhere to write it: do not move it out just to move it back.
             inner.counters.swap_full.inc();
             out.keep(id, false);
@@ -265,7 +265,7 @@ fn stage_run(
     let mut slots = [SwapEntry::NONE; BATCH];
     let mut m = 0;
     while m < n {
-        let e = match inner.backing.space.alloc() {
+        let e = match inner.alloc_slot() {
             Ok(e) => e,
             Err(err) => {
                 if matches!(err, SwapError::Full { .. }) {

@@ -164,14 +164,14 @@ pub(super) fn alloc_slots(
     mut slot_taken: impl FnMut(usize, SwapEntry),
 ) -> Result<FolioSlots, (usize, SwapError)> {
     if pages == super::page::UNIT_PAGES {
-        match inner.backing.space.alloc_huge() {
+        match inner.alloc_unit_slots() {
             Ok(base) => return Ok(FolioSlots::Cluster(base)),
             Err(SwapError::NoFreeCluster) => inner.counters.huge_fallbacks.inc(),
             Err(err) => return Err((0, err)),
         }
     }
     for i in 0..pages {
-        match inner.backing.space.alloc() {
+        match inner.alloc_slot() {
             Ok(e) => slot_taken(i, e),
             Err(err) => return Err((i, err)),
         }

@@ -124,10 +124,17 @@ pub(crate) struct Inner {
     pub shutdown: AtomicBool,
     /// Handles alive: the `Swap` and every region.
     pub users: AtomicUsize,
-    /// The process that built the instance.  In a forked child (another
-    /// pid) the inherited descriptor still speaks for the parent's memory,
-    /// so nothing may be done with it.
-    pub pid: libc::pid_t,
+    /// The process the instance serves: the one that built it, or a
+    /// forked child that adopted its copy (fork.rs).  In a child that did
+    /// not (a raw `clone`), the inherited descriptor still speaks for the
+    /// parent's memory, so nothing may be done with it.
+    pub pid: std::sync::atomic::AtomicI32,
+    /// The instance's threads (handler, prefetcher, reclaimer), joined by
+    /// the `Swap`'s drop; replaced in a forked child, which has none of
+    /// its parent's threads.
+    pub threads: StatMutex<Vec<std::thread::JoinHandle<()>>>,
+    /// What threads to start (at build, and again in a forked child).
+    pub spawn: Spawn,
     /// Which once-only lines have been said.
     pub reports: Reports,
     /// Test hooks: failures to inject into the userfaultfd calls.
@@ -188,6 +195,22 @@ pub(crate) struct Backing {
     pub staged: StatMutex<StagedRing>,
     /// Writeback's pause after transient write errors (reclaim.rs).
     pub writeback: Backoff,
+    /// Slots on swap files that a forked child may read, held (held.rs).
+    pub hold: super::held::Hold,
+    /// In a forked child with swap files: no new slots (the parent
+    /// allocates on the same files), and frees of swap-file slots are the
+    /// parent's to make.
+    pub closed: AtomicBool,
+}
+
+/// The threads an instance runs.
+pub(crate) struct Spawn {
+    /// Handler threads (handler-thread mode), 0 in SIGBUS mode.
+    pub handlers: usize,
+    /// A background reclaimer.
+    pub reclaimer: bool,
+    /// The reclaimer watches signal set-up (SIGBUS mode).
+    pub watching: bool,
 }
 
 /// Writeback's pause after transient write errors.
@@ -451,16 +474,65 @@ impl Inner {
     }
 
     /// Free slot `e`.  Every slot the pager frees is one it allocated and
-    /// holds one reference to, so a refusal is a bookkeeping bug.
+    /// holds one reference to, so a refusal is a bookkeeping bug.  Around
+    /// a fork (fork.rs): a slot on a swap file that a child may still read
+    /// waits for the child; a forked child leaves the swap files' slots to
+    /// its parent.
     pub fn free_slot(&self, e: SwapEntry) {
+        if self.parents_slot(e) || self.backing.hold.defer(e, false) {
+            return;
+        }
         let freed = self.backing.space.free(e);
         debug_assert!(freed.is_ok(), "freeing {e:?}: {freed:?}");
     }
 
     /// Free the whole cluster of a 2 MB unit, as `free_slot` does a slot.
     pub fn free_huge(&self, e: SwapEntry) {
+        if self.parents_slot(e) || self.backing.hold.defer(e, true) {
+            return;
+        }
         let freed = self.backing.space.free_huge(e);
         debug_assert!(freed.is_ok(), "freeing unit {e:?}: {freed:?}");
+    }
+
+    /// Whether `e` is a swap-file slot of this forked child's parent.
+    fn parents_slot(&self, e: SwapEntry) -> bool {
+        self.backing.closed.load(Ordering::Relaxed)
+            && self.backing.devices[e.device() as usize].kind() == crate::io::BackendKind::File
+    }
+
+    /// A slot for a page going out; `Full` in a forked child whose
+    /// swap files are its parent's.
+    pub fn alloc_slot(&self) -> Result<SwapEntry, crate::swap_space::SwapError> {
+        if self.backing.closed.load(Ordering::Relaxed) {
+            return Err(crate::swap_space::SwapError::Full {
+                slots: self.backing.space.total_slots(),
+            });
+        }
+        self.backing.space.alloc()
+    }
+
+    /// A whole cluster for a 2 MB unit, as `alloc_slot`.
+    pub fn alloc_unit_slots(&self) -> Result<SwapEntry, crate::swap_space::SwapError> {
+        if self.backing.closed.load(Ordering::Relaxed) {
+            return Err(crate::swap_space::SwapError::Full {
+                slots: self.backing.space.total_slots(),
+            });
+        }
+        self.backing.space.alloc_huge()
+    }
+
+    /// Whether no slot is to be had for a page going out.
+    pub fn no_free_slots(&self) -> bool {
+        self.backing.closed.load(Ordering::Relaxed) || self.backing.space.nr_free() == 0
+    }
+
+    /// Whether a device is a swap file.
+    pub fn has_file_device(&self) -> bool {
+        self.backing
+            .devices
+            .iter()
+            .any(|d| d.kind() == crate::io::BackendKind::File)
     }
 
     /// The staging frame a staged page's slot `e` holds (claimed by the
@@ -481,7 +553,7 @@ impl Inner {
         match errno {
             Some(libc::EBUSY) => report::once(
                 &self.reports.pinned,
-                format_args!("uswap: the page at {addr:#x} cannot be evicted: it is pinned (O_DIRECT IO, io_uring fixed buffers, RDMA) or shared (KSM); pages like it stay resident while they are, counted as unevictable"),
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: it is pinned (O_DIRECT IO, io_uring fixed buffers, RDMA) or shared (with a forked child, or by KSM); pages like it stay resident while they are, counted as unevictable"),
             ),
             Some(libc::EINVAL) => report::once(
                 &self.reports.locked,
@@ -494,11 +566,11 @@ impl Inner {
         }
     }
 
-    /// Whether this is the process that built the instance (false in a
-    /// forked child).
+    /// Whether this is the process the instance serves (false in a child
+    /// that did not adopt it, fork.rs).
     pub fn same_process(&self) -> bool {
         // SAFETY: getpid has no preconditions.
-        self.pid == unsafe { libc::getpid() }
+        self.pid.load(Ordering::Relaxed) == unsafe { libc::getpid() }
     }
 
     /// A handle went away; true when it was the last, and the threads are
@@ -507,7 +579,7 @@ impl Inner {
         if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
             self.shutdown.store(true, Ordering::Release);
             // The prefetcher may be waiting for work: it stops now.
-            self.prefetch.ready.notify_all();
+            self.prefetch.wake();
             return true;
         }
         false
@@ -649,9 +721,12 @@ pub(crate) struct Prefetch {
     /// Whether there is a prefetcher (a file device, readahead on).
     pub on: bool,
     /// Requests, oldest first; a plain mutex, a leaf: held only to push or
-    /// pop, never while touching region memory.
+    /// pop, never while touching region memory, and only inside the fork
+    /// gate (a child must not inherit it held).
     pub queue: std::sync::Mutex<PrefetchQueue>,
-    pub ready: std::sync::Condvar,
+    /// Bumped by every post (and by shutdown): the prefetcher sleeps on
+    /// it as a futex word, outside the gate and without the lock.
+    pub posted: AtomicU32,
 }
 
 /// Requests: (first page id, its address, pages, whether the fault that
@@ -673,7 +748,7 @@ impl Prefetch {
             queue: std::sync::Mutex::new(PrefetchQueue {
                 reqs: VecDeque::with_capacity(PrefetchQueue::CAP),
             }),
-            ready: std::sync::Condvar::new(),
+            posted: AtomicU32::new(0),
         }
     }
 
@@ -688,16 +763,50 @@ impl Prefetch {
         }
         q.reqs.push_back((id, addr, pages, write));
         drop(q);
-        self.ready.notify_one();
+        self.wake();
     }
 
-    /// The oldest request, waiting up to `wait` for one.
+    /// Wake the prefetcher (a post, or shutdown).
+    pub fn wake(&self) {
+        self.posted.fetch_add(1, Ordering::Release);
+        // SAFETY: FUTEX_WAKE only names the address of a live word.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.posted.as_ptr(),
+                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+                1,
+            )
+        };
+    }
+
+    /// The oldest request, waiting up to `wait` for one: popped inside the
+    /// fork gate, waited for outside it.
     pub fn take(&self, wait: std::time::Duration) -> Option<(u32, u64, u32, bool)> {
-        let mut q = self.queue.lock().ok()?;
-        if q.reqs.is_empty() {
-            q = self.ready.wait_timeout(q, wait).ok()?.0;
+        let seen = self.posted.load(Ordering::Acquire);
+        let pop = || {
+            let _inside = super::gate::enter(0);
+            self.queue.lock().ok()?.reqs.pop_front()
+        };
+        if let Some(r) = pop() {
+            return Some(r);
         }
-        q.reqs.pop_front()
+        let ts = libc::timespec {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_nsec: wait.subsec_nanos() as libc::c_long,
+        };
+        // SAFETY: FUTEX_WAIT on a live word while it still reads `seen`
+        // (a post since then returns at once), for at most `ts`.
+        unsafe {
+            libc::syscall(
+                libc::SYS_futex,
+                self.posted.as_ptr(),
+                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+                seen,
+                &ts as *const libc::timespec,
+            )
+        };
+        pop()
     }
 }
 

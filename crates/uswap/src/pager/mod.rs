@@ -31,9 +31,12 @@
 //! faults raised inside the kernel, such as `read(2)` into a region; in
 //! SIGBUS mode those fail with `EFAULT`).
 //!
-//! Regions are `MADV_DONTFORK`: a child process does not inherit them,
-//! and in a forked child a `Swap` and its regions are inert: dropping them
-//! touches nothing of the parent's, and `map` refuses.
+//! A child made by `fork(3)` inherits its parent's regions as they were,
+//! swapped-out pages included, and its own copy of the instance, which it
+//! adopts (fork.rs): a new userfaultfd, threads of its own, the slots it
+//! shares with its parent counted as the kernel counts them.  In a child
+//! made otherwise (a raw `clone`) a `Swap` and its regions are inert:
+//! dropping them touches nothing of the parent's, and `map` refuses.
 //!
 //! # Locks
 //!
@@ -58,7 +61,10 @@ mod entry; // region table, SIGBUS handler, handler and reclaimer threads
 mod evict; // small pages out in batches: clean drops, runs of moves
 mod fault; // fault service, pages and 2 MB units
 mod folio; // the unit of work: slots and IO of a run of 1 to 512 pages
+mod fork; // fork without exec: the fork handlers, adoption in the child
 mod frames; // frame and unit pools
+mod gate; // the fork gate: no work in flight when a fork copies memory
+mod held; // swap-file slots held for forked children
 mod instance; // the shared state, in parts, and page operations
 mod page; // page states, claims
 mod reclaim; // reclaim passes, per-page and 2 MB unit eviction
@@ -68,7 +74,6 @@ mod writeback; // staged pages to their slots, in runs, through io_uring
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 use crate::io::{FileOptions, IoDevice, IoError};
 use crate::lru::{Lru, LruBatch, LruConfig, LruError};
@@ -295,6 +300,10 @@ impl SwapBuilder {
             .with(Features::POISON);
         if self.mode == FaultMode::Sigbus {
             features = features.with(Features::SIGBUS);
+        } else {
+            // The faulting thread's id, so that a handler thread serves a
+            // fault of a thread that is forking through the fork gate.
+            features = features.with(Features::THREAD_ID);
         }
         // SIGBUS mode serves the faulting thread's own accesses only, so a
         // user-mode-only descriptor (any user may open one) is all it
@@ -399,7 +408,17 @@ impl SwapBuilder {
             addrs: table::zeroed(max_pages as usize, "page addresses")?,
             pins: table::zeroed(max_pages as usize, "page pins")?,
             // SAFETY: getpid has no preconditions.
-            pid: unsafe { libc::getpid() },
+            pid: std::sync::atomic::AtomicI32::new(unsafe { libc::getpid() }),
+            threads: StatMutex::new(Vec::new(), registry.lock_site("threads")),
+            spawn: instance::Spawn {
+                handlers: if self.mode == FaultMode::HandlerThread {
+                    self.handler_threads
+                } else {
+                    0
+                },
+                reclaimer: self.background,
+                watching: self.mode == FaultMode::Sigbus,
+            },
             ids: StatMutex::new(vec![(0, max_pages)], registry.lock_site("page_ids")),
             frames: Frames {
                 staging,
@@ -429,6 +448,8 @@ impl SwapBuilder {
                     registry.lock_site("staged_ring"),
                 ),
                 writeback: Backoff::default(),
+                hold: held::Hold::new(&device_slots, registry.lock_site("fork_hold")),
+                closed: AtomicBool::new(false),
             },
             readahead: self.readahead,
             per_page_evict: self.per_page_evict,
@@ -441,27 +462,14 @@ impl SwapBuilder {
             inject: Inject::default(),
             registry,
         });
-        let mut threads = Vec::new();
-        if self.mode == FaultMode::HandlerThread {
-            for _ in 0..self.handler_threads {
-                threads.push(entry::spawn_handler(Arc::downgrade(&inner)));
-            }
-        } else {
+        if self.mode == FaultMode::Sigbus {
             entry::install();
         }
-        if prefetch {
-            threads.push(entry::spawn_prefetcher(Arc::downgrade(&inner)));
-        }
-        if self.background {
-            threads.push(entry::spawn_reclaimer(
-                Arc::downgrade(&inner),
-                self.mode == FaultMode::Sigbus,
-            ));
-        }
+        entry::start_threads(&inner);
+        fork::register(&inner);
         Ok(Swap {
             inner,
             mode: self.mode,
-            threads,
         })
     }
 }
@@ -471,7 +479,6 @@ impl SwapBuilder {
 pub struct Swap {
     inner: Arc<Inner>,
     mode: FaultMode,
-    threads: Vec<JoinHandle<()>>,
 }
 
 impl Swap {
@@ -511,7 +518,7 @@ impl Swap {
         let inner = &self.inner;
         if !inner.same_process() {
             return Err(PagerError::Forked {
-                owner: inner.pid,
+                owner: inner.pid.load(Ordering::Relaxed),
                 // SAFETY: getpid has no preconditions.
                 pid: unsafe { libc::getpid() },
             });
@@ -519,6 +526,7 @@ impl Swap {
         if len == 0 {
             return Err(PagerError::Config("cannot map an empty region".into()));
         }
+        let _inside = gate::enter(0);
         if huge && inner.budget.limit < 2 * page::UNIT_PAGES {
             // One unit being filled and one to evict: with less, a unit
             // would be evicted while it is being written, again and again.
@@ -615,6 +623,7 @@ impl Swap {
 
     /// The instance's counters and lock statistics.
     pub fn stats(&self) -> Snapshot {
+        let _inside = gate::enter(0);
         self.inner.registry.snapshot()
     }
 
@@ -681,15 +690,17 @@ impl Swap {
 impl Drop for Swap {
     fn drop(&mut self) {
         if !self.inner.same_process() {
-            // A forked child: the threads are the parent's (a child has
-            // only the thread that forked), and so is everything else.
-            std::mem::forget(std::mem::take(&mut self.threads));
+            // A child not adopted (a raw `clone`): the threads are the
+            // parent's (a child has only the thread that forked), and so
+            // is everything else.
+            std::mem::forget(std::mem::take(&mut *self.inner.threads.lock()));
             return;
         }
         // While regions live the threads keep serving them (they hold only
         // weak references, upgraded per pass); the last region stops them.
         if self.inner.release_user() {
-            for t in self.threads.drain(..) {
+            let threads = std::mem::take(&mut *self.inner.threads.lock());
+            for t in threads {
                 // A thread that panicked has said why on stderr already;
                 // the instance is going away either way.
                 let _ = t.join();
@@ -746,6 +757,7 @@ impl Region {
         // The LRU, slot and frame locks taken below are ones a program's
         // signal handler could want too, through a fault.
         let _blocked = signals::SignalsBlocked::asynchronous();
+        let _inside = gate::enter(0);
         // A batch of pages at a time: their claims held across one
         // MADV_DONTNEED, so that no eviction moves a page out between the
         // drop and the new state (it would keep the old contents staged).
@@ -939,14 +951,16 @@ impl Drop for Region {
     fn drop(&mut self) {
         let inner = &self.inner;
         if !inner.same_process() {
-            // A forked child: the page states, slots and registration are
-            // the parent's (the inherited descriptor acts on the parent's
-            // memory), and the mapping was not inherited.  Leave it all.
+            // A child that did not adopt the instance (a raw `clone`):
+            // the page states, slots and registration are the parent's
+            // (the inherited descriptor acts on the parent's memory).
+            // Leave it all.
             return;
         }
         // The LRU, slot and frame locks taken below are ones a program's
         // signal handler could want too, through a fault.
         let _blocked = signals::SignalsBlocked::asynchronous();
+        let _inside = gate::enter(0);
         entry::unpublish_region(self.slot);
         // Take every page out of circulation, waiting out transitions in
         // flight (a reclaimer may be writing one of them out).

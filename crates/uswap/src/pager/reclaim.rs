@@ -226,7 +226,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
         return Stage::Not;
     }
     let dirty = w & page::DIRTY != 0;
-    if dirty && page::slot(w).is_none() && inner.backing.space.nr_free() == 0 {
+    if dirty && page::slot(w).is_none() && inner.no_free_slots() {
         // Nowhere to write it: do not move it out just to move it back.
         inner.counters.swap_full.inc();
         return Stage::Not;
@@ -258,7 +258,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     // The slot it will be written to (a clean page keeps its own).
     let (e, new_slot) = match page::slot(w) {
         Some(e) if !dirty => (e, false),
-        _ => match inner.backing.space.alloc() {
+        _ => match inner.alloc_slot() {
             Ok(e) => (e, true),
             Err(err) => {
                 if matches!(err, SwapError::Full { .. }) {

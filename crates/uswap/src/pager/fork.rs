@@ -1,0 +1,240 @@
+//! `fork` without `exec`: a child that sees exactly the memory its parent
+//! had, swapped-out pages included.
+//!
+//! Everything the pager maps is inherited as private memory is (no
+//! `MADV_DONTFORK`): the child gets copy-on-write copies of the regions'
+//! resident pages, of the staging frames, of RAM devices and of the
+//! pager's own tables, so its copy of an instance describes its copy of
+//! the memory exactly.  What it does not get is a way to serve faults:
+//! the inherited userfaultfd speaks for the parent's memory, and only the
+//! thread that forked exists in the child.  So `pthread_atfork` handlers,
+//! installed with the first instance, do three things:
+//!
+//! - **Before** (`prepare`), the fork gate: no other thread may be in the
+//!   middle of the pager's work when the address space is copied, or the
+//!   child would inherit a claim or a lock that nobody will release.
+//!   Every piece of work (a fault served, an eviction pass, a readahead, a
+//!   region mapped or discarded) is done inside the gate ([`enter`]); the
+//!   forking thread closes it and waits until no one is inside.  Its own
+//!   faults meanwhile (a later `atfork` handler, glibc's fork itself
+//!   touching heap memory) go through: the thread that forks is exempt,
+//!   and so is a handler thread serving that thread's fault.
+//! - **In the child** (`child`), adoption: a new userfaultfd (and pidfd)
+//!   under the old descriptor numbers, every region, staging and unit
+//!   area registered with it, and the instance's threads started anew.
+//!   The inherited write protection is gone (the kernel drops it in a
+//!   child whose mapping is not registered at fork), so a clean page
+//!   would take writes unseen: every resident page becomes dirty, and
+//!   forgets its slot.  Pins and claims of threads that are not in the
+//!   child are dropped.
+//! - **Slots** are shared as the kernel shares them at fork
+//!   (`swap_duplicate`), and freed only when both sides are done.  A RAM
+//!   device is private memory, so parent and child each have their own
+//!   copy and nothing more is needed.  A swap file is one file: the parent
+//!   keeps every slot the child may read (the slots its pages held at
+//!   fork, [`Hold`]) out of circulation while the child lives (until the
+//!   end of a pipe the child holds closes: at its exit or `exec`), and the
+//!   child writes no new slots on it (its allocations are closed: a dirty
+//!   page of the child stays resident, counted as swap full) and frees
+//!   none.
+//!
+//! While a child lives, a page the two share is refused by `UFFDIO_MOVE`
+//! (`EBUSY`): dirty shared pages stay resident on both sides until one
+//! side writes its copy (copy-on-write gives it a page of its own) or the
+//! child goes, as unevictable.  Children made without `fork(3)` (a raw
+//! `clone(2)`) are not adopted: their inherited instance stays inert
+//! (`Inner::same_process`), and their copy of a region reads missing pages
+//! as zeros; `vfork` and `posix_spawn` share the parent's memory and need
+//! nothing.
+
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex, Once, Weak};
+
+use super::entry;
+use super::gate::{self, enter};
+use super::instance::Inner;
+use super::page::{self, UNIT_PAGES};
+use super::report;
+use crate::uffd::RegisterMode;
+use crate::PAGE_SIZE;
+
+/// The instances of this process.  Registered inside the gate, so that
+/// the lock is never held at a fork.
+static INSTANCES: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
+
+fn instances() -> Vec<Arc<Inner>> {
+    let mut list = INSTANCES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    list.retain(|w| w.strong_count() > 0);
+    list.iter().filter_map(Weak::upgrade).collect()
+}
+
+/// The pipe of the fork being made: the child keeps its write end open
+/// for as long as it may read its parent's slots; the parent sees the end
+/// of it.  -1 when none.
+static PIPE: [AtomicI32; 2] = [AtomicI32::new(-1), AtomicI32::new(-1)];
+
+static HANDLERS: Once = Once::new();
+
+/// Put a new instance on the list the fork handlers adopt, installing
+/// them with the first.
+pub(super) fn register(inner: &Arc<Inner>) {
+    HANDLERS.call_once(|| {
+        // SAFETY: registers three functions with no preconditions.
+        unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
+    });
+    let _inside = enter(0);
+    let mut list = INSTANCES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    list.retain(|w| w.strong_count() > 0);
+    list.push(Arc::downgrade(inner));
+}
+
+extern "C" fn prepare() {
+    gate::close();
+    let insts = instances();
+    if insts.iter().any(|i| i.has_file_device()) {
+        let mut fds = [-1; 2];
+        // SAFETY: pipe2 fills `fds`.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+            PIPE[0].store(fds[0], Ordering::Relaxed);
+            PIPE[1].store(fds[1], Ordering::Relaxed);
+        }
+    }
+    for inner in &insts {
+        if inner.has_file_device() {
+            inner.backing.hold.snapshot(inner);
+        }
+    }
+}
+
+extern "C" fn parent() {
+    let (r, w) = (
+        PIPE[0].swap(-1, Ordering::Relaxed),
+        PIPE[1].swap(-1, Ordering::Relaxed),
+    );
+    for inner in instances() {
+        if inner.has_file_device() {
+            inner.backing.hold.activate(r);
+        }
+    }
+    for fd in [r, w] {
+        if fd >= 0 {
+            // SAFETY: descriptors made in `prepare`, ours to close (the
+            // holds took duplicates).
+            unsafe { libc::close(fd) };
+        }
+    }
+    gate::open();
+}
+
+extern "C" fn child() {
+    gate::reset();
+    let r = PIPE[0].swap(-1, Ordering::Relaxed);
+    // The write end stays open, close-on-exec: the parent's sign that
+    // this child may still read its slots.
+    PIPE[1].store(-1, Ordering::Relaxed);
+    if r >= 0 {
+        // SAFETY: the read end, the parent's business.
+        unsafe { libc::close(r) };
+    }
+    for inner in instances() {
+        inner.backing.hold.forget();
+        if let Err(e) = adopt(&inner) {
+            // The child's memory cannot be served: reading it would give
+            // zeros where the program's data was.  End here, saying why.
+            report::line(format_args!(
+                "uswap: a forked child cannot take over its parent's swapped memory: {e}; ending it"
+            ));
+            // SAFETY: ends this process at once.
+            unsafe { libc::_exit(127) };
+        }
+    }
+    gate::open();
+}
+
+/// Take over an inherited instance in a forked child.
+fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
+    // SAFETY: getpid has no preconditions.
+    inner.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    inner.uffd.reopen_here().map_err(|e| e.to_string())?;
+    inner.discarder.reopen_here();
+    inner.frames.staging.reopen_here();
+    inner.frames.bounce.reopen_here();
+    let missing = RegisterMode {
+        missing: true,
+        wp: false,
+    };
+    for m in [inner.frames.staging.mapping(), inner.frames.unit_out.mapping()] {
+        inner
+            .uffd
+            .register(m.addr(), m.len() as u64, missing)
+            .map_err(|e| e.to_string())?;
+    }
+    let closed = inner.has_file_device();
+    if closed {
+        inner.backing.closed.store(true, Ordering::Relaxed);
+    }
+    for r in entry::regions_of(inner) {
+        inner
+            .uffd
+            .register(
+                r.base,
+                r.end - r.base,
+                RegisterMode {
+                    missing: true,
+                    wp: true,
+                },
+            )
+            .map_err(|e| e.to_string())?;
+        let pages = ((r.end - r.base) / PAGE_SIZE as u64) as usize;
+        let step = if r.huge { UNIT_PAGES } else { 1 };
+        for p in (0..pages).step_by(step) {
+            let id = r.id_base as usize + p;
+            for q in 0..step {
+                inner.pins[id + q].store(0, Ordering::Relaxed);
+            }
+            dirty_if_clean(inner, id, r.huge);
+        }
+    }
+    entry::start_threads(inner);
+    Ok(())
+}
+
+/// A clean resident page (or unit) of the child becomes dirty and lets
+/// go of its slot: nothing write-protects it any more.
+fn dirty_if_clean(inner: &Inner, id: usize, unit: bool) {
+    let st = &inner.states[id];
+    let w = st.load(Ordering::Relaxed) & !(page::BUSY | (1 << 31));
+    if page::kind(w) != page::RESIDENT || w & page::DIRTY != 0 {
+        st.store(w, Ordering::Relaxed);
+        return;
+    }
+    if unit {
+        match page::slot(w) {
+            Some(base) if w & page::WHOLE != 0 => inner.free_huge(base),
+            _ => {
+                for q in 0..UNIT_PAGES {
+                    let o = &inner.states[id + q];
+                    if q > 0 {
+                        if let Some(e) = page::slot(o.load(Ordering::Relaxed)) {
+                            inner.free_slot(e);
+                        }
+                        o.store(0, Ordering::Relaxed);
+                    }
+                }
+                if let Some(e) = page::slot(w) {
+                    inner.free_slot(e);
+                }
+            }
+        }
+    } else if let Some(e) = page::slot(w) {
+        inner.free_slot(e);
+    }
+    st.store(
+        page::without_slot(w) & !page::WHOLE | page::DIRTY,
+        Ordering::Relaxed,
+    );
+}
