@@ -6,6 +6,8 @@ use std::cell::Cell;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 
+use uswap::pager::starting_a_thread;
+
 use libmimalloc_sys::{
     mi_aligned_alloc, mi_calloc, mi_free, mi_is_in_heap_region, mi_malloc, mi_posix_memalign, mi_realloc,
 };
@@ -35,9 +37,8 @@ mod interpose {
     use super::*;
 
     // malloc, calloc and realloc are entered through a shim that passes
-    // the caller's return address on, as one more argument: in SIGBUS
-    // mode the blocks libc takes for itself stay out of the heap
-    // (`from_libc`).
+    // the caller's return address on, as one more argument: the blocks
+    // the C runtime takes for itself stay out of the heap (`from_libc`).
 
     /// `malloc(3)`.
     #[cfg(target_arch = "x86_64")]
@@ -90,7 +91,7 @@ mod interpose {
     unsafe extern "C" fn malloc_from(size: usize, caller: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
         unsafe {
-            if to_libc() || from_libc(caller) {
+            if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_malloc(size);
             }
             mimalloc(|| mi_malloc(size))
@@ -101,7 +102,7 @@ mod interpose {
     unsafe extern "C" fn calloc_from(n: usize, size: usize, caller: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
         unsafe {
-            if to_libc() || from_libc(caller) {
+            if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_calloc(n, size);
             }
             mimalloc(|| mi_calloc(n, size))
@@ -113,7 +114,7 @@ mod interpose {
     unsafe extern "C" fn realloc_from(p: *mut c_void, size: usize, caller: usize) -> *mut c_void {
         // SAFETY: the C contract (module documentation).
         unsafe {
-            if libc_block(p) || (p.is_null() && (to_libc() || from_libc(caller))) {
+            if libc_block(p) || (p.is_null() && (to_libc() || from_libc(caller) || starting_a_thread())) {
                 return __libc_realloc(p, size);
             }
             mimalloc(|| mi_realloc(p, size))
@@ -299,36 +300,52 @@ fn decide_route() -> bool {
     blocked
 }
 
-/// libc's code, `[start, end)`, while blocks libc takes for itself stay
-/// out of the heap (SIGBUS mode); empty otherwise.
-static LIBC_TEXT: (AtomicUsize, AtomicUsize) = (AtomicUsize::new(0), AtomicUsize::new(0));
+/// The C runtime's code, `[start, end)` each: libc's and the dynamic
+/// loader's.  Empty until uswap runs.
+static RUNTIME_TEXT: [(AtomicUsize, AtomicUsize); 2] = [
+    (AtomicUsize::new(0), AtomicUsize::new(0)),
+    (AtomicUsize::new(0), AtomicUsize::new(0)),
+];
 
-/// Whether `caller`, a return address, is in libc while its blocks are
-/// kept out of the heap.
+/// Whether `caller`, a return address, is in the C runtime: libc or the
+/// dynamic loader.  Their own blocks stay out of the heap, in both modes.
 ///
-/// In SIGBUS mode a system call on heap memory fails unless its buffer is
-/// pinned, and the calls libc makes inside itself cannot be: stdio
-/// reading into a `FILE`'s buffer, `readdir` into a `DIR`'s, `getcwd`
-/// and `realpath` into their results.  Those buffers come from `malloc`
-/// called by libc, so libc's own blocks come from glibc's allocator,
-/// outside the heap: small, and not the program's data (what libc
-/// allocates on the program's behalf, `strdup`'s copy or `getline`'s
-/// line, is the exception, and stays resident).
+/// libc and the loader touch their own data where uswap cannot serve a
+/// fault on it, or cannot let one happen:
+/// - in SIGBUS mode, the system calls libc makes inside itself cannot be
+///   pinned: stdio reading into a `FILE`'s buffer, `readdir` into a
+///   `DIR`'s, `getcwd` and `realpath` into their results;
+/// - a thread starting (glibc's `start_thread` reads the locale's tables,
+///   which `setlocale` allocated) before any code of uswap's runs in it,
+///   which in a forked child that adopts an instance in handler-thread
+///   mode includes the very thread that is to serve faults;
+/// - `dlsym`, the TLS of modules loaded later, from any thread.
+/// So blocks asked for by their code come from glibc's allocator: small,
+/// and not the program's data (what libc allocates on the program's
+/// behalf, `strdup`'s copy or `getline`'s line, is the exception, and
+/// stays resident).
 #[inline]
 fn from_libc(caller: usize) -> bool {
-    let start = LIBC_TEXT.0.load(Ordering::Relaxed);
-    caller >= start && caller < LIBC_TEXT.1.load(Ordering::Relaxed)
+    RUNTIME_TEXT
+        .iter()
+        .any(|(start, end)| caller >= start.load(Ordering::Relaxed) && caller < end.load(Ordering::Relaxed))
 }
 
-/// Keep libc's own blocks out of the heap from now on: find the
-/// executable segments of the object that holds `__libc_malloc`.
-pub(crate) fn keep_libc_blocks_out() {
+extern "C" {
+    /// The dynamic loader's (its address finds the loader's code).
+    fn __tls_get_addr();
+}
+
+/// Keep the C runtime's own blocks out of the heap from now on: find the
+/// executable segments of the objects that hold `__libc_malloc` (libc)
+/// and `__tls_get_addr` (the loader).
+pub(crate) fn keep_runtime_blocks_out() {
     unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> i32 {
         // SAFETY: dl_iterate_phdr passes a valid info for each object,
-        // whose program headers it points to; `data` is our `Found`.
+        // whose program headers it points to; `data` is our table.
         unsafe {
             let info = &*info;
-            let found = &mut *data.cast::<(usize, usize, usize)>();
+            let found = &mut *data.cast::<[(usize, usize, usize); 2]>();
             let headers = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
             let (mut lo, mut hi) = (usize::MAX, 0);
             for h in headers
@@ -339,18 +356,24 @@ pub(crate) fn keep_libc_blocks_out() {
                 lo = lo.min(start);
                 hi = hi.max(start + h.p_memsz as usize);
             }
-            if (lo..hi).contains(&found.0) {
-                (found.1, found.2) = (lo, hi);
-                return 1;
+            for f in found.iter_mut() {
+                if (lo..hi).contains(&f.0) {
+                    (f.1, f.2) = (lo, hi);
+                }
             }
         }
         0
     }
-    let mut found: (usize, usize, usize) = (__libc_malloc as *const () as usize, 0, 0);
+    let mut found = [
+        (__libc_malloc as *const () as usize, 0, 0),
+        (__tls_get_addr as *const () as usize, 0, 0),
+    ];
     // SAFETY: walks the loaded objects with the callback above.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&mut found as *mut (usize, usize, usize)).cast()) };
-    LIBC_TEXT.1.store(found.2, Ordering::Relaxed);
-    LIBC_TEXT.0.store(found.1, Ordering::Relaxed);
+    unsafe { libc::dl_iterate_phdr(Some(each), found.as_mut_ptr().cast()) };
+    for (slot, &(_, lo, hi)) in RUNTIME_TEXT.iter().zip(&found) {
+        slot.1.store(hi, Ordering::Relaxed);
+        slot.0.store(lo, Ordering::Relaxed);
+    }
 }
 
 /// Whether `p`, a block the malloc family gave, came from glibc's
@@ -368,12 +391,17 @@ fn libc_block(p: *const c_void) -> bool {
             return false;
         }
     }
+    // A call into mimalloc like any other (its first lookup may map the
+    // page map, which must come from the kernel, not the heap).
     // SAFETY: a page-map lookup; any address may be asked.
-    !unsafe { mi_is_in_heap_region(p) }
+    !mimalloc(|| unsafe { mi_is_in_heap_region(p) })
 }
 
 /// `free`: to the allocator that gave the block.
 unsafe fn free_block(p: *mut c_void) {
+    if p.is_null() {
+        return;
+    }
     if libc_block(p) {
         // SAFETY: a block of glibc's allocator (`libc_block`).
         unsafe { __libc_free(p) }

@@ -116,6 +116,8 @@ pub(crate) struct Running {
     swap: Swap,
     pub(crate) region: Region,
     mode: FaultMode,
+    /// The process `uswap run` started (a forked child inherits this).
+    pid: i32,
 }
 
 pub(crate) static RUNNING: OnceLock<Running> = OnceLock::new();
@@ -139,6 +141,13 @@ extern "C" fn init() {
 }
 
 fn start(c: Config) -> Result<(), String> {
+    // mimalloc's own process state first (its page map above all, which
+    // every `free` reads): made now, it is ordinary memory from the
+    // kernel; made later, with the region there, it would land in the
+    // region and be paged like the program's data.
+    // SAFETY: mimalloc's initializer, idempotent.
+    heap::mimalloc(|| unsafe { libmimalloc_sys::mi_process_init() });
+    heap::keep_runtime_blocks_out();
     let mut builder = Swap::builder()
         .budget(c.budget)
         .fault_mode(c.mode)
@@ -171,6 +180,8 @@ fn start(c: Config) -> Result<(), String> {
             swap,
             region,
             mode: c.mode,
+            // SAFETY: getpid has no preconditions.
+            pid: unsafe { libc::getpid() },
         })
         .is_err()
     {
@@ -188,11 +199,9 @@ fn start(c: Config) -> Result<(), String> {
         return Err(format!("mimalloc refused the region of {len} bytes as its arena"));
     }
     // SAFETY: an option setter.
-    unsafe { mi_option_set(MI_OPTION_DISALLOW_OS_ALLOC, 1) };
-    if c.mode == FaultMode::Sigbus {
-        heap::keep_libc_blocks_out();
-    }
+    heap::mimalloc(|| unsafe { mi_option_set(MI_OPTION_DISALLOW_OS_ALLOC, 1) });
     calls::start(c.mode, c.budget as usize);
+    maps::hold_across_fork();
     if c.stats {
         // A descriptor of its own: programs close stderr on the way out
         // (GNU tools' `close_stdout`, an atexit handler that runs before
@@ -227,7 +236,10 @@ extern "C" fn print_stats() {
     let (Some(r), fd) = (RUNNING.get(), STATS_FD.load(Ordering::Relaxed)) else {
         return;
     };
-    if fd < 0 {
+    // SAFETY: getpid has no preconditions.
+    if fd < 0 || r.pid != unsafe { libc::getpid() } {
+        // A forked child leaving through `exit`: the block is the
+        // program's, said once, by the process `uswap run` started.
         return;
     }
     let st = r.swap.stats();

@@ -45,6 +45,29 @@ fn served() -> std::sync::MutexGuard<'static, BTreeMap<usize, (usize, usize)>> {
     SERVED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// The lock of `SERVED`, held across a fork by the forking thread, so
+/// that a child never inherits it held by a thread it does not have.
+static FORK_GUARD: std::sync::atomic::AtomicPtr<
+    std::sync::MutexGuard<'static, BTreeMap<usize, (usize, usize)>>,
+> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+
+/// Take `SERVED`'s lock before every fork, let go after it on both sides.
+pub(crate) fn hold_across_fork() {
+    extern "C" fn prepare() {
+        let g = Box::new(served());
+        FORK_GUARD.store(Box::into_raw(g), std::sync::atomic::Ordering::Relaxed);
+    }
+    extern "C" fn after() {
+        let g = FORK_GUARD.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::Relaxed);
+        if !g.is_null() {
+            // SAFETY: the guard `prepare` boxed, taken back once.
+            drop(unsafe { Box::from_raw(g) });
+        }
+    }
+    // SAFETY: registers functions with no preconditions.
+    unsafe { libc::pthread_atfork(Some(prepare), Some(after), Some(after)) };
+}
+
 fn set_errno(e: i32) {
     // SAFETY: errno is this thread's.
     unsafe { *libc::__errno_location() = e };

@@ -69,7 +69,6 @@
 
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Once, Weak};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::CachePadded;
@@ -78,7 +77,7 @@ use super::fault::{self, Access};
 use super::gate;
 use super::instance::Inner;
 use super::page::{self, UNIT_BYTES, UNIT_PAGES};
-use super::signals::{self, SignalsBlocked};
+use super::signals::{self, SignalsBlocked, UswapThread};
 use super::{reclaim, report};
 use crate::io::{BackendKind, WriteRing};
 use crate::PAGE_SIZE;
@@ -292,7 +291,7 @@ pub(super) fn serve_signal(addr: u64, access: Access) -> bool {
 
 /// A handler thread: reads fault events and serves them until the instance
 /// is gone.
-pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
+pub(super) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
     signals::spawn("uswap-fault", move || loop {
         let Some(inner) = Inner::upgrade(&weak) else {
             return;
@@ -353,7 +352,7 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> JoinHandle<()> {
 /// The prefetcher: reads ahead the windows that faulting threads hand it
 /// (`Prefetch`), so that a sequential reader of a swap file finds its next
 /// pages in while it uses the ones read before them.
-pub(super) fn spawn_prefetcher(weak: Weak<Inner>) -> JoinHandle<()> {
+pub(super) fn spawn_prefetcher(weak: Weak<Inner>) -> UswapThread {
     signals::spawn("uswap-readahead", move || loop {
         let Some(inner) = Inner::upgrade(&weak) else {
             return;
@@ -367,7 +366,7 @@ pub(super) fn spawn_prefetcher(weak: Weak<Inner>) -> JoinHandle<()> {
 
 /// The background reclaimer: keeps resident pages under the low watermark,
 /// and, in SIGBUS mode, watches the process's signal set-up.
-pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> JoinHandle<()> {
+pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread {
     const WATCH_EVERY: Duration = Duration::from_millis(100);
     const SCAN_EVERY: u32 = 5;
     signals::spawn("uswap-reclaim", move || {

@@ -116,6 +116,9 @@ extern "C" fn parent() {
         PIPE[1].swap(-1, Ordering::Relaxed),
     );
     for inner in instances() {
+        // Pages shared with the child are refused by UFFDIO_MOVE (EBUSY)
+        // from now on, as pinned ones are: expected, not worth a line.
+        inner.reports.pinned.store(true, Ordering::Relaxed);
         if inner.has_file_device() {
             inner.backing.hold.activate(r);
         }
@@ -142,6 +145,7 @@ extern "C" fn child() {
     }
     for inner in instances() {
         inner.backing.hold.forget();
+        inner.reports.pinned.store(true, Ordering::Relaxed);
         if let Err(e) = adopt(&inner) {
             // The child's memory cannot be served: reading it would give
             // zeros where the program's data was.  End here, saying why.

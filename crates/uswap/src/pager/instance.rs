@@ -132,7 +132,7 @@ pub(crate) struct Inner {
     /// The instance's threads (handler, prefetcher, reclaimer), joined by
     /// the `Swap`'s drop; replaced in a forked child, which has none of
     /// its parent's threads.
-    pub threads: StatMutex<Vec<std::thread::JoinHandle<()>>>,
+    pub threads: StatMutex<Vec<super::signals::UswapThread>>,
     /// What threads to start (at build, and again in a forked child).
     pub spawn: Spawn,
     /// Which once-only lines have been said.

@@ -72,6 +72,7 @@ mod report; // one-line reports
 mod signals; // signal masks, uswap's threads
 mod writeback; // staged pages to their slots, in runs, through io_uring
 
+pub use signals::starting_a_thread;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -701,9 +702,7 @@ impl Drop for Swap {
         if self.inner.release_user() {
             let threads = std::mem::take(&mut *self.inner.threads.lock());
             for t in threads {
-                // A thread that panicked has said why on stderr already;
-                // the instance is going away either way.
-                let _ = t.join();
+                t.join();
             }
         }
     }

@@ -3,7 +3,7 @@
 //! with every signal blocked.  Why they are needed is "The rule for the
 //! handler" in `entry.rs`.
 
-use std::thread::JoinHandle;
+use crate::sys::Mapping;
 
 /// The synchronous signals, left unblocked by [`SignalsBlocked`]: a
 /// fault's signal arrives whatever the mask, and blocking it would only
@@ -76,22 +76,120 @@ impl Drop for SignalsBlocked {
     }
 }
 
+/// Threads being started by uswap now (`spawn`): see
+/// [`starting_a_thread`].
+static STARTING: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// Whether uswap is starting one of its threads now.  What is allocated
+/// for a new thread while it is created (its TLS blocks, which the loader
+/// takes with the process's `calloc`) must not land in memory uswap pages:
+/// a thread whose thread-local storage is swapped out would fault on
+/// its first access to it, and a fault handler thread so would wait on
+/// itself.  An allocator interposed by a preload (`uswap run`) asks here.
+pub fn starting_a_thread() -> bool {
+    STARTING.load(std::sync::atomic::Ordering::Relaxed) != 0
+}
+
+/// One of uswap's threads, joined (or, dropped unjoined, detached).
+pub(crate) struct UswapThread {
+    id: libc::pthread_t,
+    /// Its stack, ours: unmapped once the thread is joined.
+    stack: Option<Mapping>,
+}
+
+impl UswapThread {
+    /// Wait for the thread to end.
+    pub fn join(mut self) {
+        // SAFETY: a thread this value started and nobody joined.
+        unsafe { libc::pthread_join(self.id, std::ptr::null_mut()) };
+        self.stack.take();
+    }
+}
+
+impl Drop for UswapThread {
+    fn drop(&mut self) {
+        if let Some(mut stack) = self.stack.take() {
+            // Not joined: the thread may still run on its stack, which
+            // then stays mapped for the life of the process.
+            stack.forget();
+            // SAFETY: a thread this value started, neither joined nor
+            // detached.
+            unsafe { libc::pthread_detach(self.id) };
+        }
+    }
+}
+
+// SAFETY: a pthread id and a mapping, both usable from any thread.
+unsafe impl Send for UswapThread {}
+
+/// The stack of a uswap thread (and a guard page below it).
+const STACK: usize = 2 << 20;
+
 /// Spawn a uswap thread with every signal blocked from its first
 /// instruction (a new thread inherits its creator's mask, so the creator
-/// blocks them around the spawn).
-pub(super) fn spawn<F: FnOnce() + Send + 'static>(name: &str, f: F) -> JoinHandle<()> {
-    // SAFETY: sigfillset on a local set; pthread_sigmask on this thread.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
+/// blocks them around the spawn), on a stack of uswap's own.
+///
+/// Why not `std::thread`: glibc gives a new thread a stack from its cache
+/// of stacks of threads that ended, and clears the thread-local storage
+/// that stack's last thread had (`get_cached_stack`), reading and freeing
+/// blocks that, under `uswap run`, are in the paged heap; in a forked
+/// child that adopts an instance (fork.rs) they may be out, and the
+/// creator has SIGBUS blocked here, which makes such a fault the end of
+/// the process.  A stack given with `pthread_attr_setstack` is never a
+/// cached one; what glibc allocates for the thread besides is allocated
+/// while [`starting_a_thread`] says so.
+pub(super) fn spawn<F: FnOnce() + Send + 'static>(name: &'static str, f: F) -> UswapThread {
+    let fail = |what: &str| -> ! { panic!("cannot start the {name} thread: {what}") };
+    let stack = Mapping::new(STACK + crate::PAGE_SIZE, crate::PAGE_SIZE)
+        .unwrap_or_else(|e| fail(&format!("no stack: {e}")));
+    // SAFETY: the guard page is the mapping's first page, not yet in use.
+    unsafe { libc::mprotect(stack.as_ptr().cast(), crate::PAGE_SIZE, libc::PROT_NONE) };
+    let body: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(move || {
+        if let Ok(c) = std::ffi::CString::new(name) {
+            // SAFETY: names this thread; a name over 15 bytes is refused,
+            // which only leaves it unnamed.
+            unsafe { libc::pthread_setname_np(libc::pthread_self(), c.as_ptr()) };
+        }
+        f()
+    }));
+    extern "C" fn start(arg: *mut libc::c_void) -> *mut libc::c_void {
+        // SAFETY: the box `spawn` leaked for this thread, taken once.
+        let body = unsafe { Box::from_raw(arg.cast::<Box<dyn FnOnce() + Send>>()) };
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(body)).is_err() {
+            // The panic message is out already; the pager cannot go on
+            // without its thread.
+            std::process::abort();
+        }
+        std::ptr::null_mut()
+    }
+    // SAFETY: sigfillset on a local set; pthread_sigmask on this thread;
+    // an attribute object set up, used for one create and destroyed; the
+    // stack lies in a mapping this value keeps until the thread is
+    // joined.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
+        let mut attr: libc::pthread_attr_t = std::mem::zeroed();
+        libc::pthread_attr_init(&mut attr);
+        libc::pthread_attr_setstack(&mut attr, stack.as_ptr().add(crate::PAGE_SIZE).cast(), STACK);
+        let mut id: libc::pthread_t = 0;
+        let arg = Box::into_raw(body).cast::<libc::c_void>();
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        STARTING.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let rc = libc::pthread_create(&mut id, &attr, start, arg);
+        STARTING.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        libc::pthread_attr_destroy(&mut attr);
+        if rc != 0 {
+            drop(Box::from_raw(arg.cast::<Box<dyn FnOnce() + Send>>()));
+            fail(&std::io::Error::from_raw_os_error(rc).to_string());
+        }
+        UswapThread {
+            id,
+            stack: Some(stack),
+        }
     }
-    let t = std::thread::Builder::new().name(name.into()).spawn(f);
-    // SAFETY: restores this thread's mask.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    t.unwrap_or_else(|e| panic!("cannot start the {name} thread: {e}"))
 }
 
 /// Whether the calling thread blocks SIGBUS.
