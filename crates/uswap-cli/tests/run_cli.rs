@@ -397,3 +397,208 @@ fn bad_input_gets_one_line() {
         assert!(err.contains(says), "{args:?}: {err}");
     }
 }
+
+const MULTIPROCESSING: &str = r#"
+import hashlib, multiprocessing as mp, sys
+n = int(sys.argv[1])
+data = [("%d-" % i) * 20 for i in range(n)]
+def digest(rng):
+    h = hashlib.sha256()
+    for i in range(*rng):
+        h.update(data[i].encode())
+    return h.hexdigest()
+if __name__ == "__main__":
+    mp.set_start_method("fork")
+    k = 4
+    parts = [(j * n // k, (j + 1) * n // k) for j in range(k)]
+    with mp.Pool(k) as p:
+        got = p.map(digest, parts)
+    assert got == [digest(r) for r in parts], "a child saw other data"
+    print(hashlib.sha256("".join(got).encode()).hexdigest())
+"#;
+
+/// `fork` without `exec`: Python's multiprocessing with the fork start
+/// method, four children reading slices of a list about four times the
+/// budget that the parent built (most of it swapped out at the fork) and
+/// returning digests, which must be the parent's.  The default swap
+/// device, a file: the slots the children may read are held by the parent
+/// until they are done, and nothing is left in $TMPDIR.
+#[test]
+fn multiprocessing_children_read_their_parents_memory() {
+    let n = "400000";
+    let dir = open_dir(false);
+    let script = dir.path().join("mp.py");
+    std::fs::write(&script, MULTIPROCESSING).unwrap();
+    let script = script.to_str().unwrap();
+    let plain = Command::new(PYTHON).args([script, n]).output().unwrap();
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    for mode in Mode::all() {
+        let tmp = open_dir(true);
+        let out = uswap_in(
+            mode,
+            &["run", "--budget", "24M", "--stats", "--", PYTHON, script, n],
+            &[("TMPDIR", tmp.path().to_str().unwrap())],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {err}");
+        assert_eq!(out.stdout, plain.stdout, "{mode:?}: {err}");
+        assert!(stat(&err, "evictions") > 10000, "{mode:?}: {err}");
+        assert_eq!(
+            std::fs::read_dir(tmp.path()).unwrap().count(),
+            0,
+            "{mode:?}: the default swap file was left in $TMPDIR"
+        );
+    }
+}
+
+/// A shell's command substitutions and pipelines: `bash` forks, and the
+/// child runs shell code on the heap before it `exec`s or exits.
+#[test]
+fn a_shell_forks_and_its_children_run() {
+    let script = r#"x=$(echo hello); y=$( (echo a; echo b) | wc -l ); for i in 1 2 3; do z="$z$(printf %s $i)"; done; echo "$x $y $z""#;
+    for mode in Mode::all() {
+        let out = uswap_in(
+            mode,
+            &[
+                "run", "--budget", "8M", "--swap", "ram:64M", "--", "bash", "-c", script,
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {err}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "hello 2 123\n",
+            "{mode:?}: {err}"
+        );
+    }
+}
+
+/// A free TCP port on the loopback interface.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn redis_cli(port: u16, args: &[&str]) -> String {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (Debian's redis-tools, which redis-server brings)");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Wait until the server on `port` answers PONG (not LOADING).
+fn redis_ready(port: u16) {
+    for _ in 0..300 {
+        if redis_cli(port, &["ping"]) == "PONG" {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    panic!("redis on port {port} did not come up");
+}
+
+/// Redis (Debian's package) holding a dataset about 3.6 times the budget,
+/// then `BGSAVE`, a fork whose child writes every key to an RDB file
+/// while the parent serves on; a plain Redis restarted from that file has
+/// the same `DEBUG DIGEST`.  Redis installs its own SIGBUS handler (its
+/// crash report), which uswap keeps behind its own in SIGBUS mode.
+#[test]
+fn redis_bgsave_forks_and_the_rdb_holds_every_key() {
+    assert!(
+        Path::new("/usr/bin/redis-server").exists(),
+        "redis-server is missing: install Debian's redis-server (scripts/check does)"
+    );
+    use std::os::unix::process::CommandExt;
+    preload_built();
+    for mode in Mode::all() {
+        let dir = open_dir(true);
+        let d = dir.path().to_str().unwrap();
+        let port = free_port();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+        cmd.args([
+            "run",
+            "--mode",
+            mode.name(),
+            "--budget",
+            "16M",
+            "--swap",
+            "ram:256M",
+            "--stats",
+            "--",
+        ])
+        .args([
+            "redis-server",
+            "--port",
+            &port.to_string(),
+            "--save",
+            "",
+            "--enable-debug-command",
+            "local",
+        ])
+        .args(["--dir", d, "--dbfilename", "dump.rdb", "--logfile", ""])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+        if mode == Mode::Sigbus && root() {
+            cmd.uid(NOBODY).gid(NOBODY);
+        }
+        let server = cmd.spawn().unwrap();
+        redis_ready(port);
+        assert_eq!(
+            redis_cli(port, &["debug", "populate", "150000", "key", "256"]),
+            "OK"
+        );
+        let before = redis_cli(port, &["debug", "digest"]);
+        assert_eq!(
+            redis_cli(port, &["bgsave"]),
+            "Background saving started",
+            "{mode:?}"
+        );
+        for _ in 0..1200 {
+            if !redis_cli(port, &["info", "persistence"]).contains("rdb_bgsave_in_progress:1") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        let info = redis_cli(port, &["info", "persistence"]);
+        assert!(info.contains("rdb_last_bgsave_status:ok"), "{mode:?}: {info}");
+        assert_eq!(
+            redis_cli(port, &["debug", "digest"]),
+            before,
+            "{mode:?}: the parent's data changed"
+        );
+        redis_cli(port, &["shutdown", "nosave"]);
+        let out = server.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(stat(&err, "evictions") > 10000, "{mode:?}: {err}");
+        // A plain Redis on the file the child wrote.
+        let port2 = free_port();
+        let mut plain = Command::new("redis-server")
+            .args([
+                "--port",
+                &port2.to_string(),
+                "--save",
+                "",
+                "--enable-debug-command",
+                "local",
+            ])
+            .args(["--dir", d, "--dbfilename", "dump.rdb", "--logfile", ""])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        redis_ready(port2);
+        let after = redis_cli(port2, &["debug", "digest"]);
+        redis_cli(port2, &["shutdown", "nosave"]);
+        let _ = plain.wait();
+        assert_eq!(after, before, "{mode:?}: the RDB differs from the dataset");
+    }
+}

@@ -187,25 +187,6 @@ unsafe fn pin_msg(msg: *const libc::msghdr, store: bool) -> Vec<Pinned<'static>>
     pins
 }
 
-/// The next definition of a symbol after this library's (libc's), looked
-/// up once.
-macro_rules! next {
-    ($name:literal as fn($($arg:ty),*) -> $ret:ty) => {{
-        static AT: AtomicUsize = AtomicUsize::new(0);
-        let mut at = AT.load(Ordering::Relaxed);
-        if at == 0 {
-            // SAFETY: a symbol lookup with a C string.
-            at = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr().cast()) } as usize;
-            if at == 0 {
-                crate::fatal(concat!("uswap run: libc has no ", $name));
-            }
-            AT.store(at, Ordering::Relaxed);
-        }
-        // SAFETY: libc's function of that name has this C signature.
-        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(at) }
-    }};
-}
-
 /// The interposed calls.  Their callers are C programs: each function's
 /// contract is the C one (its manual page); each passes its arguments on
 /// to libc's function of the same name unchanged, after pinning.
@@ -644,4 +625,205 @@ fn fwrite_chunked(
         }
     }
     done
+}
+
+/// Pin the NUL-terminated string at `s` (a path, an argument) for the
+/// kernel to read: its length is found first, which brings it in.
+fn pin_str(s: *const libc::c_char) -> Option<Pinned<'static>> {
+    if s.is_null() || chunk().is_none() || !in_heap(s.cast(), 1) {
+        return None;
+    }
+    // SAFETY: a C string, per the caller's contract.
+    let n = unsafe { libc::strlen(s) } + 1;
+    pin(s.cast(), n, false)
+}
+
+/// Pin a NULL-terminated array of strings (`argv`, `envp`) and each
+/// string.
+fn pin_strs(v: *const *const libc::c_char) -> Vec<Pinned<'static>> {
+    let mut pins = Vec::new();
+    if v.is_null() || chunk().is_none() {
+        return pins;
+    }
+    let mut n = 0;
+    // SAFETY: a NULL-terminated array, per the caller's contract.
+    while !unsafe { *v.add(n) }.is_null() {
+        n += 1;
+    }
+    pins.extend(pin(
+        v.cast(),
+        (n + 1) * std::mem::size_of::<*const libc::c_char>(),
+        false,
+    ));
+    for i in 0..n {
+        // SAFETY: within the array just measured.
+        pins.extend(pin_str(unsafe { *v.add(i) }));
+    }
+    pins
+}
+
+/// An interposed call that takes paths (read by the kernel) and buffers
+/// it stores into: each pinned for the call, then libc's function.
+macro_rules! path_call {
+    ($name:literal, fn $fname:ident($($arg:ident: $ty:ty),*) -> $ret:ty,
+     paths [$($p:ident),*], stores [$(($b:expr, $len:expr)),*]) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $fname($($arg: $ty),*) -> $ret {
+            let f = next!($name as fn($($ty),*) -> $ret);
+            let _paths: &[Option<Pinned<'static>>] = &[$(pin_str($p.cast())),*];
+            let _stores: &[Option<Pinned<'static>>] = &[$(pin($b.cast(), $len, true)),*];
+            // SAFETY: the C contract: the arguments pass through.
+            unsafe { f($($arg),*) }
+        }
+    };
+}
+
+/// Calls that take a path (and sometimes a buffer for the answer): the
+/// path, a heap string as often as not (Redis's file names, Python's
+/// `os.stat` argument), is read by the kernel.  `open` and `openat` are
+/// variadic in C; the mode is read from its register whether or not the
+/// caller passed it, and libc reads it only with `O_CREAT`/`O_TMPFILE`,
+/// as the kernel does.
+#[allow(clippy::missing_safety_doc)] // the contract is the C one
+mod paths {
+    use super::*;
+    use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, DIR, FILE};
+
+    path_call!("open", fn open(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p], stores []);
+    path_call!("open64", fn open64(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p], stores []);
+    path_call!("openat", fn openat(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p], stores []);
+    path_call!("openat64", fn openat64(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p], stores []);
+    path_call!("creat", fn creat(p: *const c_char, mode: mode_t) -> c_int, paths [p], stores []);
+    path_call!("fopen", fn fopen(p: *const c_char, m: *const c_char) -> *mut FILE, paths [p, m], stores []);
+    path_call!("fopen64", fn fopen64(p: *const c_char, m: *const c_char) -> *mut FILE, paths [p, m], stores []);
+    path_call!("opendir", fn opendir(p: *const c_char) -> *mut DIR, paths [p], stores []);
+    path_call!("stat", fn stat(p: *const c_char, st: *mut libc::stat) -> c_int,
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+    path_call!("stat64", fn stat64(p: *const c_char, st: *mut libc::stat) -> c_int,
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+    path_call!("lstat", fn lstat(p: *const c_char, st: *mut libc::stat) -> c_int,
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+    path_call!("lstat64", fn lstat64(p: *const c_char, st: *mut libc::stat) -> c_int,
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+    path_call!("fstatat", fn fstatat(d: c_int, p: *const c_char, st: *mut libc::stat, fl: c_int) -> c_int,
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+    path_call!("fstatat64", fn fstatat64(d: c_int, p: *const c_char, st: *mut libc::stat, fl: c_int) -> c_int,
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+    path_call!("fstat", fn fstat(fd: c_int, st: *mut libc::stat) -> c_int,
+        paths [], stores [(st, std::mem::size_of::<libc::stat>())]);
+    path_call!("fstat64", fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int,
+        paths [], stores [(st, std::mem::size_of::<libc::stat>())]);
+    path_call!("statx", fn statx(d: c_int, p: *const c_char, fl: c_int, mask: c_uint, st: *mut libc::statx) -> c_int,
+        paths [p], stores [(st, std::mem::size_of::<libc::statx>())]);
+    path_call!("access", fn access(p: *const c_char, m: c_int) -> c_int, paths [p], stores []);
+    path_call!("faccessat", fn faccessat(d: c_int, p: *const c_char, m: c_int, fl: c_int) -> c_int, paths [p], stores []);
+    path_call!("rename", fn rename(a: *const c_char, b: *const c_char) -> c_int, paths [a, b], stores []);
+    path_call!("renameat", fn renameat(da: c_int, a: *const c_char, db: c_int, b: *const c_char) -> c_int,
+        paths [a, b], stores []);
+    path_call!("renameat2", fn renameat2(da: c_int, a: *const c_char, db: c_int, b: *const c_char, fl: c_uint) -> c_int,
+        paths [a, b], stores []);
+    path_call!("unlink", fn unlink(p: *const c_char) -> c_int, paths [p], stores []);
+    path_call!("unlinkat", fn unlinkat(d: c_int, p: *const c_char, fl: c_int) -> c_int, paths [p], stores []);
+    path_call!("rmdir", fn rmdir(p: *const c_char) -> c_int, paths [p], stores []);
+    path_call!("mkdir", fn mkdir(p: *const c_char, m: mode_t) -> c_int, paths [p], stores []);
+    path_call!("mkdirat", fn mkdirat(d: c_int, p: *const c_char, m: mode_t) -> c_int, paths [p], stores []);
+    path_call!("chdir", fn chdir(p: *const c_char) -> c_int, paths [p], stores []);
+    path_call!("chmod", fn chmod(p: *const c_char, m: mode_t) -> c_int, paths [p], stores []);
+    path_call!("truncate", fn truncate(p: *const c_char, n: libc::off_t) -> c_int, paths [p], stores []);
+    path_call!("symlink", fn symlink(a: *const c_char, b: *const c_char) -> c_int, paths [a, b], stores []);
+    path_call!("link", fn link(a: *const c_char, b: *const c_char) -> c_int, paths [a, b], stores []);
+    path_call!("readlink", fn readlink(p: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t,
+        paths [p], stores [(buf, n)]);
+    path_call!("readlinkat", fn readlinkat(d: c_int, p: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t,
+        paths [p], stores [(buf, n)]);
+    path_call!("realpath", fn realpath(p: *const c_char, out: *mut c_char) -> *mut c_char,
+        paths [p], stores [(out, libc::PATH_MAX as usize)]);
+    path_call!("getcwd", fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char, paths [], stores [(buf, n)]);
+
+    /// `execve(2)`: the path, and every argument and environment string
+    /// with the arrays that hold them, read by the kernel (a program's
+    /// argument lists live in its heap: Python's `subprocess` builds them
+    /// there).
+    #[no_mangle]
+    pub unsafe extern "C" fn execve(
+        p: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> c_int {
+        let f = next!("execve" as fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
+        let _pins = (pin_str(p), pin_strs(argv), pin_strs(envp));
+        // SAFETY: the C contract.
+        unsafe { f(p, argv, envp) }
+    }
+
+    /// `execv(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn execv(p: *const c_char, argv: *const *const c_char) -> c_int {
+        let f = next!("execv" as fn(*const c_char, *const *const c_char) -> c_int);
+        let _pins = (pin_str(p), pin_strs(argv));
+        // SAFETY: the C contract.
+        unsafe { f(p, argv) }
+    }
+
+    /// `execvp(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn execvp(p: *const c_char, argv: *const *const c_char) -> c_int {
+        let f = next!("execvp" as fn(*const c_char, *const *const c_char) -> c_int);
+        let _pins = (pin_str(p), pin_strs(argv));
+        // SAFETY: the C contract.
+        unsafe { f(p, argv) }
+    }
+
+    /// `posix_spawn(3)`: the child shares this memory until it `exec`s,
+    /// reading the path and the arrays from it while this thread waits.
+    #[no_mangle]
+    pub unsafe extern "C" fn posix_spawn(
+        pid: *mut libc::pid_t,
+        p: *const c_char,
+        fa: *const libc::posix_spawn_file_actions_t,
+        at: *const libc::posix_spawnattr_t,
+        argv: *const *mut c_char,
+        envp: *const *mut c_char,
+    ) -> c_int {
+        let f = next!(
+            "posix_spawn"
+                as fn(
+                    *mut libc::pid_t,
+                    *const c_char,
+                    *const libc::posix_spawn_file_actions_t,
+                    *const libc::posix_spawnattr_t,
+                    *const *mut c_char,
+                    *const *mut c_char,
+                ) -> c_int
+        );
+        let _pins = (pin_str(p), pin_strs(argv.cast()), pin_strs(envp.cast()));
+        // SAFETY: the C contract.
+        unsafe { f(pid, p, fa, at, argv, envp) }
+    }
+
+    /// `posix_spawnp(3)`.
+    #[no_mangle]
+    pub unsafe extern "C" fn posix_spawnp(
+        pid: *mut libc::pid_t,
+        p: *const c_char,
+        fa: *const libc::posix_spawn_file_actions_t,
+        at: *const libc::posix_spawnattr_t,
+        argv: *const *mut c_char,
+        envp: *const *mut c_char,
+    ) -> c_int {
+        let f = next!(
+            "posix_spawnp"
+                as fn(
+                    *mut libc::pid_t,
+                    *const c_char,
+                    *const libc::posix_spawn_file_actions_t,
+                    *const libc::posix_spawnattr_t,
+                    *const *mut c_char,
+                    *const *mut c_char,
+                ) -> c_int
+        );
+        let _pins = (pin_str(p), pin_strs(argv.cast()), pin_strs(envp.cast()));
+        // SAFETY: the C contract.
+        unsafe { f(pid, p, fa, at, argv, envp) }
+    }
 }

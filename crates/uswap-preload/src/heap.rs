@@ -320,6 +320,7 @@ static RUNTIME_TEXT: [(AtomicUsize, AtomicUsize); 2] = [
 ///   which in a forked child that adopts an instance in handler-thread
 ///   mode includes the very thread that is to serve faults;
 /// - `dlsym`, the TLS of modules loaded later, from any thread.
+///
 /// So blocks asked for by their code come from glibc's allocator: small,
 /// and not the program's data (what libc allocates on the program's
 /// behalf, `strdup`'s copy or `getline`'s line, is the exception, and
@@ -428,8 +429,8 @@ unsafe fn libc_posix_memalign(out: *mut *mut c_void, align: usize, size: usize) 
     0
 }
 
-/// `malloc_usable_size` of a glibc block: glibc's own function, found
-/// past this library's (`RTLD_NEXT`) at start ([`find_libc_usable_size`]).
+/// `malloc_usable_size` of a glibc block: glibc's own function, found at
+/// start ([`find_libc_usable_size`]).
 unsafe fn libc_usable_size(p: *const c_void) -> usize {
     let f = LIBC_USABLE_SIZE.load(Ordering::Acquire);
     if f.is_null() {
@@ -444,10 +445,21 @@ unsafe fn libc_usable_size(p: *const c_void) -> usize {
 
 static LIBC_USABLE_SIZE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
 
-/// Look up glibc's `malloc_usable_size` (called once, at start).
+/// Look up glibc's `malloc_usable_size` (called once, at start): in libc
+/// itself, not the next definition after this library's, which in a
+/// program linked with another allocator (Redis with jemalloc) is that
+/// allocator's, and knows nothing of glibc's blocks.
 pub(crate) fn find_libc_usable_size() {
-    // SAFETY: a symbol lookup past this library, with a C string.
-    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"malloc_usable_size".as_ptr()) };
+    // SAFETY: a handle on libc, loaded already (NOLOAD), and a symbol
+    // lookup in it, with C strings.
+    let f = unsafe {
+        let libc_so = libc::dlopen(c"libc.so.6".as_ptr(), libc::RTLD_NOW | libc::RTLD_NOLOAD);
+        if libc_so.is_null() {
+            std::ptr::null_mut()
+        } else {
+            libc::dlsym(libc_so, c"malloc_usable_size".as_ptr())
+        }
+    };
     LIBC_USABLE_SIZE.store(f, Ordering::Release);
 }
 

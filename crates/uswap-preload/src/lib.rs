@@ -48,9 +48,29 @@ use uswap::io::FileOptions;
 use uswap::pager::{FaultMode, Region, Swap, SwapDeviceSpec};
 use uswap::run_env as env;
 
+/// The next definition of a symbol after this library's (libc's), looked
+/// up once.
+macro_rules! next {
+    ($name:literal as fn($($arg:ty),* $(,)?) -> $ret:ty) => {{
+        static AT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let mut at = AT.load(std::sync::atomic::Ordering::Relaxed);
+        if at == 0 {
+            // SAFETY: a symbol lookup with a C string.
+            at = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr().cast()) } as usize;
+            if at == 0 {
+                crate::fatal(concat!("uswap run: libc has no ", $name));
+            }
+            AT.store(at, std::sync::atomic::Ordering::Relaxed);
+        }
+        // SAFETY: libc's function of that name has this C signature.
+        unsafe { std::mem::transmute::<usize, unsafe extern "C" fn($($arg),*) -> $ret>(at) }
+    }};
+}
+
 mod calls;
 mod heap;
 mod maps;
+mod signals;
 
 use heap::{MI_OPTION_DISALLOW_OS_ALLOC, MI_OPTION_PURGE_DELAY};
 

@@ -541,7 +541,7 @@ fn current() -> libc::sigaction {
     // SAFETY: queries the action into a local struct.
     unsafe {
         let mut cur: libc::sigaction = std::mem::zeroed();
-        libc::sigaction(libc::SIGBUS, std::ptr::null(), &mut cur);
+        kernel_sigaction(libc::SIGBUS, std::ptr::null(), &mut cur);
         cur
     }
 }
@@ -558,7 +558,7 @@ fn take_front() {
     // what the install replaced: if it was not what we recorded, record it.
     PROGRAM.store(&old);
     // SAFETY: installs a valid action; `old` receives the replaced one.
-    unsafe { libc::sigaction(libc::SIGBUS, &ours(), &mut old) };
+    unsafe { kernel_sigaction(libc::SIGBUS, &ours(), &mut old) };
     if !is_ours(&old) {
         PROGRAM.store(&old);
     }
@@ -566,10 +566,72 @@ fn take_front() {
 
 static INSTALL: Once = Once::new();
 
+/// libc's `sigaction`, found past this object (`RTLD_NEXT`) when the
+/// handler is installed: where uswap is built into a preloaded library
+/// that interposes `sigaction` on the program (`uswap run`), a plain call
+/// would reach that interposer, which keeps the program's SIGBUS action
+/// behind uswap's handler instead of installing it.  Looked up outside
+/// any signal handler (`dlsym` is not async-signal-safe); 0 until then.
+static KERNEL_SIGACTION: AtomicUsize = AtomicUsize::new(0);
+
+fn find_kernel_sigaction() {
+    // SAFETY: a symbol lookup with a C string.
+    let f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) };
+    KERNEL_SIGACTION.store(f as usize, Ordering::Release);
+}
+
+/// `sigaction(2)` as libc makes it (see `KERNEL_SIGACTION`).
+///
+/// # Safety
+/// As `sigaction(2)`: `act` and `old` are null or valid.
+unsafe fn kernel_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    match KERNEL_SIGACTION.load(Ordering::Acquire) {
+        // SAFETY: per the contract.
+        0 => unsafe { libc::sigaction(sig, act, old) },
+        f => {
+            // SAFETY: libc's `sigaction`, whose C signature this is.
+            let f: unsafe extern "C" fn(
+                libc::c_int,
+                *const libc::sigaction,
+                *mut libc::sigaction,
+            ) -> libc::c_int = unsafe { std::mem::transmute(f) };
+            // SAFETY: per the contract.
+            unsafe { f(sig, act, old) }
+        }
+    }
+}
+
+/// `sigaction(SIGBUS, new, old)` as a program sees it while uswap's handler
+/// is in front: `old` receives the program's disposition, `new` becomes
+/// it, and uswap's handler stays installed, passing on to it every SIGBUS
+/// that is not a uswap fault.  False (nothing done) when uswap's handler
+/// is not installed: the call is then the kernel's to make.
+pub(super) fn program_sigbus_action(
+    new: Option<&libc::sigaction>,
+    old: Option<&mut libc::sigaction>,
+) -> bool {
+    if !INSTALL.is_completed() {
+        return false;
+    }
+    let _blocked = SignalsBlocked::all();
+    if let Some(old) = old {
+        *old = PROGRAM.load();
+    }
+    if let Some(new) = new {
+        PROGRAM.store(new);
+    }
+    true
+}
+
 /// Install the process-wide SIGBUS handler once; the action that was there
 /// before is the program's disposition.
 pub(super) fn install() {
     INSTALL.call_once(|| {
+        find_kernel_sigaction();
         spare::map();
         take_front();
     });
@@ -973,7 +1035,7 @@ fn default_action(sent: bool) {
     let dfl: libc::sigaction = unsafe { std::mem::zeroed() };
     // SAFETY: plain signal calls on this process and thread.
     unsafe {
-        libc::sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
+        kernel_sigaction(libc::SIGBUS, &dfl, std::ptr::null_mut());
         if sent {
             // Sent, not raised by an access: it would not come again by
             // itself.  Raise it under the default action, unblocked.
@@ -984,7 +1046,7 @@ fn default_action(sent: bool) {
             libc::raise(libc::SIGBUS);
             // Still here (a debugger, a stopped-and-continued process):
             // the program goes on, and so does uswap.
-            libc::sigaction(libc::SIGBUS, &ours(), std::ptr::null_mut());
+            kernel_sigaction(libc::SIGBUS, &ours(), std::ptr::null_mut());
         }
         // A fault returns: the access repeats under SIG_DFL and the
         // kernel's default action applies, with the real siginfo.

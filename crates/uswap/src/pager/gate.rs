@@ -110,4 +110,8 @@ pub(super) fn reset() {
     for b in &INSIDE {
         b.store(0, Ordering::Relaxed);
     }
+    // The gate stays closed until the child's handler is done; this
+    // thread (the child's only one) is the forker now.
+    // SAFETY: gettid has no preconditions.
+    FORKER.store(unsafe { libc::gettid() }, Ordering::SeqCst);
 }

@@ -73,6 +73,19 @@ mod signals; // signal masks, uswap's threads
 mod writeback; // staged pages to their slots, in runs, through io_uring
 
 pub use signals::starting_a_thread;
+
+/// For a library that interposes `sigaction` on a program (`uswap run`):
+/// `sigaction(SIGBUS, new, old)` as the program sees it while uswap's
+/// SIGBUS handler is in front.  `old` receives the program's disposition
+/// and `new` becomes it; uswap's handler stays installed and passes every
+/// SIGBUS that is not a uswap fault on to it.  Installing the program's
+/// handler in the kernel instead would send uswap's own faults to it
+/// until the watchdog put uswap's back.  False, with nothing done, when
+/// uswap's handler is not installed (no instance in SIGBUS mode): the
+/// call is then the kernel's to make.
+pub fn program_sigbus_action(new: Option<&libc::sigaction>, old: Option<&mut libc::sigaction>) -> bool {
+    entry::program_sigbus_action(new, old)
+}
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
