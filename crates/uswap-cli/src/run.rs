@@ -59,8 +59,9 @@ pub struct RunArgs {
     /// fails with EFAULT.  `auto`: handler where allowed, else sigbus.
     #[arg(long, value_enum, default_value_t = RunMode::Auto)]
     pub mode: RunMode,
-    /// At exit, print what was swapped (faults by kind, evictions, swap IO)
-    /// on stderr.
+    /// At exit, print what was swapped on stderr, one block: faults by
+    /// kind and the time spent serving them, evictions, swap IO, resident
+    /// memory now and at its peak.
     #[arg(long)]
     pub stats: bool,
     /// The program and its arguments.

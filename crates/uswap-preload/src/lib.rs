@@ -267,10 +267,10 @@ extern "C" fn print_stats() {
     let mib = |pages: u64| pages as f64 * uswap::PAGE_SIZE as f64 / (1 << 20) as f64;
     let text = format!(
         "uswap run: budget {:.0} MiB, heap region {:.0} MiB, {}\n  \
-         faults {} (zero fills {}, swap-ins {}, swap-cache hits {}, write-protect {}); \
+         faults {} (zero fills {}, swap-ins {}, swap-cache hits {}, write-protect {}), {:.3} s serving them; \
          pages read ahead {}, zero pages filled around {}\n  \
          evictions {} (clean drops {}, written {}, zero pages {}); swap IO: {:.1} MiB written, {:.1} MiB read\n  \
-         resident now {:.1} MiB; direct reclaim {}, over budget {}\n",
+         resident now {:.1} MiB, at most {:.1} MiB; direct reclaim {}, over budget {}\n",
         mib(r.swap.budget_pages() as u64),
         r.region.len() as f64 / (1 << 20) as f64,
         match (r.mode, r.swap.user_mode_only()) {
@@ -283,6 +283,7 @@ extern "C" fn print_stats() {
         c("swapins"),
         c("swapcache_hits"),
         c("wp_faults"),
+        c("fault_ns") as f64 / 1e9,
         c("readahead"),
         c("fault_around"),
         c("evictions"),
@@ -292,6 +293,7 @@ extern "C" fn print_stats() {
         mib(c("io_write_pages")),
         mib(c("io_read_pages")),
         mib(r.swap.resident_pages() as u64),
+        mib(r.swap.peak_resident_pages() as u64),
         c("direct_reclaim"),
         c("budget_overrun"),
     );

@@ -278,6 +278,7 @@ pub(super) fn serve_signal(addr: u64, access: Access) -> bool {
     if page::kind(inner.states[id as usize].load(Ordering::Acquire)) == page::POISONED {
         return false;
     }
+    let start = crate::io::monotonic_ns();
     match unit {
         Some(base) => {
             fault::serve_unit(inner, base, id, addr, access);
@@ -286,6 +287,10 @@ pub(super) fn serve_signal(addr: u64, access: Access) -> bool {
             fault::serve(inner, addr, id, access);
         }
     }
+    inner
+        .counters
+        .fault_ns
+        .add(crate::io::monotonic_ns().saturating_sub(start));
     true
 }
 
@@ -319,6 +324,7 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
                 present: Some(wp),
                 write: write && !wp,
             };
+            let start = crate::io::monotonic_ns();
             let wake = match lookup(address) {
                 Some(Hit {
                     inner: owner,
@@ -340,6 +346,10 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
                 // area): let the thread retry.
                 _ => Some((page_addr, PAGE)),
             };
+            inner
+                .counters
+                .fault_ns
+                .add(crate::io::monotonic_ns().saturating_sub(start));
             if let Some((at, len)) = wake {
                 // A failed wake means the range is gone (unmapped): the
                 // thread waiting there was woken by the unmap.
@@ -408,6 +418,7 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             }
             inner.backing.hold.release_if_done(&inner);
             let resident = inner.budget.resident.load(Ordering::Relaxed);
+            inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
             if resident > inner.budget.low
                 && reclaim::reclaim(&inner, resident - inner.budget.low, ring.as_mut()) > 0
             {

@@ -50,6 +50,10 @@ pub(crate) struct Counters {
     pub readahead: Arc<Counter>,
     pub fault_around: Arc<Counter>,
     pub prefetched: Arc<Counter>,
+    /// Nanoseconds spent serving faults: in the SIGBUS handler from the
+    /// page's lookup to the install, or in a handler thread per event
+    /// (neither counts the kernel's delivery or the wake-up).
+    pub fault_ns: Arc<Counter>,
 }
 
 impl Counters {
@@ -84,6 +88,7 @@ impl Counters {
             readahead: r.counter("readahead"),
             fault_around: r.counter("fault_around"),
             prefetched: r.counter("prefetched"),
+            fault_ns: r.counter("fault_ns"),
         }
     }
 }
@@ -176,6 +181,9 @@ pub(crate) struct Budget {
     pub low: usize,
     /// Pages resident now, staged ones included.
     pub resident: AtomicUsize,
+    /// The most pages resident the background reclaimer has seen (it
+    /// looks every pass, at least every millisecond).
+    pub peak: AtomicUsize,
     /// Pages staged now; counted in `resident` too.
     pub staged: AtomicUsize,
     /// Staged pages kept in memory before writeback starts: half the

@@ -450,6 +450,7 @@ impl SwapBuilder {
                 },
                 low: budget - (budget / 16).max(32).min(budget / 2),
                 resident: AtomicUsize::new(0),
+                peak: AtomicUsize::new(0),
                 staged: AtomicUsize::new(0),
                 staging_target: staging_frames as usize / 2,
             },
@@ -649,6 +650,16 @@ impl Swap {
     /// Pages resident now, over all regions.
     pub fn resident_pages(&self) -> usize {
         self.inner.budget.resident.load(Ordering::Relaxed)
+    }
+
+    /// The most pages resident at once, as the background reclaimer saw
+    /// it (every pass, at least every millisecond; 0 without one).
+    pub fn peak_resident_pages(&self) -> usize {
+        self.inner
+            .budget
+            .peak
+            .load(Ordering::Relaxed)
+            .max(self.inner.budget.resident.load(Ordering::Relaxed))
     }
 
     /// Whether faults are served through a userfaultfd for user-mode
