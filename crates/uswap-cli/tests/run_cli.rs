@@ -496,6 +496,23 @@ fn redis_cli(port: u16, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_string()
 }
 
+/// A Redis server's arguments: `port`, its RDB file in `dir`, no
+/// snapshots of its own, `DEBUG` from the loopback, the log on stdout.
+fn redis_args(port: u16, dir: &str) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--port",
+        &port.to_string(),
+        "--save",
+        "",
+        "--enable-debug-command",
+        "local",
+    ]
+    .map(String::from)
+    .to_vec();
+    a.extend(["--dir", dir, "--dbfilename", "dump.rdb", "--logfile", ""].map(String::from));
+    a
+}
+
 /// Wait until the server on `port` answers PONG (not LOADING).
 fn redis_ready(port: u16) {
     for _ in 0..300 {
@@ -536,16 +553,8 @@ fn redis_bgsave_forks_and_the_rdb_holds_every_key() {
             "--stats",
             "--",
         ])
-        .args([
-            "redis-server",
-            "--port",
-            &port.to_string(),
-            "--save",
-            "",
-            "--enable-debug-command",
-            "local",
-        ])
-        .args(["--dir", d, "--dbfilename", "dump.rdb", "--logfile", ""])
+        .arg("redis-server")
+        .args(redis_args(port, d))
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped());
         if mode == Mode::Sigbus && root() {
@@ -583,15 +592,7 @@ fn redis_bgsave_forks_and_the_rdb_holds_every_key() {
         // A plain Redis on the file the child wrote.
         let port2 = free_port();
         let mut plain = Command::new("redis-server")
-            .args([
-                "--port",
-                &port2.to_string(),
-                "--save",
-                "",
-                "--enable-debug-command",
-                "local",
-            ])
-            .args(["--dir", d, "--dbfilename", "dump.rdb", "--logfile", ""])
+            .args(redis_args(port2, d))
             .stdout(std::process::Stdio::null())
             .spawn()
             .unwrap();

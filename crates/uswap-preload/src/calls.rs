@@ -187,6 +187,31 @@ unsafe fn pin_msg(msg: *const libc::msghdr, store: bool) -> Vec<Pinned<'static>>
     pins
 }
 
+/// An interposed call: its paths (C strings the kernel reads), the
+/// buffers the kernel stores into (`stores`) or reads (`reads`), and its
+/// iovec arrays (with whether the kernel stores into their buffers), each
+/// pinned for the call; then libc's function of the same name, with the
+/// arguments unchanged.
+macro_rules! pinned_call {
+    ($name:literal, fn $fname:ident($($arg:ident: $ty:ty),* $(,)?) -> $ret:ty
+     $(, paths [$($p:ident),*])?
+     $(, stores [$(($b:expr, $len:expr)),*])?
+     $(, reads [$(($rb:expr, $rlen:expr)),*])?
+     $(, iovs [$(($iov:ident, $cnt:ident, $st:expr)),*])? $(,)?) => {
+        #[no_mangle]
+        pub unsafe extern "C" fn $fname($($arg: $ty),*) -> $ret {
+            let f = next!($name as fn($($ty),*) -> $ret);
+            let _paths: &[Option<Pinned<'static>>] = &[$($(pin_str($p.cast())),*)?];
+            let _stores: &[Option<Pinned<'static>>] = &[$($(pin($b.cast(), $len, true)),*)?];
+            let _reads: &[Option<Pinned<'static>>] = &[$($(pin($rb.cast(), $rlen, false)),*)?];
+            // SAFETY: the C contract: `cnt` iovecs.
+            let _iovs: &[Vec<Pinned<'static>>] = &[$($(unsafe { pin_iov($iov, $cnt, $st) }),*)?];
+            // SAFETY: the C contract: the arguments pass through.
+            unsafe { f($($arg),*) }
+        }
+    };
+}
+
 /// The interposed calls.  Their callers are C programs: each function's
 /// contract is the C one (its manual page); each passes its arguments on
 /// to libc's function of the same name unchanged, after pinning.
@@ -210,13 +235,8 @@ mod interpose {
         )
     }
 
-    #[no_mangle]
-    pub unsafe extern "C" fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t {
-        let f = next!("__read_chk" as fn(c_int, *mut c_void, size_t, size_t) -> ssize_t);
-        let _pinned = pin(buf, n.min(buflen), true);
-        // SAFETY: the C contract.
-        unsafe { f(fd, buf, n, buflen) }
-    }
+    pinned_call!("__read_chk", fn __read_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t) -> ssize_t,
+        stores [(buf, n.min(buflen))]);
 
     #[no_mangle]
     pub unsafe extern "C" fn pread(fd: c_int, buf: *mut c_void, n: size_t, off: off_t) -> ssize_t {
@@ -237,37 +257,13 @@ mod interpose {
         unsafe { pread(fd, buf, n, off) }
     }
 
-    #[no_mangle]
-    pub unsafe extern "C" fn __pread64_chk(
-        fd: c_int,
-        buf: *mut c_void,
-        n: size_t,
-        off: off_t,
-        buflen: size_t,
-    ) -> ssize_t {
-        let f = next!("__pread64_chk" as fn(c_int, *mut c_void, size_t, off_t, size_t) -> ssize_t);
-        let _pinned = pin(buf, n.min(buflen), true);
-        // SAFETY: the C contract.
-        unsafe { f(fd, buf, n, off, buflen) }
-    }
+    pinned_call!("__pread64_chk", fn __pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, buflen: size_t) -> ssize_t,
+        stores [(buf, n.min(buflen))]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-        let f = next!("readv" as fn(c_int, *const iovec, c_int) -> ssize_t);
-        // SAFETY: the C contract: `cnt` iovecs.
-        let _pinned = unsafe { pin_iov(iov, cnt, true) };
-        // SAFETY: the C contract.
-        unsafe { f(fd, iov, cnt) }
-    }
+    pinned_call!("readv", fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, iovs [(iov, cnt, true)]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-        let f = next!("preadv" as fn(c_int, *const iovec, c_int, off_t) -> ssize_t);
-        // SAFETY: the C contract: `cnt` iovecs.
-        let _pinned = unsafe { pin_iov(iov, cnt, true) };
-        // SAFETY: the C contract.
-        unsafe { f(fd, iov, cnt, off) }
-    }
+    pinned_call!("preadv", fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t,
+        iovs [(iov, cnt, true)]);
 
     #[no_mangle]
     pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
@@ -275,27 +271,10 @@ mod interpose {
         unsafe { preadv(fd, iov, cnt, off) }
     }
 
-    #[no_mangle]
-    pub unsafe extern "C" fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t {
-        let f = next!("recv" as fn(c_int, *mut c_void, size_t, c_int) -> ssize_t);
-        let _pinned = pin(buf, n, true);
-        // SAFETY: the C contract.
-        unsafe { f(fd, buf, n, flags) }
-    }
+    pinned_call!("recv", fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t, stores [(buf, n)]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn __recv_chk(
-        fd: c_int,
-        buf: *mut c_void,
-        n: size_t,
-        buflen: size_t,
-        flags: c_int,
-    ) -> ssize_t {
-        let f = next!("__recv_chk" as fn(c_int, *mut c_void, size_t, size_t, c_int) -> ssize_t);
-        let _pinned = pin(buf, n.min(buflen), true);
-        // SAFETY: the C contract.
-        unsafe { f(fd, buf, n, buflen, flags) }
-    }
+    pinned_call!("__recv_chk", fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t,
+        stores [(buf, n.min(buflen))]);
 
     #[no_mangle]
     pub unsafe extern "C" fn recvfrom(
@@ -351,63 +330,19 @@ mod interpose {
         fread_chunked(buf, size, n, |at, items| unsafe { f(at, size, items, fp) })
     }
 
-    #[no_mangle]
-    pub unsafe extern "C" fn __fread_chk(
-        buf: *mut c_void,
-        buflen: size_t,
-        size: size_t,
-        n: size_t,
-        fp: *mut FILE,
-    ) -> size_t {
-        let f = next!("__fread_chk" as fn(*mut c_void, size_t, size_t, size_t, *mut FILE) -> size_t);
-        let _pinned = pin(buf, buflen.min(size.saturating_mul(n)), true);
-        // SAFETY: the C contract.
-        unsafe { f(buf, buflen, size, n, fp) }
-    }
+    pinned_call!("__fread_chk", fn __fread_chk(buf: *mut c_void, buflen: size_t, size: size_t, n: size_t, fp: *mut FILE) -> size_t,
+        stores [(buf, buflen.min(size.saturating_mul(n)))]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn __fread_unlocked_chk(
-        buf: *mut c_void,
-        buflen: size_t,
-        size: size_t,
-        n: size_t,
-        fp: *mut FILE,
-    ) -> size_t {
-        let f = next!("__fread_unlocked_chk" as fn(*mut c_void, size_t, size_t, size_t, *mut FILE) -> size_t);
-        let _pinned = pin(buf, buflen.min(size.saturating_mul(n)), true);
-        // SAFETY: the C contract.
-        unsafe { f(buf, buflen, size, n, fp) }
-    }
+    pinned_call!("__fread_unlocked_chk", fn __fread_unlocked_chk(buf: *mut c_void, buflen: size_t, size: size_t, n: size_t, fp: *mut FILE) -> size_t,
+        stores [(buf, buflen.min(size.saturating_mul(n)))]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn getrandom(buf: *mut c_void, n: size_t, flags: u32) -> ssize_t {
-        let f = next!("getrandom" as fn(*mut c_void, size_t, u32) -> ssize_t);
-        let _pinned = pin(buf, n, true);
-        // SAFETY: the C contract.
-        unsafe { f(buf, n, flags) }
-    }
+    pinned_call!("getrandom", fn getrandom(buf: *mut c_void, n: size_t, flags: u32) -> ssize_t, stores [(buf, n)]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int {
-        let f = next!("poll" as fn(*mut libc::pollfd, libc::nfds_t, c_int) -> c_int);
-        let _pinned = pin(fds.cast(), n as usize * std::mem::size_of::<libc::pollfd>(), true);
-        // SAFETY: the C contract.
-        unsafe { f(fds, n, timeout) }
-    }
+    pinned_call!("poll", fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int,
+        stores [(fds, n as usize * std::mem::size_of::<libc::pollfd>())]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn epoll_wait(
-        ep: c_int,
-        events: *mut libc::epoll_event,
-        max: c_int,
-        timeout: c_int,
-    ) -> c_int {
-        let f = next!("epoll_wait" as fn(c_int, *mut libc::epoll_event, c_int, c_int) -> c_int);
-        let bytes = max.max(0) as usize * std::mem::size_of::<libc::epoll_event>();
-        let _pinned = pin(events.cast(), bytes, true);
-        // SAFETY: the C contract.
-        unsafe { f(ep, events, max, timeout) }
-    }
+    pinned_call!("epoll_wait", fn epoll_wait(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int,
+        stores [(events, max.max(0) as usize * std::mem::size_of::<libc::epoll_event>())]);
 
     // ---- write family: the kernel reads the buffer.
 
@@ -437,23 +372,10 @@ mod interpose {
         unsafe { pwrite(fd, buf, n, off) }
     }
 
-    #[no_mangle]
-    pub unsafe extern "C" fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t {
-        let f = next!("writev" as fn(c_int, *const iovec, c_int) -> ssize_t);
-        // SAFETY: the C contract: `cnt` iovecs.
-        let _pinned = unsafe { pin_iov(iov, cnt, false) };
-        // SAFETY: the C contract.
-        unsafe { f(fd, iov, cnt) }
-    }
+    pinned_call!("writev", fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, iovs [(iov, cnt, false)]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
-        let f = next!("pwritev" as fn(c_int, *const iovec, c_int, off_t) -> ssize_t);
-        // SAFETY: the C contract: `cnt` iovecs.
-        let _pinned = unsafe { pin_iov(iov, cnt, false) };
-        // SAFETY: the C contract.
-        unsafe { f(fd, iov, cnt, off) }
-    }
+    pinned_call!("pwritev", fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t,
+        iovs [(iov, cnt, false)]);
 
     #[no_mangle]
     pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
@@ -461,30 +383,10 @@ mod interpose {
         unsafe { pwritev(fd, iov, cnt, off) }
     }
 
-    #[no_mangle]
-    pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
-        let f = next!("send" as fn(c_int, *const c_void, size_t, c_int) -> ssize_t);
-        let _pinned = pin(buf, n, false);
-        // SAFETY: the C contract.
-        unsafe { f(fd, buf, n, flags) }
-    }
+    pinned_call!("send", fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t, reads [(buf, n)]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn sendto(
-        fd: c_int,
-        buf: *const c_void,
-        n: size_t,
-        flags: c_int,
-        to: *const sockaddr,
-        tolen: socklen_t,
-    ) -> ssize_t {
-        let f =
-            next!("sendto" as fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t);
-        let _buf = pin(buf, n, false);
-        let _to = pin(to.cast(), tolen as usize, false);
-        // SAFETY: the C contract.
-        unsafe { f(fd, buf, n, flags, to, tolen) }
-    }
+    pinned_call!("sendto", fn sendto(fd: c_int, buf: *const c_void, n: size_t, flags: c_int, to: *const sockaddr, tolen: socklen_t) -> ssize_t,
+        reads [(buf, n), (to, tolen as usize)]);
 
     #[no_mangle]
     pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
@@ -518,51 +420,17 @@ mod interpose {
     // one (`EFAULT`), so the word's page is held in, writable (a robust
     // or priority-inheriting mutex has the kernel store into it).
 
-    #[no_mangle]
-    pub unsafe extern "C" fn pthread_mutex_lock(m: *mut libc::pthread_mutex_t) -> c_int {
-        let f = next!("pthread_mutex_lock" as fn(*mut libc::pthread_mutex_t) -> c_int);
-        let _pinned = pin(m.cast(), std::mem::size_of::<libc::pthread_mutex_t>(), true);
-        // SAFETY: the C contract.
-        unsafe { f(m) }
-    }
+    pinned_call!("pthread_mutex_lock", fn pthread_mutex_lock(m: *mut libc::pthread_mutex_t) -> c_int,
+        stores [(m, std::mem::size_of::<libc::pthread_mutex_t>())]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn pthread_cond_wait(
-        c: *mut libc::pthread_cond_t,
-        m: *mut libc::pthread_mutex_t,
-    ) -> c_int {
-        let f =
-            next!("pthread_cond_wait" as fn(*mut libc::pthread_cond_t, *mut libc::pthread_mutex_t) -> c_int);
-        let _cond = pin(c.cast(), std::mem::size_of::<libc::pthread_cond_t>(), true);
-        let _mutex = pin(m.cast(), std::mem::size_of::<libc::pthread_mutex_t>(), true);
-        // SAFETY: the C contract.
-        unsafe { f(c, m) }
-    }
+    pinned_call!("pthread_cond_wait", fn pthread_cond_wait(c: *mut libc::pthread_cond_t, m: *mut libc::pthread_mutex_t) -> c_int,
+        stores [(c, std::mem::size_of::<libc::pthread_cond_t>()), (m, std::mem::size_of::<libc::pthread_mutex_t>())]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn pthread_cond_timedwait(
-        c: *mut libc::pthread_cond_t,
-        m: *mut libc::pthread_mutex_t,
-        t: *const libc::timespec,
-    ) -> c_int {
-        let f = next!(
-            "pthread_cond_timedwait"
-                as fn(*mut libc::pthread_cond_t, *mut libc::pthread_mutex_t, *const libc::timespec) -> c_int
-        );
-        let _cond = pin(c.cast(), std::mem::size_of::<libc::pthread_cond_t>(), true);
-        let _mutex = pin(m.cast(), std::mem::size_of::<libc::pthread_mutex_t>(), true);
-        let _time = pin(t.cast(), std::mem::size_of::<libc::timespec>(), false);
-        // SAFETY: the C contract.
-        unsafe { f(c, m, t) }
-    }
+    pinned_call!("pthread_cond_timedwait", fn pthread_cond_timedwait(c: *mut libc::pthread_cond_t, m: *mut libc::pthread_mutex_t, t: *const libc::timespec) -> c_int,
+        stores [(c, std::mem::size_of::<libc::pthread_cond_t>()), (m, std::mem::size_of::<libc::pthread_mutex_t>())],
+        reads [(t, std::mem::size_of::<libc::timespec>())]);
 
-    #[no_mangle]
-    pub unsafe extern "C" fn sem_wait(s: *mut libc::sem_t) -> c_int {
-        let f = next!("sem_wait" as fn(*mut libc::sem_t) -> c_int);
-        let _pinned = pin(s.cast(), std::mem::size_of::<libc::sem_t>(), true);
-        // SAFETY: the C contract.
-        unsafe { f(s) }
-    }
+    pinned_call!("sem_wait", fn sem_wait(s: *mut libc::sem_t) -> c_int, stores [(s, std::mem::size_of::<libc::sem_t>())]);
 }
 
 /// `fread` of `n` items of `size` bytes a chunk of whole items at a time:
@@ -662,22 +530,6 @@ fn pin_strs(v: *const *const libc::c_char) -> Vec<Pinned<'static>> {
     pins
 }
 
-/// An interposed call that takes paths (read by the kernel) and buffers
-/// it stores into: each pinned for the call, then libc's function.
-macro_rules! path_call {
-    ($name:literal, fn $fname:ident($($arg:ident: $ty:ty),*) -> $ret:ty,
-     paths [$($p:ident),*], stores [$(($b:expr, $len:expr)),*]) => {
-        #[no_mangle]
-        pub unsafe extern "C" fn $fname($($arg: $ty),*) -> $ret {
-            let f = next!($name as fn($($ty),*) -> $ret);
-            let _paths: &[Option<Pinned<'static>>] = &[$(pin_str($p.cast())),*];
-            let _stores: &[Option<Pinned<'static>>] = &[$(pin($b.cast(), $len, true)),*];
-            // SAFETY: the C contract: the arguments pass through.
-            unsafe { f($($arg),*) }
-        }
-    };
-}
-
 /// Calls that take a path (and sometimes a buffer for the answer): the
 /// path, a heap string as often as not (Redis's file names, Python's
 /// `os.stat` argument), is read by the kernel.  `open` and `openat` are
@@ -689,56 +541,56 @@ mod paths {
     use super::*;
     use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, DIR, FILE};
 
-    path_call!("open", fn open(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p], stores []);
-    path_call!("open64", fn open64(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p], stores []);
-    path_call!("openat", fn openat(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p], stores []);
-    path_call!("openat64", fn openat64(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p], stores []);
-    path_call!("creat", fn creat(p: *const c_char, mode: mode_t) -> c_int, paths [p], stores []);
-    path_call!("fopen", fn fopen(p: *const c_char, m: *const c_char) -> *mut FILE, paths [p, m], stores []);
-    path_call!("fopen64", fn fopen64(p: *const c_char, m: *const c_char) -> *mut FILE, paths [p, m], stores []);
-    path_call!("opendir", fn opendir(p: *const c_char) -> *mut DIR, paths [p], stores []);
-    path_call!("stat", fn stat(p: *const c_char, st: *mut libc::stat) -> c_int,
+    pinned_call!("open", fn open(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p]);
+    pinned_call!("open64", fn open64(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p]);
+    pinned_call!("openat", fn openat(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p]);
+    pinned_call!("openat64", fn openat64(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p]);
+    pinned_call!("creat", fn creat(p: *const c_char, mode: mode_t) -> c_int, paths [p]);
+    pinned_call!("fopen", fn fopen(p: *const c_char, m: *const c_char) -> *mut FILE, paths [p, m]);
+    pinned_call!("fopen64", fn fopen64(p: *const c_char, m: *const c_char) -> *mut FILE, paths [p, m]);
+    pinned_call!("opendir", fn opendir(p: *const c_char) -> *mut DIR, paths [p]);
+    pinned_call!("stat", fn stat(p: *const c_char, st: *mut libc::stat) -> c_int,
         paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
-    path_call!("stat64", fn stat64(p: *const c_char, st: *mut libc::stat) -> c_int,
+    pinned_call!("stat64", fn stat64(p: *const c_char, st: *mut libc::stat) -> c_int,
         paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
-    path_call!("lstat", fn lstat(p: *const c_char, st: *mut libc::stat) -> c_int,
+    pinned_call!("lstat", fn lstat(p: *const c_char, st: *mut libc::stat) -> c_int,
         paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
-    path_call!("lstat64", fn lstat64(p: *const c_char, st: *mut libc::stat) -> c_int,
+    pinned_call!("lstat64", fn lstat64(p: *const c_char, st: *mut libc::stat) -> c_int,
         paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
-    path_call!("fstatat", fn fstatat(d: c_int, p: *const c_char, st: *mut libc::stat, fl: c_int) -> c_int,
+    pinned_call!("fstatat", fn fstatat(d: c_int, p: *const c_char, st: *mut libc::stat, fl: c_int) -> c_int,
         paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
-    path_call!("fstatat64", fn fstatat64(d: c_int, p: *const c_char, st: *mut libc::stat, fl: c_int) -> c_int,
+    pinned_call!("fstatat64", fn fstatat64(d: c_int, p: *const c_char, st: *mut libc::stat, fl: c_int) -> c_int,
         paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
-    path_call!("fstat", fn fstat(fd: c_int, st: *mut libc::stat) -> c_int,
+    pinned_call!("fstat", fn fstat(fd: c_int, st: *mut libc::stat) -> c_int,
         paths [], stores [(st, std::mem::size_of::<libc::stat>())]);
-    path_call!("fstat64", fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int,
+    pinned_call!("fstat64", fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int,
         paths [], stores [(st, std::mem::size_of::<libc::stat>())]);
-    path_call!("statx", fn statx(d: c_int, p: *const c_char, fl: c_int, mask: c_uint, st: *mut libc::statx) -> c_int,
+    pinned_call!("statx", fn statx(d: c_int, p: *const c_char, fl: c_int, mask: c_uint, st: *mut libc::statx) -> c_int,
         paths [p], stores [(st, std::mem::size_of::<libc::statx>())]);
-    path_call!("access", fn access(p: *const c_char, m: c_int) -> c_int, paths [p], stores []);
-    path_call!("faccessat", fn faccessat(d: c_int, p: *const c_char, m: c_int, fl: c_int) -> c_int, paths [p], stores []);
-    path_call!("rename", fn rename(a: *const c_char, b: *const c_char) -> c_int, paths [a, b], stores []);
-    path_call!("renameat", fn renameat(da: c_int, a: *const c_char, db: c_int, b: *const c_char) -> c_int,
-        paths [a, b], stores []);
-    path_call!("renameat2", fn renameat2(da: c_int, a: *const c_char, db: c_int, b: *const c_char, fl: c_uint) -> c_int,
-        paths [a, b], stores []);
-    path_call!("unlink", fn unlink(p: *const c_char) -> c_int, paths [p], stores []);
-    path_call!("unlinkat", fn unlinkat(d: c_int, p: *const c_char, fl: c_int) -> c_int, paths [p], stores []);
-    path_call!("rmdir", fn rmdir(p: *const c_char) -> c_int, paths [p], stores []);
-    path_call!("mkdir", fn mkdir(p: *const c_char, m: mode_t) -> c_int, paths [p], stores []);
-    path_call!("mkdirat", fn mkdirat(d: c_int, p: *const c_char, m: mode_t) -> c_int, paths [p], stores []);
-    path_call!("chdir", fn chdir(p: *const c_char) -> c_int, paths [p], stores []);
-    path_call!("chmod", fn chmod(p: *const c_char, m: mode_t) -> c_int, paths [p], stores []);
-    path_call!("truncate", fn truncate(p: *const c_char, n: libc::off_t) -> c_int, paths [p], stores []);
-    path_call!("symlink", fn symlink(a: *const c_char, b: *const c_char) -> c_int, paths [a, b], stores []);
-    path_call!("link", fn link(a: *const c_char, b: *const c_char) -> c_int, paths [a, b], stores []);
-    path_call!("readlink", fn readlink(p: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t,
+    pinned_call!("access", fn access(p: *const c_char, m: c_int) -> c_int, paths [p]);
+    pinned_call!("faccessat", fn faccessat(d: c_int, p: *const c_char, m: c_int, fl: c_int) -> c_int, paths [p]);
+    pinned_call!("rename", fn rename(a: *const c_char, b: *const c_char) -> c_int, paths [a, b]);
+    pinned_call!("renameat", fn renameat(da: c_int, a: *const c_char, db: c_int, b: *const c_char) -> c_int,
+        paths [a, b]);
+    pinned_call!("renameat2", fn renameat2(da: c_int, a: *const c_char, db: c_int, b: *const c_char, fl: c_uint) -> c_int,
+        paths [a, b]);
+    pinned_call!("unlink", fn unlink(p: *const c_char) -> c_int, paths [p]);
+    pinned_call!("unlinkat", fn unlinkat(d: c_int, p: *const c_char, fl: c_int) -> c_int, paths [p]);
+    pinned_call!("rmdir", fn rmdir(p: *const c_char) -> c_int, paths [p]);
+    pinned_call!("mkdir", fn mkdir(p: *const c_char, m: mode_t) -> c_int, paths [p]);
+    pinned_call!("mkdirat", fn mkdirat(d: c_int, p: *const c_char, m: mode_t) -> c_int, paths [p]);
+    pinned_call!("chdir", fn chdir(p: *const c_char) -> c_int, paths [p]);
+    pinned_call!("chmod", fn chmod(p: *const c_char, m: mode_t) -> c_int, paths [p]);
+    pinned_call!("truncate", fn truncate(p: *const c_char, n: libc::off_t) -> c_int, paths [p]);
+    pinned_call!("symlink", fn symlink(a: *const c_char, b: *const c_char) -> c_int, paths [a, b]);
+    pinned_call!("link", fn link(a: *const c_char, b: *const c_char) -> c_int, paths [a, b]);
+    pinned_call!("readlink", fn readlink(p: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t,
         paths [p], stores [(buf, n)]);
-    path_call!("readlinkat", fn readlinkat(d: c_int, p: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t,
+    pinned_call!("readlinkat", fn readlinkat(d: c_int, p: *const c_char, buf: *mut c_char, n: size_t) -> ssize_t,
         paths [p], stores [(buf, n)]);
-    path_call!("realpath", fn realpath(p: *const c_char, out: *mut c_char) -> *mut c_char,
+    pinned_call!("realpath", fn realpath(p: *const c_char, out: *mut c_char) -> *mut c_char,
         paths [p], stores [(out, libc::PATH_MAX as usize)]);
-    path_call!("getcwd", fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char, paths [], stores [(buf, n)]);
+    pinned_call!("getcwd", fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char, stores [(buf, n)]);
 
     /// `execve(2)`: the path, and every argument and environment string
     /// with the arrays that hold them, read by the kernel (a program's
