@@ -416,7 +416,10 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                 watches += 1;
                 watch(watches % SCAN_EVERY == 1);
             }
-            inner.backing.hold.release_if_done(&inner);
+            if let Some((slots, units)) = inner.backing.hold.release_if_done() {
+                slots.into_iter().for_each(|e| inner.free_slot(e));
+                units.into_iter().for_each(|e| inner.free_huge(e));
+            }
             let resident = inner.budget.resident.load(Ordering::Relaxed);
             inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
             if resident > inner.budget.low

@@ -105,7 +105,10 @@ extern "C" fn prepare() {
     }
     for inner in &insts {
         if inner.has_file_device() {
-            inner.backing.hold.snapshot(inner);
+            let devices = &inner.backing.devices;
+            inner.backing.hold.snapshot(&inner.states, |d| {
+                devices[d as usize].kind() == crate::io::BackendKind::File
+            });
         }
     }
 }

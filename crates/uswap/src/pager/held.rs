@@ -4,13 +4,11 @@
 //! share (`swap_duplicate`) until both free it.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::instance::Inner;
 use super::page::{self, UNIT_PAGES};
 use super::report;
-use crate::io::BackendKind;
 use crate::stats::StatMutex;
 use crate::swap_space::SwapEntry;
 
@@ -28,6 +26,8 @@ struct HoldState {
     bits: Vec<u64>,
     /// Each device's first bit.
     bases: Vec<u64>,
+    /// Slots on all devices.
+    total: u64,
     /// The snapshot of the fork under way, taken before it.
     pending: Vec<u64>,
     /// Read ends of the children's pipes: a child is done at their end.
@@ -50,6 +50,7 @@ impl Hold {
             state: StatMutex::new(
                 HoldState {
                     bases,
+                    total,
                     ..HoldState::default()
                 },
                 site,
@@ -57,20 +58,19 @@ impl Hold {
         }
     }
 
-    /// Before a fork: the slots on swap files that the child's copy of
-    /// the page states refers to.
-    pub(super) fn snapshot(&self, inner: &Inner) {
+    /// Before a fork: the slots on swap files (`file_device` says which
+    /// devices are) that the child's copy of the page states refers to.
+    pub(super) fn snapshot(&self, states: &[AtomicU64], file_device: impl Fn(u16) -> bool) {
         let mut s = self.state.lock();
-        let total = inner.backing.devices.iter().map(|d| d.slots()).sum::<u64>();
-        let mut bits = vec![0u64; total.div_ceil(64) as usize];
+        let mut bits = vec![0u64; s.total.div_ceil(64) as usize];
         let bases = s.bases.clone();
         let mut mark = |e: SwapEntry| {
-            if inner.backing.devices[e.device() as usize].kind() == BackendKind::File {
+            if file_device(e.device()) {
                 let i = bases[e.device() as usize] + e.offset();
                 bits[(i / 64) as usize] |= 1 << (i % 64);
             }
         };
-        for st in inner.states.iter() {
+        for st in states {
             let w = st.load(Ordering::Relaxed);
             let Some(e) = page::slot(w) else {
                 continue;
@@ -154,39 +154,32 @@ impl Hold {
     }
 
     /// The reclaimer's look, every pass: once every child that may read
-    /// is done, the held slots the parent freed are freed.
-    pub fn release_if_done(&self, inner: &Inner) {
+    /// is done, the held slots the parent freed, to be freed now (single
+    /// slots, units' clusters).
+    pub fn release_if_done(&self) -> Option<(Vec<SwapEntry>, Vec<SwapEntry>)> {
         if !self.active.load(Ordering::Acquire) {
-            return;
+            return None;
         }
-        let (single, units) = {
-            let mut s = self.state.lock();
-            s.children.retain(|fd| {
-                let mut p = libc::pollfd {
-                    fd: fd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: polls one descriptor of ours, without waiting.
-                let n = unsafe { libc::poll(&mut p, 1, 0) };
-                // A write end still open: no event. Closed: POLLHUP.
-                !(n > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0)
-            });
-            if !s.children.is_empty() {
-                return;
-            }
-            self.active.store(false, Ordering::Release);
-            s.bits = Vec::new();
-            (
-                std::mem::take(&mut s.deferred),
-                std::mem::take(&mut s.deferred_units),
-            )
-        };
-        for e in single {
-            inner.free_slot(e);
+        let mut s = self.state.lock();
+        s.children.retain(|fd| {
+            let mut p = libc::pollfd {
+                fd: fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: polls one descriptor of ours, without waiting.
+            let n = unsafe { libc::poll(&mut p, 1, 0) };
+            // A write end still open: no event. Closed: POLLHUP.
+            !(n > 0 && p.revents & (libc::POLLHUP | libc::POLLERR) != 0)
+        });
+        if !s.children.is_empty() {
+            return None;
         }
-        for e in units {
-            inner.free_huge(e);
-        }
+        self.active.store(false, Ordering::Release);
+        s.bits = Vec::new();
+        Some((
+            std::mem::take(&mut s.deferred),
+            std::mem::take(&mut s.deferred_units),
+        ))
     }
 }
