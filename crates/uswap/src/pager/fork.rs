@@ -24,9 +24,11 @@
 //!   area registered with it, and the instance's threads started anew.
 //!   The inherited write protection is gone (the kernel drops it in a
 //!   child whose mapping is not registered at fork), so a clean page
-//!   would take writes unseen: every resident page becomes dirty, and
-//!   forgets its slot.  Pins and claims of threads that are not in the
-//!   child are dropped.
+//!   would take writes unseen: clean pages are write-protected again (a
+//!   run of neighbours per call) and stay clean, their slot with them,
+//!   so the child can drop them without IO; a 2 MB unit, or a page the
+//!   kernel will not protect, becomes dirty and forgets its slot.  Pins
+//!   and claims of threads that are not in the child are dropped.
 //! - **Slots** are shared as the kernel shares them at fork
 //!   (`swap_duplicate`), and freed only when both sides are done.  A RAM
 //!   device is private memory, so parent and child each have their own
@@ -197,13 +199,46 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
             )
             .map_err(|e| e.to_string())?;
         let pages = ((r.end - r.base) / PAGE_SIZE as u64) as usize;
-        let step = if r.huge { UNIT_PAGES } else { 1 };
-        for p in (0..pages).step_by(step) {
-            let id = r.id_base as usize + p;
-            for q in 0..step {
-                inner.pins[id + q].store(0, Ordering::Relaxed);
+        if r.huge {
+            for p in (0..pages).step_by(UNIT_PAGES) {
+                let id = r.id_base as usize + p;
+                for q in 0..UNIT_PAGES {
+                    inner.pins[id + q].store(0, Ordering::Relaxed);
+                }
+                dirty_if_clean(inner, id, true);
             }
-            dirty_if_clean(inner, id, r.huge);
+            continue;
+        }
+        // Small pages: clean ones are write-protected again, a run of
+        // neighbours per call, and stay clean with their slot (dropped
+        // without IO when they go, shared with the parent or not); where
+        // the kernel refuses, they become dirty.
+        let mut run: Option<(usize, usize)> = None;
+        for p in 0..=pages {
+            let clean = p < pages && {
+                let id = r.id_base as usize + p;
+                inner.pins[id].store(0, Ordering::Relaxed);
+                let st = &inner.states[id];
+                let w = st.load(Ordering::Relaxed) & !(page::BUSY | (1 << 31));
+                st.store(w, Ordering::Relaxed);
+                page::kind(w) == page::RESIDENT && w & page::DIRTY == 0
+            };
+            match (&mut run, clean) {
+                (Some((_, n)), true) => *n += 1,
+                (None, true) => run = Some((p, 1)),
+                (Some((first, n)), false) => {
+                    let (first, n) = (*first, *n);
+                    run = None;
+                    let addr = r.base + (first * PAGE_SIZE) as u64;
+                    let len = (n * PAGE_SIZE) as u64;
+                    if inner.uffd.writeprotect(addr, len, true, false).is_err() {
+                        for q in first..first + n {
+                            dirty_if_clean(inner, r.id_base as usize + q, false);
+                        }
+                    }
+                }
+                (None, false) => {}
+            }
         }
     }
     entry::start_threads(inner);
