@@ -315,7 +315,9 @@ mod interpose {
     pub unsafe extern "C" fn fread(buf: *mut c_void, size: size_t, n: size_t, fp: *mut FILE) -> size_t {
         let f = next!("fread" as fn(*mut c_void, size_t, size_t, *mut FILE) -> size_t);
         // SAFETY: the caller's buffer of `n` items, in whole items.
-        fread_chunked(buf, size, n, |at, items| unsafe { f(at, size, items, fp) })
+        stdio_chunked(buf, size, n, true, |at, items| unsafe {
+            f(at.cast_mut(), size, items, fp)
+        })
     }
 
     #[no_mangle]
@@ -327,7 +329,9 @@ mod interpose {
     ) -> size_t {
         let f = next!("fread_unlocked" as fn(*mut c_void, size_t, size_t, *mut FILE) -> size_t);
         // SAFETY: the caller's buffer of `n` items, in whole items.
-        fread_chunked(buf, size, n, |at, items| unsafe { f(at, size, items, fp) })
+        stdio_chunked(buf, size, n, true, |at, items| unsafe {
+            f(at.cast_mut(), size, items, fp)
+        })
     }
 
     pinned_call!("__fread_chk", fn __fread_chk(buf: *mut c_void, buflen: size_t, size: size_t, n: size_t, fp: *mut FILE) -> size_t,
@@ -401,7 +405,7 @@ mod interpose {
     pub unsafe extern "C" fn fwrite(buf: *const c_void, size: size_t, n: size_t, fp: *mut FILE) -> size_t {
         let f = next!("fwrite" as fn(*const c_void, size_t, size_t, *mut FILE) -> size_t);
         // SAFETY: the caller's buffer of `n` items, in whole items.
-        fwrite_chunked(buf, size, n, |at, items| unsafe { f(at, size, items, fp) })
+        stdio_chunked(buf, size, n, false, |at, items| unsafe { f(at, size, items, fp) })
     }
 
     #[no_mangle]
@@ -413,7 +417,7 @@ mod interpose {
     ) -> size_t {
         let f = next!("fwrite_unlocked" as fn(*const c_void, size_t, size_t, *mut FILE) -> size_t);
         // SAFETY: the caller's buffer of `n` items, in whole items.
-        fwrite_chunked(buf, size, n, |at, items| unsafe { f(at, size, items, fp) })
+        stdio_chunked(buf, size, n, false, |at, items| unsafe { f(at, size, items, fp) })
     }
 
     // ---- waits on futex words: glibc aborts when the kernel cannot read
@@ -433,49 +437,23 @@ mod interpose {
     pinned_call!("sem_wait", fn sem_wait(s: *mut libc::sem_t) -> c_int, stores [(s, std::mem::size_of::<libc::sem_t>())]);
 }
 
-/// `fread` of `n` items of `size` bytes a chunk of whole items at a time:
-/// stdio loops until the request is met or the file ends, so a short
-/// piece ends it, as it would end the single call.
-/// Only `f` touches the buffer.
-fn fread_chunked(buf: *mut c_void, size: usize, n: usize, f: impl Fn(*mut c_void, usize) -> usize) -> usize {
-    let bytes = size.saturating_mul(n);
-    let per = match chunk() {
-        Some(c) if size > 0 && bytes > c && in_heap(buf, bytes) => (c / size).max(1),
-        _ => {
-            let _pinned = pin(buf, bytes, true);
-            return f(buf, n);
-        }
-    };
-    let mut done = 0;
-    while done < n {
-        let items = (n - done).min(per);
-        let at = buf.cast::<u8>().wrapping_add(done * size).cast::<c_void>();
-        let got = {
-            let _pinned = pin(at, items * size, true);
-            f(at, items)
-        };
-        done += got;
-        if got < items {
-            break;
-        }
-    }
-    done
-}
-
-/// `fwrite` of `n` items a chunk of whole items at a time (as
-/// [`fread_chunked`]).
-/// Only `f` touches the buffer.
-fn fwrite_chunked(
+/// `fread` (`store`: the kernel or stdio stores into the buffer) or
+/// `fwrite` of `n` items of `size` bytes, a chunk of whole items at a
+/// time: stdio loops until the request is met or the file ends, so a
+/// short piece ends it, as it would end the single call.  Only `f`
+/// touches the buffer.
+fn stdio_chunked(
     buf: *const c_void,
     size: usize,
     n: usize,
+    store: bool,
     f: impl Fn(*const c_void, usize) -> usize,
 ) -> usize {
     let bytes = size.saturating_mul(n);
     let per = match chunk() {
         Some(c) if size > 0 && bytes > c && in_heap(buf, bytes) => (c / size).max(1),
         _ => {
-            let _pinned = pin(buf, bytes, false);
+            let _pinned = pin(buf, bytes, store);
             return f(buf, n);
         }
     };
@@ -484,7 +462,7 @@ fn fwrite_chunked(
         let items = (n - done).min(per);
         let at = buf.cast::<u8>().wrapping_add(done * size).cast::<c_void>();
         let got = {
-            let _pinned = pin(at, items * size, false);
+            let _pinned = pin(at, items * size, store);
             f(at, items)
         };
         done += got;
