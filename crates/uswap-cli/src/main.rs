@@ -41,13 +41,15 @@ enum Command {
     /// family is mimalloc over one uswap region (a library preloaded with
     /// LD_PRELOAD, built by the workspace beside this executable); what
     /// the heap holds beyond the budget goes to swap and comes back on
-    /// access.  Covered today: the malloc heap of a dynamically linked
-    /// program and its threads, and the private anonymous memory it maps
-    /// itself (mmap, munmap, mremap, madvise), in handler-thread mode
-    /// (root, or vm.unprivileged_userfaultfd=1).  Not yet: fork without
-    /// exec (the child cannot reach the heap: it crashes if it touches
-    /// it), system calls on heap buffers in SIGBUS mode (EFAULT).  The
-    /// program's children run without uswap.
+    /// access.  Paged: the malloc heap of a dynamically linked program
+    /// and its threads, and the private anonymous memory it maps itself
+    /// (mmap, munmap, mremap, madvise), for any user (SIGBUS mode) or
+    /// with the privilege for kernel faults (handler-thread mode, the
+    /// default where allowed).  A child that forks without exec (Python's
+    /// multiprocessing, Redis's BGSAVE, a shell's subshells) sees its
+    /// parent's memory, swapped out or not, and is paged too; one that
+    /// execs runs without uswap.  Shared and file mappings stay ordinary
+    /// memory.
     Run(run::RunArgs),
     /// Benchmarks of the core, one per seed experiment.
     #[command(subcommand)]
