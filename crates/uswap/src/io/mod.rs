@@ -319,9 +319,8 @@ impl std::fmt::Debug for IoDevice {
 impl IoDevice {
     /// A RAM device of `slots` pages: an anonymous private mapping of
     /// `slots * 4096` bytes with `MAP_NORESERVE` (pages are only allocated
-    /// when first written) and `MADV_DONTFORK` (a forked child neither
-    /// shares nor copies it), unmapped on drop.  Unwritten slots read as
-    /// zeros.
+    /// when first written), inherited by a forked child as its own copy,
+    /// unmapped on drop.  Unwritten slots read as zeros.
     pub fn ram(slots: u64, registry: &Registry) -> Result<IoDevice, IoError> {
         if slots == 0 {
             return Err(IoError::ZeroSize);

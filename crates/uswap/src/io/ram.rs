@@ -11,7 +11,7 @@ use crate::PAGE_SIZE;
 
 /// The memory of a RAM device: `slots * 4096` bytes mapped with
 /// `MAP_NORESERVE` (pages are only allocated when first written) and
-/// `MADV_DONTFORK` (a forked child neither shares nor copies it),
+/// inherited by a forked child as private memory (its own copy),
 /// unmapped on drop.  Unwritten slots read as zeros.
 ///
 /// Invariant: every access to the mapping goes through [`ram_write`] and
