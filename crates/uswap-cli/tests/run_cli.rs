@@ -478,6 +478,26 @@ fn a_shell_forks_and_its_children_run() {
     }
 }
 
+/// A server the test started, killed if the test ends before stopping it
+/// (a failed assertion), so that none is left running.
+struct Server(Option<std::process::Child>);
+
+impl Server {
+    /// The process, stopped by the test from here on.
+    fn take(mut self) -> std::process::Child {
+        self.0.take().expect("taken once")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
 /// A free TCP port on the loopback interface.
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -560,7 +580,7 @@ fn redis_bgsave_forks_and_the_rdb_holds_every_key() {
         if mode == Mode::Sigbus && root() {
             cmd.uid(NOBODY).gid(NOBODY);
         }
-        let server = cmd.spawn().unwrap();
+        let server = Server(Some(cmd.spawn().unwrap()));
         redis_ready(port);
         assert_eq!(
             redis_cli(port, &["debug", "populate", "150000", "key", "256"]),
@@ -586,20 +606,22 @@ fn redis_bgsave_forks_and_the_rdb_holds_every_key() {
             "{mode:?}: the parent's data changed"
         );
         redis_cli(port, &["shutdown", "nosave"]);
-        let out = server.wait_with_output().unwrap();
+        let out = server.take().wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(stat(&err, "evictions") > 10000, "{mode:?}: {err}");
         // A plain Redis on the file the child wrote.
         let port2 = free_port();
-        let mut plain = Command::new("redis-server")
-            .args(redis_args(port2, d))
-            .stdout(std::process::Stdio::null())
-            .spawn()
-            .unwrap();
+        let plain = Server(Some(
+            Command::new("redis-server")
+                .args(redis_args(port2, d))
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        ));
         redis_ready(port2);
         let after = redis_cli(port2, &["debug", "digest"]);
         redis_cli(port2, &["shutdown", "nosave"]);
-        let _ = plain.wait();
+        let _ = plain.take().wait();
         assert_eq!(after, before, "{mode:?}: the RDB differs from the dataset");
     }
 }
