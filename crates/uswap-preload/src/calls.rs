@@ -188,8 +188,9 @@ unsafe fn pin_msg(msg: *const libc::msghdr, store: bool) -> Vec<Pinned<'static>>
 }
 
 /// An interposed call: its paths (C strings the kernel reads), the
-/// buffers the kernel stores into (`stores`) or reads (`reads`), and its
-/// iovec arrays (with whether the kernel stores into their buffers), each
+/// buffers the kernel stores into (`stores`) or reads (`reads`), its
+/// iovec arrays (with whether the kernel stores into their buffers) and
+/// its NULL-terminated string arrays (`strs`: `argv`, `envp`), each
 /// pinned for the call; then libc's function of the same name, with the
 /// arguments unchanged.
 macro_rules! pinned_call {
@@ -197,7 +198,8 @@ macro_rules! pinned_call {
      $(, paths [$($p:ident),*])?
      $(, stores [$(($b:expr, $len:expr)),*])?
      $(, reads [$(($rb:expr, $rlen:expr)),*])?
-     $(, iovs [$(($iov:ident, $cnt:ident, $st:expr)),*])? $(,)?) => {
+     $(, iovs [$(($iov:ident, $cnt:ident, $st:expr)),*])?
+     $(, strs [$($a:ident),*])? $(,)?) => {
         #[no_mangle]
         pub unsafe extern "C" fn $fname($($arg: $ty),*) -> $ret {
             let f = next!($name as fn($($ty),*) -> $ret);
@@ -206,6 +208,7 @@ macro_rules! pinned_call {
             let _reads: &[Option<Pinned<'static>>] = &[$($(pin($rb.cast(), $rlen, false)),*)?];
             // SAFETY: the C contract: `cnt` iovecs.
             let _iovs: &[Vec<Pinned<'static>>] = &[$($(unsafe { pin_iov($iov, $cnt, $st) }),*)?];
+            let _strs: &[Vec<Pinned<'static>>] = &[$($(pin_strs($a.cast())),*)?];
             // SAFETY: the C contract: the arguments pass through.
             unsafe { f($($arg),*) }
         }
@@ -570,90 +573,19 @@ mod paths {
         paths [p], stores [(out, libc::PATH_MAX as usize)]);
     pinned_call!("getcwd", fn getcwd(buf: *mut c_char, n: size_t) -> *mut c_char, stores [(buf, n)]);
 
-    /// `execve(2)`: the path, and every argument and environment string
-    /// with the arrays that hold them, read by the kernel (a program's
-    /// argument lists live in its heap: Python's `subprocess` builds them
-    /// there).
-    #[no_mangle]
-    pub unsafe extern "C" fn execve(
-        p: *const c_char,
-        argv: *const *const c_char,
-        envp: *const *const c_char,
-    ) -> c_int {
-        let f = next!("execve" as fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
-        let _pins = (pin_str(p), pin_strs(argv), pin_strs(envp));
-        // SAFETY: the C contract.
-        unsafe { f(p, argv, envp) }
-    }
-
-    /// `execv(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn execv(p: *const c_char, argv: *const *const c_char) -> c_int {
-        let f = next!("execv" as fn(*const c_char, *const *const c_char) -> c_int);
-        let _pins = (pin_str(p), pin_strs(argv));
-        // SAFETY: the C contract.
-        unsafe { f(p, argv) }
-    }
-
-    /// `execvp(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn execvp(p: *const c_char, argv: *const *const c_char) -> c_int {
-        let f = next!("execvp" as fn(*const c_char, *const *const c_char) -> c_int);
-        let _pins = (pin_str(p), pin_strs(argv));
-        // SAFETY: the C contract.
-        unsafe { f(p, argv) }
-    }
-
-    /// `posix_spawn(3)`: the child shares this memory until it `exec`s,
-    /// reading the path and the arrays from it while this thread waits.
-    #[no_mangle]
-    pub unsafe extern "C" fn posix_spawn(
-        pid: *mut libc::pid_t,
-        p: *const c_char,
-        fa: *const libc::posix_spawn_file_actions_t,
-        at: *const libc::posix_spawnattr_t,
-        argv: *const *mut c_char,
-        envp: *const *mut c_char,
-    ) -> c_int {
-        let f = next!(
-            "posix_spawn"
-                as fn(
-                    *mut libc::pid_t,
-                    *const c_char,
-                    *const libc::posix_spawn_file_actions_t,
-                    *const libc::posix_spawnattr_t,
-                    *const *mut c_char,
-                    *const *mut c_char,
-                ) -> c_int
-        );
-        let _pins = (pin_str(p), pin_strs(argv.cast()), pin_strs(envp.cast()));
-        // SAFETY: the C contract.
-        unsafe { f(pid, p, fa, at, argv, envp) }
-    }
-
-    /// `posix_spawnp(3)`.
-    #[no_mangle]
-    pub unsafe extern "C" fn posix_spawnp(
-        pid: *mut libc::pid_t,
-        p: *const c_char,
-        fa: *const libc::posix_spawn_file_actions_t,
-        at: *const libc::posix_spawnattr_t,
-        argv: *const *mut c_char,
-        envp: *const *mut c_char,
-    ) -> c_int {
-        let f = next!(
-            "posix_spawnp"
-                as fn(
-                    *mut libc::pid_t,
-                    *const c_char,
-                    *const libc::posix_spawn_file_actions_t,
-                    *const libc::posix_spawnattr_t,
-                    *const *mut c_char,
-                    *const *mut c_char,
-                ) -> c_int
-        );
-        let _pins = (pin_str(p), pin_strs(argv.cast()), pin_strs(envp.cast()));
-        // SAFETY: the C contract.
-        unsafe { f(pid, p, fa, at, argv, envp) }
-    }
+    // `execve(2)` and its kin: the path, and every argument and
+    // environment string with the arrays that hold them, read by the
+    // kernel (a program's argument lists live in its heap: Python's
+    // `subprocess` builds them there).  `posix_spawn`'s child shares this
+    // memory until it `exec`s, reading them while this thread waits.
+    pinned_call!("execve", fn execve(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int,
+        paths [p], strs [argv, envp]);
+    pinned_call!("execv", fn execv(p: *const c_char, argv: *const *const c_char) -> c_int, paths [p], strs [argv]);
+    pinned_call!("execvp", fn execvp(p: *const c_char, argv: *const *const c_char) -> c_int, paths [p], strs [argv]);
+    pinned_call!("posix_spawn", fn posix_spawn(pid: *mut libc::pid_t, p: *const c_char,
+        fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t,
+        argv: *const *mut c_char, envp: *const *mut c_char) -> c_int, paths [p], strs [argv, envp]);
+    pinned_call!("posix_spawnp", fn posix_spawnp(pid: *mut libc::pid_t, p: *const c_char,
+        fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t,
+        argv: *const *mut c_char, envp: *const *mut c_char) -> c_int, paths [p], strs [argv, envp]);
 }
