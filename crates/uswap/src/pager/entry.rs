@@ -701,12 +701,10 @@ const BUCKETS: usize = 64;
 static IN_HANDLER: [CachePadded<AtomicU32>; BUCKETS] =
     [const { CachePadded::new(AtomicU32::new(0)) }; BUCKETS];
 
-/// This thread's bucket.  By `gettid`, a system call each time, not an
-/// id cached in thread-local storage: nothing on the fault path touches
-/// thread-local storage (see `fault::Readahead`).
-fn handler_bucket() -> &'static AtomicU32 {
-    // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
+/// The bucket of thread `tid`.  The handler asks `gettid`, a system call
+/// each time, not an id cached in thread-local storage: nothing on the
+/// fault path touches thread-local storage (see `fault::Readahead`).
+fn handler_bucket(tid: i32) -> &'static AtomicU32 {
     &IN_HANDLER[tid as usize % BUCKETS]
 }
 
@@ -766,7 +764,9 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // The interrupted code's errno is its own: the calls below may set it.
     // SAFETY: errno is this thread's.
     let errno = unsafe { *libc::__errno_location() };
-    let inside = handler_bucket();
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let inside = handler_bucket(tid);
     inside.fetch_add(1, Ordering::AcqRel);
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as u64) };
@@ -778,7 +778,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // Served inside the fork gate (gate.rs); a SIGBUS that is not ours
     // goes to the program's handler outside it, which may fault again.
     let served = code == libc::BUS_ADRERR && {
-        let _inside = gate::enter(0);
+        let _inside = gate::enter_as(tid, 0);
         serve(addr, ctx)
     };
     if !served {

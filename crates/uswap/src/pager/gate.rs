@@ -37,10 +37,15 @@ impl Drop for Inside {
 
 /// Enter the gate, waiting while a fork is prepared, unless the work is
 /// for `for_tid`, the forking thread (0: for no thread in particular).
-/// Allocation-free and async-signal-safe: the SIGBUS handler calls it.
 pub(super) fn enter(for_tid: i32) -> Inside {
     // SAFETY: gettid has no preconditions.
-    let tid = unsafe { libc::gettid() };
+    enter_as(unsafe { libc::gettid() }, for_tid)
+}
+
+/// [`enter`] for a caller that knows its thread id `tid` already (the
+/// SIGBUS handler: a system call less per fault).  Allocation-free and
+/// async-signal-safe.
+pub(super) fn enter_as(tid: i32, for_tid: i32) -> Inside {
     let bucket = &INSIDE[tid as usize % BUCKETS];
     loop {
         bucket.fetch_add(1, Ordering::SeqCst);
