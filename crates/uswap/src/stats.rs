@@ -12,7 +12,7 @@
 //! found held, where the wait dwarfs it.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -72,6 +72,43 @@ impl Counter {
     /// included; a quiescent read is exact.
     pub fn get(&self) -> u64 {
         self.shards.iter().map(|s| s.load(Ordering::Relaxed)).sum()
+    }
+}
+
+/// A level that goes up and down (bytes in a store, pages held), with
+/// the highest it reached.  One word: levels change per page stored, not
+/// per fault, and a reader wants one exact value.
+pub struct Gauge {
+    name: &'static str,
+    value: AtomicI64,
+}
+
+impl Gauge {
+    /// The name this gauge is reported under.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// Move the level by `delta`.
+    #[inline]
+    pub fn add(&self, delta: i64) {
+        self.value.fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Set the level.
+    pub fn set(&self, v: u64) {
+        self.value.store(v as i64, Ordering::Relaxed);
+    }
+
+    /// Raise the level to `v` if it is below (a peak).
+    #[inline]
+    pub fn raise_to(&self, v: u64) {
+        self.value.fetch_max(v as i64, Ordering::Relaxed);
+    }
+
+    /// The level (0 if updates racing a read left it below zero).
+    pub fn get(&self) -> u64 {
+        self.value.load(Ordering::Relaxed).max(0) as u64
     }
 }
 
@@ -217,6 +254,7 @@ pub struct Registry {
 #[derive(Default)]
 struct RegistryInner {
     counters: BTreeMap<&'static str, Arc<Counter>>,
+    gauges: BTreeMap<&'static str, Arc<Gauge>>,
     locks: BTreeMap<&'static str, Arc<LockSite>>,
 }
 
@@ -225,6 +263,9 @@ struct RegistryInner {
 pub struct Snapshot {
     /// Operation counters by name.
     pub counters: BTreeMap<&'static str, u64>,
+    /// Levels by name (memory of a compressed store, pages it holds).
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    pub gauges: BTreeMap<&'static str, u64>,
     /// Lock statistics by site.
     pub locks: BTreeMap<&'static str, LockStats>,
 }
@@ -233,6 +274,11 @@ impl Snapshot {
     /// Counter `name`, or 0 when no such counter exists.
     pub fn counter(&self, name: &str) -> u64 {
         self.counters.get(name).copied().unwrap_or(0)
+    }
+
+    /// Gauge `name`, or 0 when no such gauge exists.
+    pub fn gauge(&self, name: &str) -> u64 {
+        self.gauges.get(name).copied().unwrap_or(0)
     }
 
     /// Lock site `name`, or zeros when no such site exists.
@@ -245,7 +291,7 @@ impl Snapshot {
         self.locks.values().map(|l| l.wait_ns).sum()
     }
 
-    /// The events between `earlier` and `self`.
+    /// The events between `earlier` and `self` (gauges: their levels now).
     pub fn since(&self, earlier: &Snapshot) -> Snapshot {
         Snapshot {
             counters: self
@@ -253,6 +299,7 @@ impl Snapshot {
                 .iter()
                 .map(|(k, v)| (*k, v.saturating_sub(earlier.counter(k))))
                 .collect(),
+            gauges: self.gauges.clone(),
             locks: self
                 .locks
                 .iter()
@@ -277,6 +324,21 @@ impl Registry {
             .clone()
     }
 
+    /// The gauge called `name`, created on first use; devices that ask for
+    /// one name share it, so it reports their sum.
+    pub fn gauge(&self, name: &'static str) -> Arc<Gauge> {
+        let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        g.gauges
+            .entry(name)
+            .or_insert_with(|| {
+                Arc::new(Gauge {
+                    name,
+                    value: AtomicI64::new(0),
+                })
+            })
+            .clone()
+    }
+
     /// The lock site called `name`, created on first use.
     pub fn lock_site(&self, name: &'static str) -> Arc<LockSite> {
         let mut g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
@@ -291,6 +353,7 @@ impl Registry {
         let g = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         Snapshot {
             counters: g.counters.iter().map(|(k, c)| (*k, c.get())).collect(),
+            gauges: g.gauges.iter().map(|(k, c)| (*k, c.get())).collect(),
             locks: g.locks.iter().map(|(k, l)| (*k, l.get())).collect(),
         }
     }

@@ -39,9 +39,12 @@
 //! failure, so the fault path can call them.
 
 mod backing;
+pub mod codec;
+mod compressed;
 mod file;
 mod ram;
 mod uring;
+mod zpool;
 
 use std::io;
 use std::path::PathBuf;
@@ -54,6 +57,9 @@ use crate::stats::{Counter, Registry};
 use crate::PAGE_SIZE;
 pub use backing::{from_sources, BackingInfo, ExtentSource};
 use backing::{Access, Backing};
+pub use codec::{Codec, CodecError};
+pub use compressed::CompressedOptions;
+use compressed::CompressedStore;
 use file::FileStore;
 use ram::RamStore;
 pub use uring::{WriteJob, WriteRing};
@@ -78,6 +84,9 @@ pub enum BackendKind {
     Ram,
     /// A file or block device ([`IoDevice::file`]).
     File,
+    /// Compressed in memory, maybe with a file behind
+    /// ([`IoDevice::compressed`]).
+    Compressed,
 }
 
 /// Which direction of IO an injected error hits (the test hooks).
@@ -150,6 +159,12 @@ pub enum IoError {
     /// A device of zero slots was asked for.
     #[error("a swap device needs at least one slot; ask for one or more")]
     ZeroSize,
+    /// A compressed device's codec could not be set up.
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+    /// A compressed device's slot tables could not be allocated.
+    #[error(transparent)]
+    Metadata(#[from] crate::table::TableError),
 }
 
 impl IoError {
@@ -268,6 +283,33 @@ pub trait PageStore: Send + Sync {
     ) -> bool {
         false
     }
+    /// The owner freed slots `offset..offset + pages`: a store that keeps
+    /// memory per slot lets it go (zram's `swap_slot_free_notify`).
+    fn discard(&self, _offset: u64, _pages: u64) {}
+    /// Whether some of the pages may be in a file (a file device, or a
+    /// compressed device with a file behind): a forked child shares that
+    /// file with its parent.
+    fn has_file(&self) -> bool {
+        self.kind() == BackendKind::File
+    }
+    /// Compact a packed store; the blocks freed (0 for other stores).
+    fn compact(&self) -> usize {
+        0
+    }
+    /// Check the store's own bookkeeping.
+    fn check(&self) -> Result<(), String> {
+        Ok(())
+    }
+    /// Test hook: a compressed slot's entry word.
+    #[cfg(test)]
+    fn entry_of(&self, _slot: u64) -> u64 {
+        0
+    }
+    /// Test hook: the file behind a compressed store.
+    #[cfg(test)]
+    fn file_behind(&self) -> Option<&IoDevice> {
+        None
+    }
     /// Fields for `IoDevice`'s `Debug`.
     fn describe(&self, _d: &mut std::fmt::DebugStruct<'_, '_>) {}
 }
@@ -326,6 +368,13 @@ impl IoDevice {
             return Err(IoError::ZeroSize);
         }
         Ok(Self::with_store(slots, Box::new(RamStore::new(slots)?), registry))
+    }
+
+    /// A compressed device (see [`CompressedOptions`]): pages compressed
+    /// into a packed store in memory, with an optional file behind it.
+    pub fn compressed(opts: &CompressedOptions, registry: &Registry) -> Result<IoDevice, IoError> {
+        let store = CompressedStore::new(opts, registry)?;
+        Ok(Self::with_store(opts.slots(), Box::new(store), registry))
     }
 
     /// A file device of `opts.slots` pages at `opts.path`.
@@ -455,6 +504,27 @@ impl IoDevice {
     /// Number of slots: `0..slots()` may be read and written.
     pub fn slots(&self) -> u64 {
         self.slots
+    }
+
+    /// Whether some pages may be in a file (see [`PageStore::has_file`]).
+    pub fn has_file(&self) -> bool {
+        self.store.has_file()
+    }
+
+    /// The owner freed slots `offset..offset + pages`; a compressed device
+    /// frees their memory.  Allocation-free.
+    pub fn discard(&self, offset: u64, pages: u64) {
+        self.store.discard(offset, pages)
+    }
+
+    /// Compact a compressed device's store; the blocks freed.
+    pub fn compact(&self) -> usize {
+        self.store.compact()
+    }
+
+    /// Check a compressed device's store bookkeeping.
+    pub fn check_store(&self) -> Result<(), String> {
+        self.store.check()
     }
 
     /// The extent map of a file device (`None` for RAM).

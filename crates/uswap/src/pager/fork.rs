@@ -108,9 +108,10 @@ extern "C" fn prepare() {
     for inner in &insts {
         if inner.has_file_device() {
             let devices = &inner.backing.devices;
-            inner.backing.hold.snapshot(&inner.states, |d| {
-                devices[d as usize].kind() == crate::io::BackendKind::File
-            });
+            inner
+                .backing
+                .hold
+                .snapshot(&inner.states, |d| devices[d as usize].has_file());
         }
     }
 }

@@ -490,8 +490,26 @@ impl Inner {
         if self.parents_slot(e) || self.backing.hold.defer(e, false) {
             return;
         }
+        self.discard_if_last(e, 1);
         let freed = self.backing.space.free(e);
         debug_assert!(freed.is_ok(), "freeing {e:?}: {freed:?}");
+    }
+
+    /// Before the last reference to slots `e..e + pages` goes, let a
+    /// device that keeps memory per slot (compressed) drop it: before, so
+    /// that no one has the slot allocated again meanwhile.  A slot still
+    /// referenced elsewhere (a forked child's share) keeps its page.
+    fn discard_if_last(&self, e: SwapEntry, pages: u64) {
+        let dev = &self.backing.devices[e.device() as usize];
+        if dev.kind() != crate::io::BackendKind::Compressed {
+            return;
+        }
+        for off in e.offset()..e.offset() + pages {
+            let slot = SwapEntry::new(e.device(), off);
+            if self.backing.space.count(slot) == Ok(1) {
+                dev.discard(off, 1);
+            }
+        }
     }
 
     /// Free the whole cluster of a 2 MB unit, as `free_slot` does a slot.
@@ -499,14 +517,14 @@ impl Inner {
         if self.parents_slot(e) || self.backing.hold.defer(e, true) {
             return;
         }
+        self.discard_if_last(e, crate::swap_space::CLUSTER_SLOTS);
         let freed = self.backing.space.free_huge(e);
         debug_assert!(freed.is_ok(), "freeing unit {e:?}: {freed:?}");
     }
 
     /// Whether `e` is a swap-file slot of this forked child's parent.
     fn parents_slot(&self, e: SwapEntry) -> bool {
-        self.backing.closed.load(Ordering::Relaxed)
-            && self.backing.devices[e.device() as usize].kind() == crate::io::BackendKind::File
+        self.backing.closed.load(Ordering::Relaxed) && self.backing.devices[e.device() as usize].has_file()
     }
 
     /// A slot for a page going out; `Full` in a forked child whose
@@ -537,10 +555,7 @@ impl Inner {
 
     /// Whether a device is a swap file.
     pub fn has_file_device(&self) -> bool {
-        self.backing
-            .devices
-            .iter()
-            .any(|d| d.kind() == crate::io::BackendKind::File)
+        self.backing.devices.iter().any(|d| d.has_file())
     }
 
     /// The staging frame a staged page's slot `e` holds (claimed by the

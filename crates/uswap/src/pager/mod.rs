@@ -89,7 +89,7 @@ pub fn program_sigbus_action(new: Option<&libc::sigaction>, old: Option<&mut lib
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::io::{FileOptions, IoDevice, IoError};
+use crate::io::{CompressedOptions, FileOptions, IoDevice, IoError};
 use crate::lru::{Lru, LruBatch, LruConfig, LruError};
 use crate::stats::{Registry, Snapshot, StatMutex};
 use crate::swap_cache::SwapCache;
@@ -153,6 +153,11 @@ pub enum SwapDeviceSpec {
     Ram { bytes: u64, priority: i32 },
     /// A file or block device (`O_DIRECT` by default).
     File { options: FileOptions, priority: i32 },
+    /// Compressed in memory (zram), maybe with a file behind (a tier).
+    Compressed {
+        options: CompressedOptions,
+        priority: i32,
+    },
 }
 
 impl SwapDeviceSpec {
@@ -166,11 +171,17 @@ impl SwapDeviceSpec {
         SwapDeviceSpec::File { options, priority: 0 }
     }
 
+    /// A compressed device, priority 0.
+    pub fn compressed(options: CompressedOptions) -> Self {
+        SwapDeviceSpec::Compressed { options, priority: 0 }
+    }
+
     /// Set the priority (higher is used first).
     pub fn priority(self, p: i32) -> Self {
         match self {
             SwapDeviceSpec::Ram { bytes, .. } => SwapDeviceSpec::Ram { bytes, priority: p },
             SwapDeviceSpec::File { options, .. } => SwapDeviceSpec::File { options, priority: p },
+            SwapDeviceSpec::Compressed { options, .. } => SwapDeviceSpec::Compressed { options, priority: p },
         }
     }
 }
@@ -336,6 +347,9 @@ impl SwapBuilder {
                 }
                 SwapDeviceSpec::File { options, priority } => {
                     (IoDevice::file(options, &registry)?, *priority)
+                }
+                SwapDeviceSpec::Compressed { options, priority } => {
+                    (IoDevice::compressed(options, &registry)?, *priority)
                 }
             };
             space = space.device(SlotDeviceConfig::new(dev.slots()).priority(prio));

@@ -1,0 +1,800 @@
+//! The compressed device: pages compressed into a packed store in memory
+//! (zram), with an optional file behind it that the store's coldest pages
+//! are written back to when it reaches its limit (zswap's shrinker,
+//! zram's writeback).
+//!
+//! Each slot has one entry word saying where its page is:
+//!
+//! - `EMPTY`: nothing (reads zeros);
+//! - `SAME`: a page of one repeated 8-byte word, kept as that word
+//!   (zram's same-filled pages: zero pages above all), no store memory;
+//! - `STORED(h)`: in the packed store, object `h` (compressed, or whole
+//!   when it did not compress);
+//! - `FILE`: in the file behind, at the same slot;
+//! - `WB(h)`: being written back: in the store at `h` and on its way to
+//!   the file; `WB_DEAD(h)` the same, but the slot was freed meanwhile;
+//! - `BUSY`: its owner is writing it.
+//!
+//! Who moves an entry: the slot's owner (the pager, which writes, reads
+//! and discards a slot, never two at once: the swap space gives a slot
+//! one owner) and the store itself (writeback: `STORED -> WB -> FILE`;
+//! compaction: `STORED(h) -> STORED(h')`).  Every move is a compare-and-
+//! swap, so the two never undo each other:
+//!
+//! - The owner writes by first swapping any entry but `WB*` to `BUSY`
+//!   (waiting out a writeback in flight, one IO at most), which keeps
+//!   writeback off the slot while the file slot is written.
+//! - Writeback only starts from `STORED`, and only the writeback that set
+//!   `WB(h)` ends it: `FILE` when the write worked, `STORED(h)` again when
+//!   it failed (the page stays in the store: never lost between tiers),
+//!   `EMPTY` when the owner discarded it meanwhile (`WB_DEAD`); it frees
+//!   `h` in the first and last case.
+//! - Compaction moves only `STORED` objects, so a writeback's `h` stays
+//!   put.
+//! - A reader finds an object under its class's shared lock and checks
+//!   the entry again there: compaction and frees hold that lock exclusive.
+//!
+//! With a file behind, stored slots are on an LRU list in the order they
+//! were stored (oldest first: the coldest, as zswap's LRU), linked exactly
+//! while their entry is `STORED`, under the `store_lru` lock.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::codec::{Codec, Contexts};
+use super::zpool::{self, Handle, Pool, BLOCK, HEADER, MAX_PACKED, WHOLE};
+use super::{BackendKind, FileOptions, IoDevice, IoError, PageStore};
+use crate::index_list::IndexLists;
+use crate::stats::{Counter, Gauge, Registry, StatMutex};
+use crate::sys::Mapping;
+use crate::PAGE_SIZE;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// Entry tags (the top four bits).
+const TAG_SHIFT: u32 = 60;
+const EMPTY: u64 = 0;
+const SAME: u64 = 1;
+const STORED: u64 = 2;
+const FILE: u64 = 3;
+const WB: u64 = 4;
+const WB_DEAD: u64 = 5;
+const BUSY: u64 = 6;
+
+fn tag(e: u64) -> u64 {
+    e >> TAG_SHIFT
+}
+
+fn entry(tag: u64, h: Handle) -> u64 {
+    tag << TAG_SHIFT | (h.class as u64) << 48 | (h.block as u64) << 16 | h.index as u64
+}
+
+fn handle(e: u64) -> Handle {
+    Handle {
+        class: (e >> 48) as u8,
+        block: (e >> 16) as u32,
+        index: e as u16,
+    }
+}
+
+fn holds_object(e: u64) -> bool {
+    matches!(tag(e), STORED | WB | WB_DEAD)
+}
+
+/// The smallest store with a file behind: 1 MiB.
+const MIN_BLOCKS: usize = 16;
+
+/// Pages written back to the file per writeback pass.
+const WRITEBACK_BATCH: usize = 64;
+
+/// How to build a compressed device; see [`CompressedOptions::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CompressedOptions {
+    limit: u64,
+    codec: Codec,
+    file: Option<FileOptions>,
+    incompressible_to_file: bool,
+    sample_check: bool,
+}
+
+impl CompressedOptions {
+    /// A compressed device whose store uses at most `limit` bytes of
+    /// memory.  Alone, the device has `limit / 4096` slots, like a zram
+    /// disk of that size (its store then never fills: a page that does not
+    /// compress takes 4096 bytes, no more); with a [`file`](Self::file)
+    /// behind it, it has the file's slots, and the store's oldest pages
+    /// go to the file when the store reaches `limit`.  LZ4 by default.
+    pub fn new(limit: u64) -> Self {
+        CompressedOptions {
+            limit,
+            codec: Codec::Lz4,
+            file: None,
+            incompressible_to_file: true,
+            sample_check: true,
+        }
+    }
+
+    /// The codec (default [`Codec::Lz4`]).
+    pub fn codec(mut self, c: Codec) -> Self {
+        self.codec = c;
+        self
+    }
+
+    /// A file behind the store (a tier): the device has its slots.
+    pub fn file(mut self, f: FileOptions) -> Self {
+        self.file = Some(f);
+        self
+    }
+
+    /// With a file behind: pages that do not compress go straight to it
+    /// (default on), as zswap rejects them to the swap device; off, they
+    /// are stored whole and written back in their turn.
+    pub fn incompressible_to_file(mut self, on: bool) -> Self {
+        self.incompressible_to_file = on;
+        self
+    }
+
+    /// Look at a sample of each page's bytes before compressing it (on by
+    /// default): a sample of almost all distinct bytes (random, encrypted
+    /// or compressed data) is stored whole without trying, as btrfs's
+    /// compression heuristic does.  Off, every page is compressed and
+    /// stored whole only when that did not pay.
+    pub fn sample_check(mut self, on: bool) -> Self {
+        self.sample_check = on;
+        self
+    }
+
+    /// The store's memory limit in bytes.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The codec.
+    pub fn codec_of(&self) -> Codec {
+        self.codec
+    }
+
+    /// The file behind, if any.
+    pub fn file_of(&self) -> Option<&FileOptions> {
+        self.file.as_ref()
+    }
+
+    /// The device's slots.
+    pub fn slots(&self) -> u64 {
+        match &self.file {
+            Some(f) => f.slots,
+            None => self.limit / PAGE,
+        }
+    }
+}
+
+/// The gauges and counters of compressed devices, as zram's `mm_stat`
+/// and `bd_stat` give them, summed over an instance's devices.
+struct Accounts {
+    /// Bytes of the pages held in memory (stored or same-filled): zram's
+    /// `orig_data_size`.
+    orig: Arc<Gauge>,
+    /// Bytes they take compressed (whole pages count 4096):
+    /// `compr_data_size`.
+    compr: Arc<Gauge>,
+    limit: Arc<Gauge>,
+    same: Arc<Gauge>,
+    /// Pages stored whole (did not compress): `huge_pages`.
+    whole: Arc<Gauge>,
+    /// Pages in the file behind.
+    file: Arc<Gauge>,
+    writebacks: Arc<Counter>,
+    writeback_errors: Arc<Counter>,
+    compacted: Arc<Counter>,
+    to_file: Arc<Counter>,
+}
+
+impl Accounts {
+    fn new(r: &Registry) -> Self {
+        Accounts {
+            orig: r.gauge("store_orig_bytes"),
+            compr: r.gauge("store_compr_bytes"),
+            limit: r.gauge("store_limit_bytes"),
+            same: r.gauge("store_same_pages"),
+            whole: r.gauge("store_whole_pages"),
+            file: r.gauge("store_file_pages"),
+            writebacks: r.counter("store_writebacks"),
+            writeback_errors: r.counter("store_writeback_errors"),
+            compacted: r.counter("store_compacted_blocks"),
+            to_file: r.counter("store_incompressible_to_file"),
+        }
+    }
+}
+
+/// Where a page being written goes, decided before its slot is taken.
+enum Placement {
+    Same(u64),
+    Packed { class: usize, len: usize },
+    Whole,
+    File,
+}
+
+/// The writeback pass's buffer, under the `store_writeback` lock.
+struct WritebackBuf {
+    /// `WRITEBACK_BATCH` pages, 4096-aligned for `O_DIRECT`.
+    pages: Mapping,
+    batch: [(u32, Handle); WRITEBACK_BATCH],
+}
+
+/// The store of a compressed device.  See the module documentation.
+pub(crate) struct CompressedStore {
+    entries: Box<[AtomicU64]>,
+    /// The word of each `SAME` slot.
+    words: Box<[AtomicU64]>,
+    pool: Pool,
+    codec: Contexts,
+    file: Option<IoDevice>,
+    incompressible_to_file: bool,
+    sample_check: bool,
+    /// Stored slots, oldest first, while a file is behind.
+    lru: StatMutex<IndexLists<1>>,
+    writeback: StatMutex<WritebackBuf>,
+    acct: Accounts,
+}
+
+impl CompressedStore {
+    pub fn new(opts: &CompressedOptions, registry: &Registry) -> Result<CompressedStore, IoError> {
+        let slots = opts.slots();
+        if slots == 0 {
+            return Err(IoError::ZeroSize);
+        }
+        if slots > u32::MAX as u64 {
+            return Err(IoError::Range {
+                offset: 0,
+                pages: slots,
+                slots: u32::MAX as u64,
+            });
+        }
+        // Alone, room for every slot's page stored whole, plus a part-used
+        // block per class; with a file, the limit (at least a megabyte:
+        // a class that finds no block free gets one by writing back).
+        let blocks = match &opts.file {
+            None => (slots * PAGE).div_ceil(BLOCK as u64) as usize + zpool::CLASSES,
+            Some(_) => ((opts.limit / BLOCK as u64) as usize).max(MIN_BLOCKS),
+        };
+        let pool = Pool::new(blocks, registry).map_err(|source| IoError::Mmap { source })?;
+        let codec = Contexts::new(opts.codec)?;
+        // The file behind keeps its own IO counters out of the instance's:
+        // its writes are writebacks, counted as such.
+        let file = match &opts.file {
+            Some(f) => Some(IoDevice::file(f, &Registry::new())?),
+            None => None,
+        };
+        let table = |what| crate::table::zeroed::<AtomicU64>(slots as usize, what);
+        let lru_len = if file.is_some() { slots as usize } else { 0 };
+        let acct = Accounts::new(registry);
+        acct.limit.add((blocks * BLOCK) as i64);
+        Ok(CompressedStore {
+            entries: table("compressed slot entries")?,
+            words: table("same-filled words")?,
+            pool,
+            codec,
+            file,
+            incompressible_to_file: opts.incompressible_to_file,
+            sample_check: opts.sample_check,
+            lru: StatMutex::new(
+                IndexLists::new_lazy(lru_len, "compressed store LRU")?,
+                registry.lock_site("store_lru"),
+            ),
+            writeback: StatMutex::new(
+                WritebackBuf {
+                    pages: Mapping::new(WRITEBACK_BATCH * PAGE_SIZE, PAGE_SIZE)
+                        .map_err(|source| IoError::Mmap { source })?,
+                    batch: [(
+                        0,
+                        Handle {
+                            class: 0,
+                            block: 0,
+                            index: 0,
+                        },
+                    ); WRITEBACK_BATCH],
+                },
+                registry.lock_site("store_writeback"),
+            ),
+            acct,
+        })
+    }
+
+    fn entry(&self, slot: u64) -> &AtomicU64 {
+        &self.entries[slot as usize]
+    }
+
+    /// Decide where `page` goes: same-filled, packed (compressed into
+    /// `out`), whole, or straight to the file.
+    fn place(&self, page: &[u8], out: &mut [u8]) -> Placement {
+        if let Some(w) = same_word(page) {
+            return Placement::Same(w);
+        }
+        let incompressible = if self.sample_check && looks_incompressible(page) {
+            true
+        } else {
+            match self.codec.compress(page, &mut out[..MAX_PACKED - HEADER]) {
+                Some(len) => {
+                    return Placement::Packed {
+                        class: zpool::packed_class(len).expect("fits by the buffer's size"),
+                        len,
+                    }
+                }
+                None => true,
+            }
+        };
+        debug_assert!(incompressible);
+        if self.file.is_some() && self.incompressible_to_file {
+            Placement::File
+        } else {
+            Placement::Whole
+        }
+    }
+
+    /// Take slot `slot` for its owner to write: `BUSY`, after any
+    /// writeback in flight on it ended.  Returns the old entry, whose
+    /// object (if any) is the caller's to free.
+    fn take(&self, slot: u64) -> u64 {
+        let e = self.entry(slot);
+        loop {
+            let old = e.load(Ordering::Acquire);
+            match tag(old) {
+                WB | WB_DEAD => {
+                    // One write of a batch at most; rare (a slot written
+                    // again while its old copy goes to the file).
+                    std::thread::yield_now();
+                    continue;
+                }
+                BUSY => panic!("slot {slot} written by two owners at once"),
+                STORED if self.file.is_some() => {
+                    let mut l = self.lru.lock();
+                    if e.compare_exchange(old, BUSY << TAG_SHIFT, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        l.unlink(0, slot as u32);
+                        return old;
+                    }
+                }
+                _ => {
+                    if e.compare_exchange(old, BUSY << TAG_SHIFT, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        return old;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Account for, and free, what an old entry held (its slot no longer
+    /// refers to it).
+    fn release(&self, old: u64) {
+        match tag(old) {
+            SAME => {
+                self.acct.same.add(-1);
+                self.acct.orig.add(-(PAGE as i64));
+            }
+            FILE => self.acct.file.add(-1),
+            STORED => self.free_object(handle(old)),
+            _ => {}
+        }
+    }
+
+    fn free_object(&self, h: Handle) {
+        let compr = self.pool.free(h);
+        self.acct.compr.add(-(compr as i64));
+        self.acct.orig.add(-(PAGE as i64));
+        if h.class as usize == WHOLE {
+            self.acct.whole.add(-1);
+        }
+    }
+
+    /// Store one page at `slot`.
+    fn write_page(&self, slot: u64, page: &[u8]) -> Result<(), IoError> {
+        let mut out = [0u8; MAX_PACKED];
+        let placement = self.place(page, &mut out);
+        let old = self.take(slot);
+        self.release(old);
+        let e = self.entry(slot);
+        let new = match placement {
+            Placement::Same(w) => {
+                self.words[slot as usize].store(w, Ordering::Relaxed);
+                self.acct.same.add(1);
+                self.acct.orig.add(PAGE as i64);
+                SAME << TAG_SHIFT
+            }
+            Placement::File => {
+                let file = self.file.as_ref().expect("placed in a file");
+                if let Err(err) = file.write(slot, page) {
+                    e.store(EMPTY, Ordering::Release);
+                    return Err(err);
+                }
+                self.acct.to_file.inc();
+                self.acct.file.add(1);
+                FILE << TAG_SHIFT
+            }
+            Placement::Packed { class, len } => match self.alloc(slot, class, &out[..len]) {
+                Some(h) => entry(STORED, h),
+                None => {
+                    e.store(EMPTY, Ordering::Release);
+                    return Err(full(slot));
+                }
+            },
+            Placement::Whole => match self.alloc(slot, WHOLE, page) {
+                Some(h) => entry(STORED, h),
+                None => {
+                    e.store(EMPTY, Ordering::Release);
+                    return Err(full(slot));
+                }
+            },
+        };
+        if tag(new) == STORED && self.file.is_some() {
+            let mut l = self.lru.lock();
+            e.store(new, Ordering::Release);
+            l.push_tail(0, slot as u32);
+        } else {
+            e.store(new, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    /// An object in `class` for `data`, making room when the store is
+    /// full: compaction first, then writeback to the file.
+    fn alloc(&self, slot: u64, class: usize, data: &[u8]) -> Option<Handle> {
+        loop {
+            if let Some(h) = self.pool.alloc(class, slot as u32, data) {
+                self.acct
+                    .compr
+                    .add(if class == WHOLE { PAGE_SIZE } else { data.len() } as i64);
+                self.acct.orig.add(PAGE as i64);
+                if class == WHOLE {
+                    self.acct.whole.add(1);
+                }
+                return Some(h);
+            }
+            if !self.make_room() {
+                return None;
+            }
+        }
+    }
+
+    /// Free at least a block: compact, else write the oldest pages back.
+    fn make_room(&self) -> bool {
+        if self.compact() > 0 {
+            return true;
+        }
+        if self.file.is_none() {
+            return false;
+        }
+        let wrote = self.write_back();
+        // Pages written back leave holes in their blocks; gather them.
+        self.compact();
+        wrote > 0 || self.pool.used_blocks() < self.pool.capacity_blocks()
+    }
+
+    /// Compact the store; the blocks freed.
+    pub fn compact(&self) -> usize {
+        let freed = self.pool.compact(|owner, from, to| {
+            self.entry(owner as u64)
+                .compare_exchange(
+                    entry(STORED, from),
+                    entry(STORED, to),
+                    Ordering::AcqRel,
+                    Ordering::Relaxed,
+                )
+                .is_ok()
+        });
+        self.acct.compacted.add(freed as u64);
+        freed
+    }
+
+    /// Write the oldest stored pages back to the file, one pass of up to
+    /// [`WRITEBACK_BATCH`]; the pages written.  A page whose write fails
+    /// stays in the store.
+    fn write_back(&self) -> usize {
+        let file = self.file.as_ref().expect("a file is behind");
+        let mut wb = self.writeback.lock();
+        let wb = &mut *wb;
+        let mut n = 0;
+        {
+            let mut l = self.lru.lock();
+            while n < WRITEBACK_BATCH {
+                let Some(slot) = l.head(0) else {
+                    break;
+                };
+                let e = self.entry(slot as u64);
+                // Linked means STORED (compaction may still move it).
+                let cur = loop {
+                    let cur = e.load(Ordering::Acquire);
+                    debug_assert_eq!(tag(cur), STORED, "slot {slot} on the LRU is {cur:x}");
+                    let h = handle(cur);
+                    if e.compare_exchange(cur, entry(WB, h), Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                    {
+                        break cur;
+                    }
+                };
+                l.unlink(0, slot);
+                wb.batch[n] = (slot, handle(cur));
+                n += 1;
+            }
+        }
+        let batch = &mut wb.batch[..n];
+        batch.sort_unstable_by_key(|&(slot, _)| slot);
+        let base = wb.pages.as_ptr();
+        // SAFETY: the writeback buffer is ours under the writeback lock;
+        // `n` pages of it.
+        let pages = unsafe { std::slice::from_raw_parts_mut(base, n * PAGE_SIZE) };
+        let mut decoded = [true; WRITEBACK_BATCH];
+        for (i, &(_, h)) in batch.iter().enumerate() {
+            let dst = &mut pages[i * PAGE_SIZE..(i + 1) * PAGE_SIZE];
+            decoded[i] = self.decode(h, dst);
+        }
+        // Runs of neighbouring slots go with one write each.
+        let mut written = 0;
+        let mut i = 0;
+        while i < n {
+            let mut j = i + 1;
+            while j < n && batch[j].0 == batch[j - 1].0 + 1 && decoded[j] {
+                j += 1;
+            }
+            let ok = decoded[i]
+                && file
+                    .write(batch[i].0 as u64, &pages[i * PAGE_SIZE..j * PAGE_SIZE])
+                    .is_ok();
+            for &(slot, h) in &batch[i..j] {
+                self.end_writeback(slot, h, ok);
+                written += ok as usize;
+            }
+            if !ok {
+                self.acct.writeback_errors.inc();
+            }
+            i = j;
+        }
+        self.acct.writebacks.add(written as u64);
+        written
+    }
+
+    /// Decompress object `h` (held by a writeback) into a page.
+    fn decode(&self, h: Handle, dst: &mut [u8]) -> bool {
+        let class = h.class as usize;
+        self.pool
+            .read(
+                class,
+                || Some(h),
+                |bytes| {
+                    if class == WHOLE {
+                        dst.copy_from_slice(bytes);
+                        true
+                    } else {
+                        self.codec.decompress(bytes, dst)
+                    }
+                },
+            )
+            .unwrap_or(false)
+    }
+
+    /// End the writeback of `slot`'s object `h`: `FILE` when written, back
+    /// to `STORED` (and the LRU's head) when not, `EMPTY` when its owner
+    /// freed it meanwhile.
+    fn end_writeback(&self, slot: u32, h: Handle, written: bool) {
+        let e = self.entry(slot as u64);
+        if written {
+            if e.compare_exchange(
+                entry(WB, h),
+                FILE << TAG_SHIFT,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            )
+            .is_ok()
+            {
+                self.acct.file.add(1);
+            } else {
+                debug_assert_eq!(e.load(Ordering::Relaxed), entry(WB_DEAD, h));
+                e.store(EMPTY, Ordering::Release);
+            }
+            self.free_object(h);
+            return;
+        }
+        let mut l = self.lru.lock();
+        if e.compare_exchange(
+            entry(WB, h),
+            entry(STORED, h),
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_ok()
+        {
+            l.push_head(0, slot);
+        } else {
+            drop(l);
+            e.store(EMPTY, Ordering::Release);
+            self.free_object(h);
+        }
+    }
+
+    /// Read one page at `slot`.
+    fn read_page(&self, slot: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let e = self.entry(slot);
+        loop {
+            let cur = e.load(Ordering::Acquire);
+            match tag(cur) {
+                EMPTY | BUSY => {
+                    buf.fill(0);
+                    return Ok(());
+                }
+                SAME => {
+                    let w = self.words[slot as usize].load(Ordering::Relaxed).to_ne_bytes();
+                    for c in buf.chunks_exact_mut(8) {
+                        c.copy_from_slice(&w);
+                    }
+                    return Ok(());
+                }
+                FILE => return self.file.as_ref().expect("a file is behind").read(slot, buf),
+                _ => {
+                    let class = handle(cur).class as usize;
+                    let locate = || {
+                        let now = e.load(Ordering::Acquire);
+                        (holds_object(now) && handle(now).class as usize == class).then(|| handle(now))
+                    };
+                    let got = self.pool.read(class, locate, |bytes| {
+                        if class == WHOLE {
+                            buf.copy_from_slice(bytes);
+                            true
+                        } else {
+                            self.codec.decompress(bytes, buf)
+                        }
+                    });
+                    match got {
+                        Some(true) => return Ok(()),
+                        Some(false) => {
+                            return Err(IoError::Read {
+                                offset: slot,
+                                source: std::io::Error::new(
+                                    std::io::ErrorKind::InvalidData,
+                                    "the compressed page does not decompress",
+                                ),
+                            })
+                        }
+                        // Moved to another class or to the file: again.
+                        None => continue,
+                    }
+                }
+            }
+        }
+    }
+
+    /// The owner freed `slot`: drop what it holds.
+    fn discard_slot(&self, slot: u64) {
+        let e = self.entry(slot);
+        loop {
+            let cur = e.load(Ordering::Acquire);
+            let (new, lru) = match tag(cur) {
+                EMPTY | WB_DEAD => return,
+                BUSY => panic!("slot {slot} freed while its owner writes it"),
+                WB => (entry(WB_DEAD, handle(cur)), false),
+                STORED => (EMPTY, self.file.is_some()),
+                _ => (EMPTY, false),
+            };
+            let done = if lru {
+                let mut l = self.lru.lock();
+                let ok = e
+                    .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok();
+                if ok {
+                    l.unlink(0, slot as u32);
+                }
+                ok
+            } else {
+                e.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            };
+            if done {
+                if tag(cur) != WB {
+                    self.release(cur);
+                }
+                return;
+            }
+        }
+    }
+}
+
+/// `ENOSPC` for a page the full store could not take (no file behind, or
+/// the file's writes failing): transient, the pager keeps the page.
+fn full(slot: u64) -> IoError {
+    IoError::Write {
+        offset: slot,
+        source: std::io::Error::from_raw_os_error(libc::ENOSPC),
+    }
+}
+
+/// The word a page repeats, if it is one word repeated (zram's
+/// `page_same_filled`).
+fn same_word(page: &[u8]) -> Option<u64> {
+    let mut words = page
+        .chunks_exact(8)
+        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()));
+    let first = words.next()?;
+    // The last word first: most pages that are not same-filled differ
+    // there already.
+    let last = u64::from_ne_bytes(page[page.len() - 8..].try_into().unwrap());
+    (last == first && words.all(|w| w == first)).then_some(first)
+}
+
+/// Whether a sample of the page looks like it will not compress: more
+/// distinct byte values in 512 sampled bytes than text or numbers show
+/// (random bytes give about 220; English text under 60, arrays of small
+/// numbers fewer), btrfs's byte-set heuristic.  About 0.2 us.
+fn looks_incompressible(page: &[u8]) -> bool {
+    let mut seen = [0u64; 4];
+    for chunk in page.chunks_exact(64) {
+        // Eight bytes from every 64: 512 samples, spread over the page.
+        for &b in &chunk[..8] {
+            seen[(b >> 6) as usize] |= 1 << (b & 63);
+        }
+    }
+    let distinct: u32 = seen.iter().map(|w| w.count_ones()).sum();
+    distinct > 200
+}
+
+impl PageStore for CompressedStore {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Compressed
+    }
+
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+            self.write_page(offset + i as u64, page)?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
+            self.read_page(offset + i as u64, page)?;
+        }
+        Ok(())
+    }
+
+    fn needs_alignment(&self) -> bool {
+        // Pages may go straight to an O_DIRECT file.
+        self.file.as_ref().is_some_and(|f| f.store.needs_alignment())
+    }
+
+    fn discard(&self, offset: u64, pages: u64) {
+        for slot in offset..offset + pages {
+            self.discard_slot(slot);
+        }
+    }
+
+    fn has_file(&self) -> bool {
+        self.file.is_some()
+    }
+
+    fn compact(&self) -> usize {
+        CompressedStore::compact(self)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.pool.check()
+    }
+
+    #[cfg(test)]
+    fn entry_of(&self, slot: u64) -> u64 {
+        self.entry(slot).load(Ordering::Relaxed)
+    }
+
+    #[cfg(test)]
+    fn file_behind(&self) -> Option<&IoDevice> {
+        self.file.as_ref()
+    }
+
+    fn describe(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
+        d.field("codec", &self.codec.codec())
+            .field("store_blocks", &self.pool.capacity_blocks())
+            .field("file", &self.file);
+    }
+}
+
+#[cfg(test)]
+mod tests;
