@@ -18,6 +18,7 @@
 //! - [`sys`]: the OS layer: mappings, advice, the ioctls on backing files.
 //! - [`uffd`]: userfaultfd, the kernel interface the pager is built on.
 //! - [`pager`]: regions paged under a budget, on all of the above.
+//! - [`spec`]: the swap spec grammar (`ram:`, `file:`, `zram:`, tiers).
 //! - [`run_env`]: what `uswap run` tells its preload library.
 //!
 //! Every seed mechanism is a switch in the configuration, so that its effect
@@ -30,6 +31,7 @@ pub mod lru;
 pub mod pager;
 pub mod percpu;
 pub mod run_env;
+pub mod spec;
 pub mod stats;
 pub mod swap_cache;
 pub mod swap_space;

@@ -66,6 +66,45 @@ pub enum KernelDevice {
     Zram { bytes: u64, algorithm: Option<String> },
     /// A swap file created in this directory.
     File { dir: PathBuf, bytes: u64 },
+    /// A swap file, as `File`, with zswap in front of it.
+    Zswap { dir: PathBuf, bytes: u64, zswap: Zswap },
+}
+
+/// Where zswap's settings are.
+pub const ZSWAP_PARAMS: &str = "/sys/module/zswap/parameters";
+
+/// zswap's settings for a kernel-zswap run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Zswap {
+    /// Its compressor (`lz4`, `lzo`, `zstd`).
+    pub compressor: String,
+    /// Its pool's limit, in percent of RAM (zswap's only unit).
+    pub max_pool_percent: u32,
+}
+
+impl Zswap {
+    /// The pool limit in percent of RAM closest below `bytes` (at least
+    /// 1%), and the bytes that is: a uswap store given the same bytes
+    /// has the same limit.
+    pub fn pool_for(bytes: u64) -> (u32, u64) {
+        let total = mem_total().unwrap_or(bytes * 100).max(1);
+        let pct = ((bytes as u128 * 100 / total as u128) as u32).clamp(1, 100);
+        (pct, total * pct as u64 / 100)
+    }
+}
+
+/// MemTotal, in bytes.
+pub fn mem_total() -> Option<u64> {
+    let s = fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb << 10)
 }
 
 /// Check that kernel swap runs can be set up here, with one line saying
@@ -104,7 +143,12 @@ pub fn preflight(devices: &[&KernelDevice]) -> Result<()> {
                     bail!("{ZRAM} is already set up (disksize {size}) and may be in use; if nothing uses it, reset it with `echo 1 > /sys/block/{ZRAM}/reset`");
                 }
             }
-            KernelDevice::File { dir, .. } => {
+            KernelDevice::File { dir, .. } | KernelDevice::Zswap { dir, .. } => {
+                if matches!(d, KernelDevice::Zswap { .. })
+                    && !Path::new(ZSWAP_PARAMS).join("enabled").exists()
+                {
+                    bail!("this kernel has no zswap ({ZSWAP_PARAMS} is missing): build it with CONFIG_ZSWAP, or leave kernel-zswap out");
+                }
                 let path = dir.join(SWAP_FILE_NAME);
                 if path.exists() {
                     bail!(
@@ -227,6 +271,8 @@ pub struct KernelSwap {
     zram: bool,
     /// Set for a swap file: deleted on teardown.
     created_file: bool,
+    /// zswap's settings as they were, put back on teardown (after swapoff).
+    zswap_was: Vec<(PathBuf, String)>,
 }
 
 impl KernelSwap {
@@ -240,6 +286,7 @@ impl KernelSwap {
                     swapped_on: false,
                     zram: true,
                     created_file: false,
+                    zswap_was: Vec::new(),
                 };
                 // Reset first: the comp_algorithm and disksize can only be
                 // set on an unconfigured device.  preflight saw it unused.
@@ -258,13 +305,28 @@ impl KernelSwap {
                 write_swap_header(&ks.path, *bytes, false)?;
                 ks
             }
-            KernelDevice::File { dir, bytes } => {
-                let ks = KernelSwap {
+            KernelDevice::File { dir, bytes } | KernelDevice::Zswap { dir, bytes, .. } => {
+                let mut ks = KernelSwap {
                     path: dir.join(SWAP_FILE_NAME),
                     swapped_on: false,
                     zram: false,
                     created_file: true,
+                    zswap_was: Vec::new(),
                 };
+                if let KernelDevice::Zswap { zswap, .. } = device {
+                    // Saved first, so that a failure half way restores
+                    // what was changed.
+                    for name in ["compressor", "max_pool_percent", "enabled"] {
+                        let p = Path::new(ZSWAP_PARAMS).join(name);
+                        ks.zswap_was.push((p.clone(), read_trim(&p)?));
+                    }
+                    let param = |name: &str| Path::new(ZSWAP_PARAMS).join(name);
+                    write_str(&param("compressor"), &zswap.compressor).with_context(|| {
+                        format!("zswap does not offer the compressor {:?}", zswap.compressor)
+                    })?;
+                    write_str(&param("max_pool_percent"), &zswap.max_pool_percent.to_string())?;
+                    write_str(&param("enabled"), "Y")?;
+                }
                 write_swap_header(&ks.path, *bytes, true)?;
                 ks
             }
@@ -314,6 +376,16 @@ impl Drop for KernelSwap {
                     break;
                 }
                 std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        // zswap's settings back as they were (its pool is empty once
+        // swapoff has read every page back).
+        for (p, v) in self.zswap_was.iter().rev() {
+            if let Err(e) = fs::write(p, v) {
+                eprintln!(
+                    "warning: could not put {v:?} back in {}: {e}; write it there by hand",
+                    p.display()
+                );
             }
         }
         if self.created_file {

@@ -28,13 +28,15 @@ pub struct SwapOpts {
     #[command(flatten)]
     pub common: Common,
     /// Who pages the memory, comma separated: uswap (RAM swap device),
-    /// uswap-file, kernel-zram (/dev/zram0), kernel-file (a swap file).
-    /// Kernel backends run in a cgroup v1 memory cgroup with the same
-    /// budget, set up and removed by the bench (root).
+    /// uswap-file, uswap-zram (compressed RAM), uswap-zram-file (compressed
+    /// RAM of --store-limit with a swap file behind), kernel-zram
+    /// (/dev/zram0), kernel-file (a swap file), kernel-zswap (a swap file
+    /// behind zswap, its pool limited as --store-limit).  Kernel backends
+    /// run in a cgroup v1 memory cgroup with the same budget, set up and
+    /// removed by the bench (root), and leave zram and zswap as they were.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "uswap")]
     pub backend: Vec<Backend>,
-    /// Run every backend (uswap, uswap-file, kernel-zram, kernel-file),
-    /// interleaved, and print ratios against uswap.
+    /// Run every backend, interleaved, and print ratios against uswap.
     #[arg(long, conflicts_with_all = ["backend", "ablate"])]
     pub compare: bool,
     /// Run uswap once per switch, each flipped back to the behaviour before
@@ -67,6 +69,19 @@ pub struct SwapOpts {
     /// [default: the device's].
     #[arg(long)]
     pub zram_algorithm: Option<String>,
+    /// Codec of uswap's compressed device: lz4, zstd or zstd:LEVEL.
+    #[arg(long, default_value = "lz4", value_parser = parse_codec)]
+    pub codec: String,
+    /// Memory limit of the compressed store of a tier (uswap-zram-file)
+    /// and of zswap's pool (kernel-zswap), which zswap takes in whole
+    /// percent of RAM: both get the largest whole percent of RAM under
+    /// this, at least 1% [default: a quarter of the swapped data, the
+    /// working set less the budget].
+    #[arg(long, value_parser = parse_bytes)]
+    pub store_limit: Option<u64>,
+    /// zswap's compressor for kernel-zswap.
+    #[arg(long, default_value = "lz4")]
+    pub zswap_compressor: String,
     /// Draw the latency CDF, throughput over time and per-variant bars to
     /// this file (.png or .svg).
     #[arg(long, value_name = "FILE")]
@@ -164,6 +179,18 @@ pub fn activate(a: &ActivateArgs) -> Result<()> {
     run(&a.opts, Workload::Activate, &[Unit::Page])
 }
 
+/// A codec as the swap spec writes it, checked by the spec's parser.
+fn parse_codec(s: &str) -> std::result::Result<String, String> {
+    format!("zram:1M:{s}")
+        .parse::<uswap::pager::SwapDeviceSpec>()
+        .map(|_| s.to_string())
+        .map_err(|e| {
+            e.to_string()
+                .replace("swap spec \"zram:1M:", "\"")
+                .replacen(&format!("{s}\": "), "", 1)
+        })
+}
+
 fn validate(o: &SwapOpts, units: &[Unit], swap_bytes: u64) -> Result<()> {
     o.common.validate()?;
     let align = units
@@ -190,10 +217,7 @@ fn validate(o: &SwapOpts, units: &[Unit], swap_bytes: u64) -> Result<()> {
     if let Some(avail) = mem_available() {
         // RAM swap (uswap's RAM device, zram) keeps swapped pages in
         // memory too: the whole working set must fit.
-        let ram = o.compare
-            || o.backend
-                .iter()
-                .any(|b| matches!(b, Backend::Uswap | Backend::KernelZram));
+        let ram = o.compare || o.backend.iter().any(|b| b.swaps_to_ram());
         ensure!(
             !ram || o.wss < avail * 9 / 10,
             "--wss {} is more than this machine can hold with swap in RAM ({} available); lower it, or use only the file backends",
@@ -254,9 +278,15 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
     }
 
     let swap_dir = o.swap_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let (pool_pct, store_limit) =
+        kernel_swap::Zswap::pool_for(o.store_limit.unwrap_or(o.wss.saturating_sub(o.budget) / 4));
+    let zswap = kernel_swap::Zswap {
+        compressor: o.zswap_compressor.clone(),
+        max_pool_percent: pool_pct,
+    };
     let kernel_devices: Vec<_> = backends
         .iter()
-        .filter_map(|&b| worker::kernel_device(b, swap_bytes, &swap_dir, o.zram_algorithm.as_deref()))
+        .filter_map(|&b| worker::kernel_device(b, swap_bytes, &swap_dir, o.zram_algorithm.as_deref(), &zswap))
         .collect();
     kernel_swap::catch_interrupts();
     if !kernel_devices.is_empty() {
@@ -299,17 +329,25 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
             seconds: c.seconds,
             data: o.data,
             seed: o.seed,
+            codec: o.codec.clone(),
+            store_limit,
             swap_dir: uswap_dir.path().to_path_buf(),
             cgroup: None,
             result: PathBuf::new(),
         };
-        run_one(spec, &swap_dir, o.zram_algorithm.as_deref(), scratch.path())
+        run_one(
+            spec,
+            &swap_dir,
+            o.zram_algorithm.as_deref(),
+            &zswap,
+            scratch.path(),
+        )
     })?;
 
     let variants: Vec<Variant> = combos
         .iter()
         .zip(&rounds)
-        .map(|(combo, r)| summarize(combo, r, o, workload, swap_bytes))
+        .map(|(combo, r)| summarize(combo, r, o, workload, swap_bytes, store_limit))
         .collect();
     let mut report = Report {
         bench: workload.name().to_string(),
@@ -337,9 +375,10 @@ fn run_one(
     mut spec: WorkerSpec,
     swap_dir: &std::path::Path,
     algorithm: Option<&str>,
+    zswap: &kernel_swap::Zswap,
     scratch: &std::path::Path,
 ) -> Result<WorkerResult> {
-    let device = worker::kernel_device(spec.backend, spec.swap_bytes, swap_dir, algorithm);
+    let device = worker::kernel_device(spec.backend, spec.swap_bytes, swap_dir, algorithm, zswap);
     let _swap = device.as_ref().map(KernelSwap::on).transpose()?;
     let cgroup = if spec.backend.is_kernel() {
         Some(MemCgroup::create(spec.budget)?)
@@ -360,6 +399,7 @@ fn summarize(
     o: &SwapOpts,
     workload: Workload,
     swap_bytes: u64,
+    store_limit: u64,
 ) -> Variant {
     let tput = |r: &WorkerResult| r.ops as f64 / r.elapsed_s.max(1e-9);
     let mut locks: BTreeMap<String, uswap::stats::LockStats> = BTreeMap::new();
@@ -427,6 +467,32 @@ fn summarize(
         }),
     );
     extra.insert("lock_wait_by_site".into(), json!(site_wait));
+    if let Some(st) = last.store.as_ref() {
+        // The last round's store, and the median memory per page held.
+        extra.insert("store".into(), json!(st));
+        extra.insert(
+            "store_bytes_per_page".into(),
+            json!(median(
+                rounds
+                    .iter()
+                    .filter_map(|r| r.store.as_ref())
+                    .map(|s| s.bytes_per_page())
+                    .collect()
+            )),
+        );
+    }
+    match combo.backend {
+        Backend::UswapZram | Backend::UswapZramFile => {
+            extra.insert("codec".into(), json!(o.codec));
+        }
+        Backend::KernelZswap => {
+            extra.insert("codec".into(), json!(o.zswap_compressor));
+        }
+        _ => {}
+    }
+    if matches!(combo.backend, Backend::UswapZramFile | Backend::KernelZswap) {
+        extra.insert("store_limit".into(), json!(store_limit));
+    }
     extra.insert("cdf".into(), json!(last.cdf));
     extra.insert("timeline".into(), json!(last.timeline));
     Variant {
@@ -556,6 +622,9 @@ fn print_table(report: &Report, workload: Workload, o: &SwapOpts) {
     }
     println!("(vs base: throughput against the uswap default at the same threads and unit (2m: uswap 2m against 4k), median of per-round ratios; swapin/swapout: GB/s of swap IO; p50..p99.9: latency of one {}; lockwait: share of thread time waiting on uswap's locks)",
         match workload { Workload::Pmbench { .. } => "access", Workload::SeqWrite => "page write", Workload::Activate => "page touch" });
+    if report.variants.iter().any(|v| v.extra.contains_key("store")) {
+        print_store(report);
+    }
     if o.ablate {
         print_ablation(report);
     }
@@ -576,6 +645,43 @@ fn print_table(report: &Report, workload: Workload, o: &SwapOpts) {
             );
         }
     }
+}
+
+/// What each compressed store held at the end of its last run, as zram's
+/// mm_stat gives it.
+fn print_store(report: &Report) {
+    println!("compressed stores (last round, at the end of the timed phase):");
+    println!(
+        "{:<32} {:>3} {:>8} {:>10} {:>10} {:>10} {:>9} {:>8} {:>8} {:>11}",
+        "variant",
+        "thr",
+        "codec",
+        "pages",
+        "MiB used",
+        "limit MiB",
+        "B/page",
+        "same",
+        "whole",
+        "written back"
+    );
+    for v in report.variants.iter().filter(|v| v.extra.contains_key("store")) {
+        let st: worker::StoreUse = serde_json::from_value(v.extra["store"].clone()).unwrap_or_default();
+        let limit = v.extra.get("store_limit").and_then(|x| x.as_u64());
+        println!(
+            "{:<32} {:>3} {:>8} {:>10} {:>10.1} {:>10} {:>9.0} {:>8} {:>8} {:>11}",
+            v.name,
+            v.threads,
+            v.extra.get("codec").and_then(|x| x.as_str()).unwrap_or("-"),
+            st.pages,
+            st.mem_bytes as f64 / (1 << 20) as f64,
+            limit.map_or("-".into(), |l| format!("{:.0}", l as f64 / (1 << 20) as f64)),
+            f(v, "store_bytes_per_page"),
+            st.same_pages,
+            st.whole_pages,
+            st.written_back
+        );
+    }
+    println!("(B/page: the store's memory, fragmentation included, per page it held: median over rounds; kernel-zram's codec is its comp_algorithm, --zram-algorithm)");
 }
 
 /// The seeds' table: each ablation's score, swap-in and swap-out against

@@ -36,31 +36,58 @@ pub enum Backend {
     Uswap,
     /// uswap with an O_DIRECT swap file in --swap-dir.
     UswapFile,
+    /// uswap with a compressed RAM device (--codec).
+    UswapZram,
+    /// uswap with a compressed RAM device of --store-limit with a swap
+    /// file behind it (a tier).
+    UswapZramFile,
     /// Kernel swap on /dev/zram0 (compressed RAM), in a memory cgroup.
     KernelZram,
     /// Kernel swap on a swap file in --swap-dir, in a memory cgroup.
     KernelFile,
+    /// Kernel swap on a swap file with zswap on (--zswap-compressor, its
+    /// pool limited as --store-limit), in a memory cgroup.
+    KernelZswap,
 }
 
 impl Backend {
-    pub const ALL: [Backend; 4] = [
+    pub const ALL: [Backend; 7] = [
         Backend::Uswap,
         Backend::UswapFile,
+        Backend::UswapZram,
+        Backend::UswapZramFile,
         Backend::KernelZram,
         Backend::KernelFile,
+        Backend::KernelZswap,
     ];
 
     pub fn name(self) -> &'static str {
         match self {
             Backend::Uswap => "uswap",
             Backend::UswapFile => "uswap-file",
+            Backend::UswapZram => "uswap-zram",
+            Backend::UswapZramFile => "uswap-zram-file",
             Backend::KernelZram => "kernel-zram",
             Backend::KernelFile => "kernel-file",
+            Backend::KernelZswap => "kernel-zswap",
         }
     }
 
     pub fn is_kernel(self) -> bool {
-        matches!(self, Backend::KernelZram | Backend::KernelFile)
+        matches!(
+            self,
+            Backend::KernelZram | Backend::KernelFile | Backend::KernelZswap
+        )
+    }
+
+    /// Whether the run puts a swap file of uswap's in the swap directory.
+    pub fn has_uswap_file(self) -> bool {
+        matches!(self, Backend::UswapFile | Backend::UswapZramFile)
+    }
+
+    /// Whether swapped pages stay in memory (whole or compressed).
+    pub fn swaps_to_ram(self) -> bool {
+        matches!(self, Backend::Uswap | Backend::UswapZram | Backend::KernelZram)
     }
 }
 
@@ -130,6 +157,12 @@ pub struct WorkerSpec {
     pub seconds: f64,
     pub data: DataKind,
     pub seed: u64,
+    /// The codec of uswap's compressed device, as the swap spec writes it
+    /// (`lz4`, `zstd:1`).
+    pub codec: String,
+    /// The memory limit of the compressed store of a tier (and of zswap's
+    /// pool), bytes.
+    pub store_limit: u64,
     pub swap_dir: PathBuf,
     /// The memory cgroup to join first (kernel backends).
     pub cgroup: Option<PathBuf>,
@@ -168,6 +201,102 @@ pub struct WorkerResult {
     /// uswap's lock sites during the timed phase (none for the kernel).
     pub locks: BTreeMap<String, LockStats>,
     pub counters: BTreeMap<String, u64>,
+    /// What the compressed store held at the end of the timed phase
+    /// (uswap's compressed devices, zram, zswap).
+    pub store: Option<StoreUse>,
+}
+
+/// The memory a compressed swap store used, read in the run: uswap's
+/// gauges, zram's `mm_stat`, zswap's lines of /proc/meminfo and
+/// /proc/vmstat.
+#[derive(Clone, Debug, Default, Serialize, Deserialize, PartialEq)]
+pub struct StoreUse {
+    /// Pages the store held in memory (same-filled included).
+    pub pages: u64,
+    /// Bytes of memory the store took for them, fragmentation included.
+    pub mem_bytes: u64,
+    /// The most it took.
+    pub mem_peak_bytes: u64,
+    /// Their compressed bytes.
+    pub compr_bytes: u64,
+    /// Pages stored as one repeated word.
+    pub same_pages: u64,
+    /// Pages stored whole (did not compress).
+    pub whole_pages: u64,
+    /// Pages written back to a file behind the store (during the timed
+    /// phase, for zswap: `zswpwb`).
+    pub written_back: u64,
+}
+
+impl StoreUse {
+    /// Memory per page held: the store's cost of one swapped page.
+    pub fn bytes_per_page(&self) -> f64 {
+        self.mem_bytes as f64 / self.pages.max(1) as f64
+    }
+
+    fn of_uswap(s: &uswap::stats::Snapshot) -> Option<StoreUse> {
+        s.gauges.contains_key("store_orig_bytes").then(|| StoreUse {
+            pages: s.gauge("store_orig_bytes") / PAGE as u64,
+            mem_bytes: s.gauge("store_mem_bytes"),
+            mem_peak_bytes: s.gauge("store_mem_peak_bytes"),
+            compr_bytes: s.gauge("store_compr_bytes"),
+            same_pages: s.gauge("store_same_pages"),
+            whole_pages: s.gauge("store_whole_pages"),
+            written_back: s.counter("store_writebacks"),
+        })
+    }
+
+    /// zram0's `mm_stat`: orig_data_size compr_data_size mem_used_total
+    /// mem_limit mem_used_max same_pages pages_compacted huge_pages.
+    fn of_zram() -> Option<StoreUse> {
+        let s = std::fs::read_to_string("/sys/block/zram0/mm_stat").ok()?;
+        let v: Vec<u64> = s.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        Some(StoreUse {
+            pages: *v.first()? / PAGE as u64,
+            compr_bytes: *v.get(1)?,
+            mem_bytes: *v.get(2)?,
+            mem_peak_bytes: *v.get(4)?,
+            same_pages: *v.get(5)?,
+            whole_pages: *v.get(7)?,
+            written_back: 0,
+        })
+    }
+
+    /// zswap: `Zswap` (pool bytes) and `Zswapped` (bytes of the pages in
+    /// it) in /proc/meminfo.
+    fn of_zswap(written_back: u64) -> Option<StoreUse> {
+        let m = std::fs::read_to_string("/proc/meminfo").ok()?;
+        let kb = |k: &str| -> Option<u64> {
+            m.lines()
+                .find_map(|l| {
+                    l.strip_prefix(k)?
+                        .trim()
+                        .strip_suffix("kB")?
+                        .trim()
+                        .parse::<u64>()
+                        .ok()
+                })
+                .map(|v| v << 10)
+        };
+        let pool = kb("Zswap:")?;
+        Some(StoreUse {
+            pages: kb("Zswapped:")? / PAGE as u64,
+            mem_bytes: pool,
+            mem_peak_bytes: pool,
+            compr_bytes: pool,
+            same_pages: 0,
+            whole_pages: 0,
+            written_back,
+        })
+    }
+}
+
+/// A counter of /proc/vmstat.
+fn vmstat(key: &str) -> u64 {
+    let vm = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
+    vm.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
+        .unwrap_or(0)
 }
 
 /// The hidden `uswap bench worker` command.
@@ -222,10 +351,24 @@ impl Pager {
             return Ok(Pager::Kernel);
         }
         let a = ablation(&spec.ablation)?;
+        // The compressed devices are written as swap specs: the grammar
+        // `uswap demo` and `uswap run` take.
+        let spec_of = |s: String| {
+            s.parse::<SwapDeviceSpec>()
+                .with_context(|| format!("the swap spec {s:?}"))
+        };
         let device = match spec.backend {
             Backend::UswapFile => SwapDeviceSpec::file(
                 FileOptions::new(uswap_file(spec), spec.swap_bytes / PAGE as u64).extent_kind(a.extent),
             ),
+            Backend::UswapZram => spec_of(format!("zram:{}:{}", spec.swap_bytes, spec.codec))?,
+            Backend::UswapZramFile => spec_of(format!(
+                "zram:{}:{},file:{}:{}",
+                spec.store_limit,
+                spec.codec,
+                uswap_file(spec).display(),
+                spec.swap_bytes
+            ))?,
             _ => SwapDeviceSpec::ram(spec.swap_bytes),
         };
         let swap = Swap::builder()
@@ -263,15 +406,7 @@ impl Pager {
                     st.counter("io_write_pages") * PAGE as u64,
                 )
             }
-            Pager::Kernel => {
-                let vm = std::fs::read_to_string("/proc/vmstat").unwrap_or_default();
-                let get = |k: &str| {
-                    vm.lines()
-                        .find_map(|l| l.strip_prefix(k)?.strip_prefix(' ')?.trim().parse::<u64>().ok())
-                        .unwrap_or(0)
-                };
-                (get("pswpin") * PAGE as u64, get("pswpout") * PAGE as u64)
-            }
+            Pager::Kernel => (vmstat("pswpin") * PAGE as u64, vmstat("pswpout") * PAGE as u64),
         }
     }
 
@@ -306,7 +441,7 @@ impl Drop for RemoveOnDrop {
 pub fn main(args: &WorkerArgs) -> Result<()> {
     let spec: WorkerSpec = serde_json::from_str(&args.spec).context("bad worker spec")?;
     // Declared before the pager, so dropped after it (and its device).
-    let _swap_file = RemoveOnDrop((spec.backend == Backend::UswapFile).then(|| uswap_file(&spec)));
+    let _swap_file = RemoveOnDrop(spec.backend.has_uswap_file().then(|| uswap_file(&spec)));
     let pager = Pager::start(&spec)?;
     let wss = spec.wss as usize;
     let filler = Filler::new(spec.data, spec.seed);
@@ -333,6 +468,7 @@ pub fn main(args: &WorkerArgs) -> Result<()> {
 
     let (in0, out0) = pager.io_bytes();
     let before = pager.snapshot();
+    let zswap_wb0 = vmstat("zswpwb");
     let timed: Timed = match spec.workload {
         Workload::Pmbench { read_pct, pattern } => {
             let base = region.as_ref().expect("mapped").base();
@@ -359,6 +495,12 @@ pub fn main(args: &WorkerArgs) -> Result<()> {
     };
     let (in1, out1) = pager.io_bytes();
     let stats = pager.snapshot().since(&before);
+    result.store = match spec.backend {
+        Backend::KernelZram => StoreUse::of_zram(),
+        Backend::KernelZswap => StoreUse::of_zswap(vmstat("zswpwb").saturating_sub(zswap_wb0)),
+        Backend::UswapZram | Backend::UswapZramFile => StoreUse::of_uswap(&stats),
+        _ => None,
+    };
 
     result.ops = timed.ops;
     result.elapsed_s = timed.elapsed.as_secs_f64();
@@ -493,8 +635,14 @@ pub fn kernel_device(
     swap_bytes: u64,
     swap_dir: &Path,
     algorithm: Option<&str>,
+    zswap: &super::kernel_swap::Zswap,
 ) -> Option<KernelDevice> {
     match backend {
+        Backend::KernelZswap => Some(KernelDevice::Zswap {
+            dir: swap_dir.to_path_buf(),
+            bytes: swap_bytes,
+            zswap: zswap.clone(),
+        }),
         Backend::KernelZram => Some(KernelDevice::Zram {
             bytes: swap_bytes,
             algorithm: algorithm.map(str::to_string),

@@ -224,6 +224,16 @@ impl FileOptions {
         }
     }
 
+    /// The path of the file or block device.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The device's slots.
+    pub fn slots(&self) -> u64 {
+        self.slots
+    }
+
     /// `O_DIRECT` IO (the default, `true`), or buffered IO (`false`) for
     /// filesystems without `O_DIRECT`, such as ramfs, or tmpfs before
     /// Linux 6.6.
@@ -520,6 +530,13 @@ impl IoDevice {
     /// Compact a compressed device's store; the blocks freed.
     pub fn compact(&self) -> usize {
         self.store.compact()
+    }
+
+    /// Test hook: the file behind a compressed device, to inject its
+    /// errors.
+    #[cfg(test)]
+    pub fn file_behind(&self) -> Option<&IoDevice> {
+        self.store.file_behind()
     }
 
     /// Check a compressed device's store bookkeeping.

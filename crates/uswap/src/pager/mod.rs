@@ -146,8 +146,9 @@ pub enum PagerError {
     SigbusBlocked,
 }
 
-/// A swap device of an instance.
-#[derive(Clone, Debug)]
+/// A swap device of an instance; parsed from a swap spec string
+/// (`"zram:1G:lz4,file:/var/tmp/t.swap:8G"`, see [`crate::spec`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SwapDeviceSpec {
     /// RAM: like the ram disks of the seeds' tests.
     Ram { bytes: u64, priority: i32 },

@@ -84,6 +84,9 @@ fn holds_object(e: u64) -> bool {
 /// The smallest store with a file behind: 1 MiB.
 const MIN_BLOCKS: usize = 16;
 
+/// How long writeback rests after a failure.
+const WRITEBACK_HOLD_NS: u64 = 20_000_000;
+
 /// Pages written back to the file per writeback pass.
 const WRITEBACK_BATCH: usize = 64;
 
@@ -234,6 +237,11 @@ pub(crate) struct CompressedStore {
     /// Stored slots, oldest first, while a file is behind.
     lru: StatMutex<IndexLists<1>>,
     writeback: StatMutex<WritebackBuf>,
+    /// After a writeback failed, none is tried before this
+    /// `CLOCK_MONOTONIC` nanosecond: a full or failing file is not asked
+    /// again for every page (the pager backs off on the `ENOSPC` the
+    /// store then returns).
+    writeback_held_until: AtomicU64,
     acct: Accounts,
 }
 
@@ -296,6 +304,7 @@ impl CompressedStore {
                 },
                 registry.lock_site("store_writeback"),
             ),
+            writeback_held_until: AtomicU64::new(0),
             acct,
         })
     }
@@ -463,7 +472,7 @@ impl CompressedStore {
         if self.compact() > 0 {
             return true;
         }
-        if self.file.is_none() {
+        if self.file.is_none() || super::monotonic_ns() < self.writeback_held_until.load(Ordering::Relaxed) {
             return false;
         }
         let wrote = self.write_back();
@@ -548,6 +557,8 @@ impl CompressedStore {
             }
             if !ok {
                 self.acct.writeback_errors.inc();
+                self.writeback_held_until
+                    .store(super::monotonic_ns() + WRITEBACK_HOLD_NS, Ordering::Relaxed);
             }
             i = j;
         }

@@ -7,6 +7,7 @@ use super::*;
 use crate::io::FileOptions;
 
 mod child;
+mod compressed;
 mod defects;
 mod injected;
 

@@ -1,0 +1,250 @@
+//! The swap spec: one string per swap device, the same for `uswap demo`,
+//! the benches and `uswap run`.
+//!
+//! ```text
+//! ram:SIZE                         pages kept whole in memory
+//! file:PATH:SIZE                   a swap file (created, mode 0600, if missing)
+//! zram:SIZE[:lz4|zstd[:LEVEL]]     compressed in memory, at most SIZE of it
+//! zram:SIZE[:CODEC],file:PATH:SIZE a tier: the store's oldest pages go to
+//!                                  the file when it holds SIZE
+//! ```
+//!
+//! SIZE takes binary suffixes (`512M`, `4G`, `65536`).  A compressed
+//! device alone has SIZE / 4096 slots, as a zram disk of SIZE; in a tier
+//! it has the file's.  The codec defaults to LZ4 (measured:
+//! docs/PERFORMANCE.md, "Compressed RAM"); zstd's level to
+//! [`Codec::ZSTD_DEFAULT_LEVEL`].  [`SwapDeviceSpec`]'s `Display` writes
+//! the canonical form back, which parses to the same device.
+
+use std::path::PathBuf;
+use std::str::FromStr;
+
+use crate::io::{Codec, CompressedOptions, FileOptions};
+use crate::pager::SwapDeviceSpec;
+use crate::PAGE_SIZE;
+
+/// What the grammar says, for error messages.
+const GRAMMAR: &str =
+    "ram:SIZE, file:PATH:SIZE, zram:SIZE[:lz4|zstd[:LEVEL]], or a tier zram:SIZE[:CODEC],file:PATH:SIZE";
+
+/// A swap spec that does not parse: one line, naming the spec, what is
+/// wrong with it and what to write instead.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    /// Not one of the device kinds.
+    #[error("swap spec {spec:?}: a swap device is {GRAMMAR}")]
+    Kind { spec: String },
+    /// A size that does not parse, or is less than a page.
+    #[error("swap spec {spec:?}: {size:?} is not a size of at least 4K; write e.g. 512M, 4G or 65536")]
+    Size { spec: String, size: String },
+    /// A file device without a path, or without a size.
+    #[error("swap spec {spec:?}: write file:PATH:SIZE, e.g. file:/var/tmp/uswap.swap:8G")]
+    File { spec: String },
+    /// A codec that is not lz4 or zstd.
+    #[error("swap spec {spec:?}: {codec:?} is not a codec; write lz4, zstd or zstd:LEVEL (e.g. zstd:3)")]
+    Codec { spec: String, codec: String },
+    /// A zstd level that is not a number in range.
+    #[error("swap spec {spec:?}: zstd level {level:?} is not a level; give a number from -7 to 22 other than 0 (1 is the default)")]
+    Level { spec: String, level: String },
+    /// A tier that is not a compressed device then a file.
+    #[error(
+        "swap spec {spec:?}: a tier is a compressed device and then a file, zram:SIZE[:CODEC],file:PATH:SIZE"
+    )]
+    Tier { spec: String },
+}
+
+/// A byte count with binary suffixes.
+pub fn parse_size(s: &str) -> Option<u64> {
+    parse_size::Config::new().with_binary().parse_size(s).ok()
+}
+
+fn size(spec: &str, s: &str) -> Result<u64, SpecError> {
+    parse_size(s)
+        .filter(|&b| b >= PAGE_SIZE as u64)
+        .ok_or_else(|| SpecError::Size {
+            spec: spec.into(),
+            size: s.into(),
+        })
+}
+
+fn file(spec: &str, rest: &str) -> Result<FileOptions, SpecError> {
+    let (path, bytes) = rest
+        .rsplit_once(':')
+        .filter(|(p, _)| !p.is_empty())
+        .ok_or_else(|| SpecError::File { spec: spec.into() })?;
+    Ok(FileOptions::new(
+        PathBuf::from(path),
+        size(spec, bytes)? / PAGE_SIZE as u64,
+    ))
+}
+
+fn zram(spec: &str, rest: &str) -> Result<CompressedOptions, SpecError> {
+    let mut parts = rest.splitn(3, ':');
+    let limit = size(spec, parts.next().unwrap_or(""))?;
+    let codec = match (parts.next(), parts.next()) {
+        (None, _) | (Some("lz4"), None) => Codec::Lz4,
+        (Some("zstd"), None) => Codec::Zstd {
+            level: Codec::ZSTD_DEFAULT_LEVEL,
+        },
+        (Some("zstd"), Some(l)) => {
+            let level = l
+                .parse::<i32>()
+                .ok()
+                .filter(|l| (-7..=22).contains(l) && *l != 0)
+                .ok_or_else(|| SpecError::Level {
+                    spec: spec.into(),
+                    level: l.into(),
+                })?;
+            Codec::Zstd { level }
+        }
+        (Some(c), more) => {
+            return Err(SpecError::Codec {
+                spec: spec.into(),
+                codec: more.map_or(c.to_string(), |m| format!("{c}:{m}")),
+            })
+        }
+    };
+    Ok(CompressedOptions::new(limit).codec(codec))
+}
+
+impl FromStr for SwapDeviceSpec {
+    type Err = SpecError;
+
+    fn from_str(spec: &str) -> Result<Self, SpecError> {
+        if let Some((front, back)) = spec.split_once(",file:") {
+            let Some(z) = front.strip_prefix("zram:") else {
+                return Err(SpecError::Tier { spec: spec.into() });
+            };
+            let options = zram(spec, z)?.file(file(spec, back)?);
+            return Ok(SwapDeviceSpec::compressed(options));
+        }
+        if spec.contains(',') {
+            return Err(SpecError::Tier { spec: spec.into() });
+        }
+        if let Some(s) = spec.strip_prefix("ram:") {
+            return Ok(SwapDeviceSpec::ram(size(spec, s)?));
+        }
+        if let Some(rest) = spec.strip_prefix("file:") {
+            return Ok(SwapDeviceSpec::file(file(spec, rest)?));
+        }
+        if let Some(rest) = spec.strip_prefix("zram:") {
+            return Ok(SwapDeviceSpec::compressed(zram(spec, rest)?));
+        }
+        Err(SpecError::Kind { spec: spec.into() })
+    }
+}
+
+impl std::fmt::Display for SwapDeviceSpec {
+    /// The canonical spec: sizes in bytes.  Priorities are not part of
+    /// the grammar and are not written.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let file = |f: &mut std::fmt::Formatter<'_>, o: &FileOptions| {
+            write!(f, "file:{}:{}", o.path().display(), o.slots() * PAGE_SIZE as u64)
+        };
+        match self {
+            SwapDeviceSpec::Ram { bytes, .. } => write!(f, "ram:{bytes}"),
+            SwapDeviceSpec::File { options, .. } => file(f, options),
+            SwapDeviceSpec::Compressed { options, .. } => {
+                write!(f, "zram:{}:{}", options.limit(), options.codec_of())?;
+                if let Some(o) = options.file_of() {
+                    f.write_str(",")?;
+                    file(f, o)?;
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn parse(s: &str) -> Result<SwapDeviceSpec, SpecError> {
+        s.parse()
+    }
+
+    #[test]
+    fn every_kind_of_device_parses() {
+        assert_eq!(parse("ram:512M").unwrap(), SwapDeviceSpec::ram(512 << 20));
+        assert_eq!(
+            parse("file:/var/tmp/a:b.swap:4G").unwrap(),
+            SwapDeviceSpec::file(FileOptions::new("/var/tmp/a:b.swap", 1 << 20))
+        );
+        assert_eq!(
+            parse("zram:1G").unwrap(),
+            SwapDeviceSpec::compressed(CompressedOptions::new(1 << 30))
+        );
+        assert_eq!(
+            parse("zram:1G:zstd").unwrap(),
+            SwapDeviceSpec::compressed(CompressedOptions::new(1 << 30).codec(Codec::Zstd {
+                level: Codec::ZSTD_DEFAULT_LEVEL
+            }))
+        );
+        assert_eq!(
+            parse("zram:64M:zstd:-3").unwrap(),
+            SwapDeviceSpec::compressed(CompressedOptions::new(64 << 20).codec(Codec::Zstd { level: -3 }))
+        );
+        assert_eq!(
+            parse("zram:1G:lz4,file:/tmp/t.swap:8G").unwrap(),
+            SwapDeviceSpec::compressed(
+                CompressedOptions::new(1 << 30).file(FileOptions::new("/tmp/t.swap", 2 << 20))
+            )
+        );
+    }
+
+    #[test]
+    fn bad_specs_say_what_is_wrong_in_one_line() {
+        let cases = [
+            ("", "a swap device is"),
+            ("disk:4G", "a swap device is"),
+            ("ram:", "\"\" is not a size"),
+            ("ram:lots", "\"lots\" is not a size"),
+            ("ram:100", "\"100\" is not a size of at least 4K"),
+            ("file:4G", "write file:PATH:SIZE"),
+            ("file::4G", "write file:PATH:SIZE"),
+            ("zram:1G:gzip", "\"gzip\" is not a codec"),
+            ("zram:1G:lz4:9", "\"lz4:9\" is not a codec"),
+            ("zram:1G:zstd:99", "zstd level \"99\""),
+            ("zram:1G:zstd:0", "zstd level \"0\""),
+            ("zram:1G:zstd:fast", "zstd level \"fast\""),
+            (
+                "ram:1G,file:/tmp/x:1G",
+                "a tier is a compressed device and then a file",
+            ),
+            ("zram:1G,ram:1G", "a tier is"),
+            ("zram:1G,file:/tmp/x", "write file:PATH:SIZE"),
+        ];
+        for (spec, says) in cases {
+            let e = parse(spec).unwrap_err().to_string();
+            assert!(e.contains(says), "{spec:?}: {e}");
+            assert!(e.starts_with(&format!("swap spec {spec:?}")), "{e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_canonical_form_parses_back_to_the_same_device(
+            kind in 0..4u8,
+            pages in 1u64..1 << 30,
+            file_pages in 1u64..1 << 30,
+            level in prop::sample::select(vec![-7, -1, 1, 3, 19, 22]),
+            zstd in any::<bool>(),
+            path in "/[a-z:._/]{1,20}",
+        ) {
+            let bytes = pages * PAGE_SIZE as u64;
+            let codec = if zstd { Codec::Zstd { level } } else { Codec::Lz4 };
+            let fo = FileOptions::new(path.clone(), file_pages);
+            let d = match kind {
+                0 => SwapDeviceSpec::ram(bytes),
+                1 => SwapDeviceSpec::file(fo),
+                2 => SwapDeviceSpec::compressed(CompressedOptions::new(bytes).codec(codec)),
+                _ => SwapDeviceSpec::compressed(CompressedOptions::new(bytes).codec(codec).file(fo)),
+            };
+            let written = d.to_string();
+            prop_assert_eq!(parse(&written).unwrap(), d, "{}", written);
+        }
+    }
+}
