@@ -40,7 +40,8 @@ pub struct SwapOpts {
     #[arg(long, conflicts_with_all = ["backend", "ablate"])]
     pub compare: bool,
     /// Run uswap once per switch, each flipped back to the behaviour before
-    /// it (every seed's, no-readahead and per-page-evict; pick some with
+    /// it (every seed's, no-readahead, per-page-evict and, for a compressed
+    /// device, zram-keeps-copies; pick some with
     /// --variants),
     /// against the default.
     #[arg(long)]

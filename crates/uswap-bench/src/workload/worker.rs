@@ -93,7 +93,7 @@ impl Backend {
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 9] = [
+pub const ABLATIONS: [&str; 10] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -103,6 +103,7 @@ pub const ABLATIONS: [&str; 9] = [
     "extent-list",
     "no-readahead",
     "per-page-evict",
+    "zram-keeps-copies",
 ];
 
 /// What an ablation sets.
@@ -117,6 +118,8 @@ pub struct Ablation {
     pub readahead: bool,
     /// One `UFFDIO_MOVE` per evicted page instead of batches.
     pub per_page_evict: bool,
+    /// A compressed device keeps the copy of a page read back.
+    pub keep_copies: bool,
 }
 
 /// The settings of ablation `name`.
@@ -127,6 +130,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         extent: ExtentMapKind::Tree,
         readahead: true,
         per_page_evict: false,
+        keep_copies: false,
     };
     match name {
         "default" => {}
@@ -138,6 +142,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "extent-list" => a.extent = ExtentMapKind::List,
         "no-readahead" => a.readahead = false,
         "per-page-evict" => a.per_page_evict = true,
+        "zram-keeps-copies" => a.keep_copies = true,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)
@@ -370,6 +375,13 @@ impl Pager {
                 spec.swap_bytes
             ))?,
             _ => SwapDeviceSpec::ram(spec.swap_bytes),
+        };
+        let device = match device {
+            SwapDeviceSpec::Compressed { options, priority } => SwapDeviceSpec::Compressed {
+                options: options.keep_copies(a.keep_copies),
+                priority,
+            },
+            d => d,
         };
         let swap = Swap::builder()
             .budget(spec.budget)

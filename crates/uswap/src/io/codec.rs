@@ -26,7 +26,12 @@ use crate::PAGE_SIZE;
 // static library `lz4-sys` links; `lz4-sys` does not declare it.
 extern "C" {
     fn LZ4_sizeofState() -> c_int;
-    fn LZ4_compress_fast_extState(
+    fn LZ4_initStream(state: *mut c_void, size: usize) -> *mut c_void;
+    // In lz4.h's static-linking section (exported since 1.9): compresses
+    // with a state `LZ4_initStream` prepared, resetting only what it must
+    // instead of clearing all 16 KiB of it, which cost a tenth of a page's
+    // compression.
+    fn LZ4_compress_fast_extState_fastReset(
         state: *mut c_void,
         src: *const c_char,
         dst: *mut c_char,
@@ -194,8 +199,14 @@ impl Contexts {
             Codec::Lz4 => {
                 // SAFETY: a pure query.
                 let size = unsafe { LZ4_sizeofState() } as usize;
+                let mut lz4 = vec![0u64; size.div_ceil(8)].into_boxed_slice();
+                // SAFETY: `size` bytes, 8-aligned, ours.
+                let ok = unsafe { LZ4_initStream(lz4.as_mut_ptr().cast(), size) };
+                if ok.is_null() {
+                    return Err(CodecError::NoMemory { codec: "lz4" });
+                }
                 Ok(Context {
-                    lz4: vec![0u64; size.div_ceil(8)].into_boxed_slice(),
+                    lz4,
                     cctx: std::ptr::null_mut(),
                     dctx: std::ptr::null_mut(),
                 })
@@ -257,12 +268,13 @@ impl Contexts {
     fn compress_with(codec: Codec, c: &mut Context, src: &[u8], dst: &mut [u8]) -> Option<usize> {
         match codec {
             Codec::Lz4 => {
-                // SAFETY: the state is LZ4_sizeofState() bytes, 8-aligned;
-                // src and dst are valid for their lengths; LZ4 writes at
-                // most `dst.len()` bytes and returns 0 when they do not
-                // suffice.
+                // SAFETY: the state is LZ4_sizeofState() bytes, 8-aligned,
+                // initialised by LZ4_initStream and used for nothing but
+                // this call; src and dst are valid for their lengths; LZ4
+                // writes at most `dst.len()` bytes and returns 0 when they
+                // do not suffice.
                 let n = unsafe {
-                    LZ4_compress_fast_extState(
+                    LZ4_compress_fast_extState_fastReset(
                         c.lz4.as_mut_ptr().cast(),
                         src.as_ptr().cast(),
                         dst.as_mut_ptr().cast(),

@@ -293,6 +293,12 @@ pub trait PageStore: Send + Sync {
     ) -> bool {
         false
     }
+    /// Whether a page read back from slot `offset` should leave the
+    /// device (its slot freed, the page dirty): a store whose copies cost
+    /// memory.  The pager asks before freeing.
+    fn frees_on_swapin(&self, _offset: u64) -> bool {
+        false
+    }
     /// The owner freed slots `offset..offset + pages`: a store that keeps
     /// memory per slot lets it go (zram's `swap_slot_free_notify`).
     fn discard(&self, _offset: u64, _pages: u64) {}
@@ -519,6 +525,13 @@ impl IoDevice {
     /// Whether some pages may be in a file (see [`PageStore::has_file`]).
     pub fn has_file(&self) -> bool {
         self.store.has_file()
+    }
+
+    /// Whether a page read back from slot `offset` should leave the device
+    /// (see [`PageStore::frees_on_swapin`]): true for a compressed device's
+    /// pages in memory.
+    pub fn frees_on_swapin(&self, offset: u64) -> bool {
+        self.store.frees_on_swapin(offset)
     }
 
     /// The owner freed slots `offset..offset + pages`; a compressed device

@@ -156,6 +156,9 @@ pub struct Pool {
     classes: Box<[RwLock<ClassState>]>,
     lists: StatMutex<IndexLists<LISTS>>,
     used_blocks: AtomicUsize,
+    /// Bytes of the objects stored, at their class's size: what the blocks
+    /// in use hold, less the free objects in part-used blocks.
+    object_bytes: AtomicUsize,
     /// Blocks in use, in bytes, summed over an instance's stores (zram's
     /// `mem_used_total`), and the most that ever were (`mem_used_max`).
     mem: Arc<Gauge>,
@@ -187,6 +190,7 @@ impl Pool {
             classes: (0..CLASSES).map(|_| RwLock::new(ClassState::default())).collect(),
             lists: StatMutex::new(lists, registry.lock_site("store_blocks")),
             used_blocks: AtomicUsize::new(0),
+            object_bytes: AtomicUsize::new(0),
             mem: registry.gauge("store_mem_bytes"),
             mem_peak: registry.gauge("store_mem_peak_bytes"),
         })
@@ -200,6 +204,12 @@ impl Pool {
     /// Blocks in use (holding at least one object).
     pub fn used_blocks(&self) -> usize {
         self.used_blocks.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of free objects in part-used blocks: what compaction could
+    /// give back, at most.
+    pub fn fragmented_bytes(&self) -> usize {
+        (self.used_blocks() * BLOCK).saturating_sub(self.object_bytes.load(Ordering::Relaxed))
     }
 
     fn write_lock(&self, class: usize) -> RwLockWriteGuard<'_, ClassState> {
@@ -251,6 +261,7 @@ impl Pool {
             (block, index)
         };
         cs.objects += 1;
+        self.object_bytes.fetch_add(class_size(class), Ordering::Relaxed);
         self.put(class, block, index, owner, data);
         Some(Handle {
             class: class as u8,
@@ -327,6 +338,7 @@ impl Pool {
         let mut cs = self.write_lock(class);
         let len = self.object(h).1.len();
         cs.objects -= 1;
+        self.object_bytes.fetch_sub(class_size(class), Ordering::Relaxed);
         let m = &self.meta[h.block as usize];
         debug_assert!(m.is_set(h.index as usize), "freeing a free object {h:?}");
         m.set(h.index as usize, false);

@@ -107,6 +107,12 @@ pub(super) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
     let mut claims: [Option<PageClaim<'_>>; BATCH] = [const { None }; BATCH];
     let (mut clean, mut nclean) = ([0u8; BATCH], 0);
     let (mut dirty, mut ndirty) = ([0u8; BATCH], 0);
+    let (mut sealed, mut nsealed) = ([0u8; BATCH], 0);
+    // Copying a sealed page out reads it through UFFDIO_COPY, which must
+    // fail (SIGBUS mode: EFAULT) rather than wait for a handler thread if
+    // the program discarded the page meanwhile: that thread would wait for
+    // the claim this reclaimer holds.
+    let copy_sealed = inner.uffd.features().contains(crate::uffd::Features::SIGBUS);
     for (i, &id) in ids.iter().enumerate().take(BATCH) {
         let st = &inner.states[id as usize];
         let w = st.load(Ordering::Acquire);
@@ -134,7 +140,10 @@ pub(super) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
         // The word may have changed between the load and the claim only
         // by the claim itself: try_claim compares against `w`.
         claims[i] = Some(claim);
-        if is_dirty {
+        if is_dirty && w & page::SEALED != 0 && copy_sealed {
+            sealed[nsealed] = i as u8;
+            nsealed += 1;
+        } else if is_dirty {
             dirty[ndirty] = i as u8;
             ndirty += 1;
         } else {
@@ -143,6 +152,7 @@ pub(super) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
         }
     }
     drop_clean(inner, ids, &mut claims, &clean[..nclean], out);
+    stage_sealed(inner, ids, &mut claims, &sealed[..nsealed], out);
     let dirty = &mut dirty[..ndirty];
     dirty.sort_unstable_by_key(|&i| ids[i as usize]);
     let mut k = 0;
@@ -233,6 +243,114 @@ fn drop_clean(
         claim.commit(next);
         out.gone += 1;
     }
+}
+
+/// Soft-evict the sealed victims `idx` (dirty, but write-protected since
+/// they went in: `page::SEALED`) the way clean ones go: each is copied
+/// into a staging frame with `UFFDIO_COPY` (which installs a page there,
+/// no flush), cached under a fresh slot, and then all are dropped from the
+/// region with one `process_madvise`: one flush for the batch, where
+/// moving them costs one each.  Safe as dropping a clean page is: a write
+/// would fault and wait on the claim, so the copy is the page.  A page the
+/// program discarded meanwhile fails the copy (`EFAULT`) and reads zeros.
+fn stage_sealed(
+    inner: &Inner,
+    ids: &[u32],
+    claims: &mut [Option<PageClaim<'_>>; BATCH],
+    idx: &[u8],
+    out: &mut Outcome,
+) {
+    let pool = &inner.frames.staging;
+    let mut copied = [(0u8, 0u32, SwapEntry::NONE); BATCH];
+    let mut ranges = [(0u64, 0usize); BATCH];
+    let mut n = 0;
+    for &i in idx {
+        let id = ids[i as usize];
+        let addr = inner.addrs[id as usize].load(Ordering::Relaxed);
+        let claim = claims[i as usize].take().expect("claimed");
+        let Some(f) = pool.get() else {
+            // No frame: writeback frees some; try later.
+            drop(claim);
+            out.keep(id, false);
+            continue;
+        };
+        let e = match inner.alloc_slot() {
+            Ok(e) => e,
+            Err(err) => {
+                if matches!(err, SwapError::Full { .. }) {
+                    inner.counters.swap_full.inc();
+                }
+                pool.put(f);
+                drop(claim);
+                out.keep(id, false);
+                continue;
+            }
+        };
+        if let Err((_, err)) = inner.copy(pool.addr(f), addr as *const u8, PAGE, false) {
+            inner.free_slot(e);
+            pool.put(f);
+            if err.errno() == Some(libc::EFAULT) {
+                // Not there: the program discarded it.
+                discarded(inner, claim);
+                out.gone += 1;
+            } else {
+                drop(claim);
+                out.keep(id, false);
+            }
+            continue;
+        }
+        let handle = PageHandle::new(f as u64 + 1).expect("frame + 1 is not zero");
+        if inner.backing.swap_cache.add(e, handle).is_err() {
+            debug_assert!(false, "slot {e:?} already in the swap cache");
+            inner.free_slot(e);
+            inner.discard_frames(&[f]);
+            drop(claim);
+            out.keep(id, false);
+            continue;
+        }
+        claims[i as usize] = Some(claim);
+        copied[n] = (i, f, e);
+        ranges[n] = (addr, PAGE_SIZE);
+        n += 1;
+    }
+    if n == 0 {
+        return;
+    }
+    // Dropped together; where that fails, one by one to find which.
+    let all = inner.discarder.discard(ranges[..n].iter().copied());
+    for j in 0..n {
+        let (i, f, e) = copied[j];
+        let claim = claims[i as usize].take().expect("claimed");
+        if !all {
+            // SAFETY: a sealed page we hold the claim of, whose contents
+            // are in frame `f` now; nothing writes it while the claim is
+            // held (write-protected, see above).
+            if let Err(err) = unsafe { sys::discard_pages(ranges[j].0, PAGE_SIZE) } {
+                inner.backing.swap_cache.delete(e);
+                inner.free_slot(e);
+                inner.discard_frames(&[f]);
+                if err.raw_os_error() == Some(libc::ENOMEM) {
+                    discarded(inner, claim);
+                    out.gone += 1;
+                } else {
+                    drop(claim);
+                    inner.unevictable(ranges[j].0, err.raw_os_error());
+                    out.keep(ids[i as usize], true);
+                }
+                copied[j].2 = SwapEntry::NONE;
+                continue;
+            }
+        }
+        inner.counters.evict_copies.inc();
+        staged(inner, claim, e);
+    }
+    enqueue_run(
+        inner,
+        copied[..n]
+            .iter()
+            .filter(|c| c.2 != SwapEntry::NONE)
+            .map(|&(i, _, e)| (ids[i as usize], e)),
+    );
 }
 
 /// Soft-evict the dirty victims `idx`, neighbours in one region, in

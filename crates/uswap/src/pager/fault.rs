@@ -168,6 +168,11 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
     let read = folio::read(inner, |_| e, buf).map_err(|failed| failed.err);
     match read {
         Ok(()) => {
+            // A page whose copy costs the device memory (compressed) comes
+            // in dirty, its slot freed, but write-protected (sealed) for a
+            // read: evicted again, it is copied out without a move.
+            let sealed = !write && inner.backing.devices[e.device() as usize].frees_on_swapin(e.offset());
+            let dirty = write || sealed;
             let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
             inner.frames.bounce.put(b);
             if let Err((_, err)) = copied {
@@ -175,10 +180,11 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             }
             inner.counters.swapins.inc();
             inner.budget.resident.fetch_add(1, Ordering::Relaxed);
-            if write {
-                // About to change: the slot's copy is stale already.
+            if dirty {
+                // About to change: the slot's copy is stale already (or
+                // the device lets its copy go).
                 inner.free_slot(e);
-                claim.commit(page::RESIDENT | page::DIRTY);
+                claim.commit(page::RESIDENT | page::DIRTY | if sealed { page::SEALED } else { 0 });
             } else {
                 // Clean, and its slot still holds a valid copy.
                 claim.commit(page::with_slot(page::RESIDENT, e));
@@ -559,7 +565,10 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         let this_device = e.map_or(0, |e| e.device());
         let this_dirty = match e {
             None => write,
-            Some(e) => inner.backing.devices[e.device() as usize].kind() == BackendKind::Ram,
+            Some(e) => {
+                let dev = &inner.backing.devices[e.device() as usize];
+                dev.kind() == BackendKind::Ram || dev.frees_on_swapin(e.offset())
+            }
         };
         if n > 0 && (this_never != never || this_dirty != dirty || this_device != device) {
             break;
@@ -575,6 +584,8 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
     if n == 0 {
         return 0;
     }
+    // Pages let go by a compressed device come in sealed (see serve).
+    let sealed = !never && dirty && inner.backing.devices[device as usize].kind() == BackendKind::Compressed;
     // Neighbouring bounce frames for a swapped run (as many as there
     // are: the run shrinks to fit), read with one IO where its slots are
     // neighbours too; a never-written run copies from the zero pages.
@@ -610,7 +621,7 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
     let copied = if n == 0 {
         0
     } else {
-        match inner.copy(addr, src as *const u8, n as u64 * PAGE, !dirty) {
+        match inner.copy(addr, src as *const u8, n as u64 * PAGE, !dirty || sealed) {
             Ok(()) => n,
             Err((done, _)) => (done / PAGE) as usize,
         }
@@ -637,7 +648,7 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
             inner.counters.readahead.inc();
             if dirty {
                 inner.free_slot(slots[j]);
-                page::RESIDENT | page::DIRTY
+                page::RESIDENT | page::DIRTY | if sealed { page::SEALED } else { 0 }
             } else {
                 page::with_slot(page::RESIDENT, slots[j])
             }

@@ -220,7 +220,9 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
                 let id = r.id_base as usize + p;
                 inner.pins[id].store(0, Ordering::Relaxed);
                 let st = &inner.states[id];
-                let w = st.load(Ordering::Relaxed) & !(page::BUSY | (1 << 31));
+                // A sealed page's write protection is not the child's
+                // (fork copies page tables without it): plain dirty here.
+                let w = st.load(Ordering::Relaxed) & !(page::BUSY | (1 << 31) | page::SEALED);
                 st.store(w, Ordering::Relaxed);
                 page::kind(w) == page::RESIDENT && w & page::DIRTY == 0
             };

@@ -46,6 +46,8 @@ pub(crate) struct Counters {
     pub unevictable: Arc<Counter>,
     pub discarded: Arc<Counter>,
     pub swapout_retries: Arc<Counter>,
+    /// Sealed pages copied out and dropped in a batch (evict.rs).
+    pub evict_copies: Arc<Counter>,
     pub swapin_retries: Arc<Counter>,
     pub readahead: Arc<Counter>,
     pub fault_around: Arc<Counter>,
@@ -84,6 +86,7 @@ impl Counters {
             unevictable: r.counter("unevictable"),
             discarded: r.counter("discarded"),
             swapout_retries: r.counter("swapout_retries"),
+            evict_copies: r.counter("evict_copies"),
             swapin_retries: r.counter("swapin_retries"),
             readahead: r.counter("readahead"),
             fault_around: r.counter("fault_around"),

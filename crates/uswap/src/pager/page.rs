@@ -6,7 +6,8 @@
 //! |  slot offset   | dev  |WHOLE|UNIT|HAS_SLOT|DIRTY| BUSY | kind |
 //! +----------------+------+-----+----+-------+------+------+------+
 //!   bits 63..32     23..8   7     6     5       4      3      2..0
-//!   bit 31: WAITERS (only with BUSY); offsets fit: a device has at most
+//!   bit 31: WAITERS (only with BUSY); bit 24: SEALED (a dirty page
+//!   still write-protected; dev is 0 then); offsets fit: a device has at most
 //!   2^32 slots (`MAX_DEVICE_SLOTS`)
 //! ```
 //!
@@ -81,6 +82,13 @@ pub const UNIT: u64 = 1 << 6;
 /// A unit's slot is the first of a whole cluster (seed 003); without it a
 /// swapped unit was split, each page on its own slot.
 pub const WHOLE: u64 = 1 << 7;
+/// Resident and dirty (its contents are on no slot), but installed
+/// write-protected and not written since: read back from a compressed
+/// device, whose copy was let go.  Nothing can have written it, not even
+/// the kernel through a write pin, without a write-protect fault, which
+/// clears this bit; so eviction may copy it out and drop it in place, as a
+/// clean page is dropped, with no `UFFDIO_MOVE` (evict.rs).
+pub const SEALED: u64 = 1 << 24;
 /// Someone sleeps on this word until its claim is released.  In the low
 /// half (the futex word), never set without `BUSY`.
 const WAITERS: u64 = 1 << 31;

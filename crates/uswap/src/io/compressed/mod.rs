@@ -84,6 +84,10 @@ fn holds_object(e: u64) -> bool {
 /// The smallest store with a file behind: 1 MiB.
 const MIN_BLOCKS: usize = 16;
 
+/// Free bytes in part-used blocks that are never worth a compaction:
+/// a part-used block for each of a hundred classes is normal.
+const COMPACT_SLACK: usize = 64 * BLOCK;
+
 /// How long writeback rests after a failure.
 const WRITEBACK_HOLD_NS: u64 = 20_000_000;
 
@@ -98,6 +102,7 @@ pub struct CompressedOptions {
     file: Option<FileOptions>,
     incompressible_to_file: bool,
     sample_check: bool,
+    keep_copies: bool,
 }
 
 impl CompressedOptions {
@@ -114,7 +119,20 @@ impl CompressedOptions {
             file: None,
             incompressible_to_file: true,
             sample_check: true,
+            keep_copies: false,
         }
+    }
+
+    /// Keep a page's compressed copy when a read fault brings it back
+    /// (off by default).  Off, as zram and zswap do, the copy is let go:
+    /// the store holds only pages that are out, and a page read back and
+    /// evicted again is compressed again.  On, the page comes back clean
+    /// with its slot, as from a RAM or file device, and goes again with no
+    /// compression, for memory: the store also holds copies of resident
+    /// pages (measured in docs/PERFORMANCE.md, "Compressed RAM").
+    pub fn keep_copies(mut self, on: bool) -> Self {
+        self.keep_copies = on;
+        self
     }
 
     /// The codec (default [`Codec::Lz4`]).
@@ -189,6 +207,7 @@ struct Accounts {
     writebacks: Arc<Counter>,
     writeback_errors: Arc<Counter>,
     compacted: Arc<Counter>,
+    compactions: Arc<Counter>,
     to_file: Arc<Counter>,
 }
 
@@ -204,6 +223,7 @@ impl Accounts {
             writebacks: r.counter("store_writebacks"),
             writeback_errors: r.counter("store_writeback_errors"),
             compacted: r.counter("store_compacted_blocks"),
+            compactions: r.counter("store_compactions"),
             to_file: r.counter("store_incompressible_to_file"),
         }
     }
@@ -234,6 +254,7 @@ pub(crate) struct CompressedStore {
     file: Option<IoDevice>,
     incompressible_to_file: bool,
     sample_check: bool,
+    keep_copies: bool,
     /// Stored slots, oldest first, while a file is behind.
     lru: StatMutex<IndexLists<1>>,
     writeback: StatMutex<WritebackBuf>,
@@ -242,6 +263,12 @@ pub(crate) struct CompressedStore {
     /// again for every page (the pager backs off on the `ENOSPC` the
     /// store then returns).
     writeback_held_until: AtomicU64,
+    /// Compact when the part-used blocks hold this many free bytes: set
+    /// after each compaction above what it left, so that a store whose
+    /// free bytes no compaction can gather (every class keeps one
+    /// part-used block) is not compacted again and again.
+    compact_at: AtomicU64,
+    compacting: std::sync::atomic::AtomicBool,
     acct: Accounts,
 }
 
@@ -285,6 +312,7 @@ impl CompressedStore {
             file,
             incompressible_to_file: opts.incompressible_to_file,
             sample_check: opts.sample_check,
+            keep_copies: opts.keep_copies,
             lru: StatMutex::new(
                 IndexLists::new_lazy(lru_len, "compressed store LRU")?,
                 registry.lock_site("store_lru"),
@@ -305,6 +333,8 @@ impl CompressedStore {
                 registry.lock_site("store_writeback"),
             ),
             writeback_held_until: AtomicU64::new(0),
+            compact_at: AtomicU64::new(COMPACT_SLACK as u64),
+            compacting: std::sync::atomic::AtomicBool::new(false),
             acct,
         })
     }
@@ -398,8 +428,30 @@ impl CompressedStore {
         }
     }
 
+    /// Compact when fragmented: when the free bytes in part-used blocks
+    /// are an eighth of the store and past the mark the last compaction
+    /// set.  One thread at a time; from the write path (reclaim), never
+    /// from a fault.
+    fn maybe_compact(&self) {
+        let frag = self.pool.fragmented_bytes() as u64;
+        let mem = (self.pool.used_blocks() * BLOCK) as u64;
+        if frag < mem / 8 || frag < self.compact_at.load(Ordering::Relaxed) {
+            return;
+        }
+        if self.compacting.swap(true, Ordering::Acquire) {
+            return;
+        }
+        self.compact();
+        let left = self.pool.fragmented_bytes() as u64;
+        let mem = (self.pool.used_blocks() * BLOCK) as u64;
+        self.compact_at
+            .store(left + mem / 16 + COMPACT_SLACK as u64, Ordering::Relaxed);
+        self.compacting.store(false, Ordering::Release);
+    }
+
     /// Store one page at `slot`.
     fn write_page(&self, slot: u64, page: &[u8]) -> Result<(), IoError> {
+        self.maybe_compact();
         let mut out = [0u8; MAX_PACKED];
         let placement = self.place(page, &mut out);
         let old = self.take(slot);
@@ -494,6 +546,7 @@ impl CompressedStore {
                 .is_ok()
         });
         self.acct.compacted.add(freed as u64);
+        self.acct.compactions.inc();
         freed
     }
 
@@ -770,6 +823,15 @@ impl PageStore for CompressedStore {
     fn needs_alignment(&self) -> bool {
         // Pages may go straight to an O_DIRECT file.
         self.file.as_ref().is_some_and(|f| f.store.needs_alignment())
+    }
+
+    fn frees_on_swapin(&self, offset: u64) -> bool {
+        // A page read back from the store leaves it, as zram and zswap do
+        // (the kernel frees the slot of a synchronous device on swap-in,
+        // and zswap's loads are exclusive): a copy of a resident page
+        // would hold memory to save a compression.  A page read back from
+        // the file keeps its slot there, which costs no memory.
+        !self.keep_copies && tag(self.entry(offset).load(Ordering::Acquire)) != FILE
     }
 
     fn discard(&self, offset: u64, pages: u64) {
