@@ -1,13 +1,11 @@
 //! `uswap demo`: map a region larger than the memory budget, fill it from
 //! several threads, verify every byte, and show what was swapped.
 
-use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use uswap::io::FileOptions;
 use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
 use uswap_bench::parse_bytes;
 
@@ -21,10 +19,18 @@ pub struct DemoArgs {
     /// Size of the region to map, larger than the budget.
     #[arg(long, default_value = "256M", value_parser = parse_bytes)]
     pub size: u64,
-    /// Swap device: `ram:SIZE`, or `file:PATH:SIZE` (created with mode
-    /// 0600 and preallocated if missing; O_DIRECT).  Repeat for several.
-    #[arg(long = "swap", default_value = "ram:512M", value_parser = parse_device)]
+    /// Swap device: `zram:SIZE[:lz4|zstd[:LEVEL]]` (compressed in memory,
+    /// at most SIZE of it), `ram:SIZE` (pages kept whole in memory),
+    /// `file:PATH:SIZE` (created with mode 0600 and preallocated if
+    /// missing; O_DIRECT), or a tier `zram:SIZE[:CODEC],file:PATH:SIZE`
+    /// (the store's oldest pages go to the file when it holds SIZE).
+    /// Repeat for several devices.
+    #[arg(long = "swap", default_value = "zram:512M", value_parser = parse_device)]
     pub swap: Vec<SwapDeviceSpec>,
+    /// What the pages hold: text (compresses about 2x), random (does
+    /// not), or zeros.
+    #[arg(long, value_enum, default_value_t = Data::Text)]
+    pub data: Data,
     /// Who serves faults: the faulting thread (sigbus) or handler threads.
     #[arg(long, value_enum, default_value_t = Mode::Sigbus)]
     pub mode: Mode,
@@ -43,28 +49,65 @@ pub enum Mode {
     Handler,
 }
 
-fn parse_device(s: &str) -> Result<SwapDeviceSpec, String> {
-    let page = PAGE as u64;
-    if let Some(size) = s.strip_prefix("ram:") {
-        return Ok(SwapDeviceSpec::ram(parse_bytes(size)?));
-    }
-    if let Some(rest) = s.strip_prefix("file:") {
-        let (path, size) = rest
-            .rsplit_once(':')
-            .ok_or_else(|| format!("{s:?}: write file:PATH:SIZE, e.g. file:/var/tmp/uswap.swap:4G"))?;
-        let bytes = parse_bytes(size)?;
-        return Ok(SwapDeviceSpec::file(FileOptions::new(
-            PathBuf::from(path),
-            bytes / page,
-        )));
-    }
-    Err(format!("{s:?}: a swap device is ram:SIZE or file:PATH:SIZE"))
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Data {
+    Text,
+    Random,
+    Zeros,
 }
 
-fn pattern(page: usize, at: usize) -> u8 {
-    let x =
-        (page as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (at as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
-    (x ^ (x >> 31)) as u8
+/// The swap spec grammar of `uswap::spec`, shared with the benches and
+/// `uswap run`.
+fn parse_device(s: &str) -> Result<SwapDeviceSpec, String> {
+    s.parse().map_err(|e: uswap::spec::SpecError| e.to_string())
+}
+
+/// Page `page` of the demo's data, written into `out`.  Text is words
+/// drawn per page (it compresses about 2x with LZ4), each page different
+/// so that no two pages' bytes agree.
+fn fill_page(data: Data, page: usize, out: &mut [u8]) {
+    const WORDS: [&[u8]; 16] = [
+        b"the ",
+        b"swap ",
+        b"slot ",
+        b"of ",
+        b"a ",
+        b"cluster ",
+        b"page ",
+        b"is ",
+        b"in ",
+        b"memory ",
+        b"and ",
+        b"out ",
+        b"budget ",
+        b"fault ",
+        b"store ",
+        b"back ",
+    ];
+    let mut x = (page as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    match data {
+        Data::Zeros => out.fill(0),
+        Data::Random => out
+            .chunks_exact_mut(8)
+            .for_each(|c| c.copy_from_slice(&next().to_ne_bytes())),
+        Data::Text => {
+            let head = format!("page {page}: ");
+            out[..head.len()].copy_from_slice(head.as_bytes());
+            let mut at = head.len();
+            while at < out.len() {
+                let w = WORDS[(next() % 16) as usize];
+                let n = w.len().min(out.len() - at);
+                out[at..at + n].copy_from_slice(&w[..n]);
+                at += n;
+            }
+        }
+    }
 }
 
 fn mib(b: u64) -> String {
@@ -127,10 +170,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             let pb = pb.clone();
             s.spawn(move || {
                 for (i, page) in part.chunks_mut(PAGE).enumerate() {
-                    let p = t * (per / PAGE) + i;
-                    for (at, b) in page.iter_mut().enumerate() {
-                        *b = pattern(p, at);
-                    }
+                    fill_page(args.data, t * (per / PAGE) + i, page);
                     pb.inc(1);
                 }
             });
@@ -147,9 +187,10 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         for (t, part) in region_ref.as_slice().chunks(per).enumerate() {
             let (pb, bad) = (pb.clone(), &bad);
             s.spawn(move || {
+                let mut want = vec![0u8; PAGE];
                 for (i, page) in part.chunks(PAGE).enumerate() {
-                    let p = t * (per / PAGE) + i;
-                    if page.iter().enumerate().any(|(at, b)| *b != pattern(p, at)) {
+                    fill_page(args.data, t * (per / PAGE) + i, &mut want);
+                    if page != &want[..] {
                         bad.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     pb.inc(1);
@@ -206,10 +247,31 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         mib(args.budget),
         mib((swap.total_slots() - swap.free_slots()) * PAGE as u64)
     );
-    if c("swap_full") > 0 || c("budget_overrun") > 0 {
+    if st.gauges.contains_key("store_orig_bytes") {
+        let g = |n: &str| st.gauge(n);
+        let pages = g("store_orig_bytes") / PAGE as u64;
         println!(
-            "swap space full: {} eviction attempts found no free slot and left their pages resident; {} faults found the budget exhausted with nothing evictable; add swap with --swap",
-            c("swap_full"),
+            "compressed store: {} pages ({}) held in {} of memory, {:.0} bytes a page ({:.0}% of their size; {} compressed, the rest fragmentation and headers); {} same-filled, {} stored whole; {} written back to a file",
+            pages,
+            mib(g("store_orig_bytes")),
+            mib(g("store_mem_bytes")),
+            g("store_mem_bytes") as f64 / pages.max(1) as f64,
+            100.0 * g("store_mem_bytes") as f64 / g("store_orig_bytes").max(1) as f64,
+            mib(g("store_compr_bytes")),
+            g("store_same_pages"),
+            g("store_whole_pages"),
+            c("store_writebacks")
+        );
+    }
+    if c("swap_full") > 0 {
+        println!(
+            "swap space full: {} eviction attempts found no free slot and left their pages resident; add swap with --swap",
+            c("swap_full")
+        );
+    }
+    if c("budget_overrun") > 0 {
+        println!(
+            "{} faults found the budget exhausted with nothing ready to evict and went over it for a moment",
             c("budget_overrun")
         );
     }

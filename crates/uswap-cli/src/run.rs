@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
 use clap::Args;
+use uswap::pager::SwapDeviceSpec;
 use uswap::run_env as uswap_env;
 use uswap_bench::parse_bytes;
 
@@ -37,10 +38,12 @@ pub struct RunArgs {
     /// (`25%`).
     #[arg(long, default_value = "50%")]
     pub budget: String,
-    /// Swap device: `ram:SIZE`, or `file:PATH:SIZE` (created with mode
-    /// 0600 if missing and then unlinked at once, so nothing is left
-    /// behind; an existing file or block device is used as is).  Repeat for
-    /// several.  Default: a file in $TMPDIR (or /var/tmp) of eight times
+    /// Swap device: `file:PATH:SIZE` (created with mode 0600 if missing
+    /// and then unlinked at once, so nothing is left behind; an existing
+    /// file or block device is used as is), `zram:SIZE[:lz4|zstd[:LEVEL]]`
+    /// (compressed in memory, at most SIZE of it), `ram:SIZE`, or a tier
+    /// `zram:SIZE[:CODEC],file:PATH:SIZE` (the store's oldest pages go to
+    /// the file when it holds SIZE).  Repeat for several.  Default: a file in $TMPDIR (or /var/tmp) of eight times
     /// the budget, at most half the free space there.  The heap holds the
     /// budget and the swap space together (and a little more, for the
     /// allocator's fragmentation); past that, malloc fails.
@@ -104,24 +107,22 @@ fn parse_budget(s: &str) -> anyhow::Result<u64> {
     Ok(bytes / page * page)
 }
 
-/// One device as the library reads it: `ram BYTES` or `file BYTES PATH`.
+/// One device as the library reads it: its swap spec, in the canonical
+/// form, with the file's path made absolute; and its bytes.
 fn device_line(spec: &str) -> anyhow::Result<(String, u64)> {
-    if let Some(size) = spec.strip_prefix("ram:") {
-        let b = parse_bytes(size).map_err(|e| anyhow::anyhow!("--swap {spec}: {e}"))?;
-        return Ok((format!("ram {b}"), b));
+    let d: SwapDeviceSpec = spec
+        .parse()
+        .map_err(|e: uswap::spec::SpecError| anyhow::anyhow!("--swap: {e}"))?;
+    let d = match d.file_options().map(|f| std::path::absolute(f.path())) {
+        Some(Err(e)) => bail!("--swap {spec}: the path: {e}"),
+        Some(Ok(path)) => d.map_file(|f| f.with_path(path)),
+        None => d,
+    };
+    let line = d.to_string();
+    if line.contains('\n') {
+        bail!("--swap {spec}: give a path without newlines");
     }
-    if let Some(rest) = spec.strip_prefix("file:") {
-        let (path, size) = rest.rsplit_once(':').with_context(|| {
-            format!("--swap {spec:?}: write file:PATH:SIZE, e.g. file:/var/tmp/uswap.swap:8G")
-        })?;
-        let b = parse_bytes(size).map_err(|e| anyhow::anyhow!("--swap {spec}: {e}"))?;
-        let path = std::path::absolute(path).with_context(|| format!("--swap {spec}: the path"))?;
-        if path.to_str().is_none_or(|p| p.contains('\n')) {
-            bail!("--swap {spec}: give a path in UTF-8 without newlines");
-        }
-        return Ok((format!("file {b} {}", path.display()), b));
-    }
-    bail!("--swap {spec:?}: a swap device is ram:SIZE or file:PATH:SIZE")
+    Ok((line, d.bytes()))
 }
 
 /// Free bytes in the file system holding `dir`.

@@ -237,7 +237,49 @@ fn demo_swaps_and_verifies() {
     let file = format!("file:{}:32M", dir.path().join("swap").display());
     let out = uswap(&["demo", "--size", "8M", "--budget", "2M", "--swap", &file]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // The default device compresses: text pages take about half their size.
+    let out = uswap(&["demo", "--size", "16M", "--budget", "4M"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let share: f64 = text
+        .split("bytes a page (")
+        .nth(1)
+        .and_then(|r| r.split('%').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no store line: {text}"));
+    assert!(
+        share < 75.0 && text.contains("every byte read back as written"),
+        "{text}"
+    );
+    // A tier: a 1 MiB store in front of a file, most pages written back.
+    let tier = format!("zram:1M,file:{}:64M", dir.path().join("tier").display());
+    let out = uswap(&["demo", "--size", "16M", "--budget", "4M", "--swap", &tier]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let written: u64 = text
+        .split("stored whole; ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no store line: {text}"));
+    assert!(
+        written > 1000 && text.contains("every byte read back as written"),
+        "{text}"
+    );
     for (args, needle) in [
+        (vec!["demo", "--swap", "zram:1G:gzip"], "\"gzip\" is not a codec"),
+        (
+            vec!["demo", "--swap", "ram:1G,file:/tmp/x:1G"],
+            "a tier is a compressed device and then a file",
+        ),
         (
             vec!["demo", "--budget", "4K"],
             "budget of 4096 bytes is too small",
@@ -254,7 +296,11 @@ fn demo_swaps_and_verifies() {
         assert!(err.contains(needle), "{args:?}: {err}");
         assert_eq!(
             err.trim().lines().count(),
-            if needle.contains("size") { 3 } else { 1 },
+            if needle.contains("size") || needle.contains("codec") || needle.contains("tier") {
+                3
+            } else {
+                1
+            },
             "{args:?}: {err}"
         );
     }

@@ -383,7 +383,11 @@ fn bad_input_gets_one_line() {
         (&["run", "--budget", "100K", "--", "true"], "at least 1M"),
         (
             &["run", "--swap", "disk:1G", "--", "true"],
-            "ram:SIZE or file:PATH:SIZE",
+            "a swap device is ram:SIZE, file:PATH:SIZE, zram:SIZE",
+        ),
+        (
+            &["run", "--swap", "zram:1G:zstd:99", "--", "true"],
+            "zstd level \"99\" is not a level",
         ),
         (
             &["run", "--swap", "ram:8M", "--", "/nonexistent/program"],
@@ -451,6 +455,63 @@ fn multiprocessing_children_read_their_parents_memory() {
             std::fs::read_dir(tmp.path()).unwrap().count(),
             0,
             "{mode:?}: the default swap file was left in $TMPDIR"
+        );
+    }
+}
+
+/// Compressed swap under `uswap run`: the dict on a compressed device, and
+/// multiprocessing's forked children reading their parent's memory from a
+/// tier (a small store in front of a file: the file's slots the children
+/// may read are held for them), in both modes.
+#[test]
+fn python_on_compressed_swap_and_a_tier() {
+    let n = "400000";
+    let dir = open_dir(false);
+    let script = dir.path().join("mp.py");
+    std::fs::write(&script, MULTIPROCESSING).unwrap();
+    let script = script.to_str().unwrap();
+    let plain_dict = Command::new(PYTHON).args(["-c", DICT, n]).output().unwrap();
+    let plain_mp = Command::new(PYTHON).args([script, n]).output().unwrap();
+    assert!(plain_dict.status.success() && plain_mp.status.success());
+    for mode in Mode::all() {
+        let out = uswap_in(
+            mode,
+            &[
+                "run",
+                "--budget",
+                "24M",
+                "--swap",
+                "zram:256M",
+                "--stats",
+                "--",
+                PYTHON,
+                "-c",
+                DICT,
+                n,
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {err}");
+        assert_eq!(out.stdout, plain_dict.stdout, "{mode:?}: {err}");
+        assert!(stat(&err, "evictions") > 10000, "{mode:?}: {err}");
+        let tmp = open_dir(true);
+        let tier = format!("zram:4M,file:{}:256M", tmp.path().join("tier").display());
+        let out = uswap_in(
+            mode,
+            &[
+                "run", "--budget", "24M", "--swap", &tier, "--stats", "--", PYTHON, script, n,
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?} tier: {err}");
+        assert_eq!(out.stdout, plain_mp.stdout, "{mode:?} tier: {err}");
+        assert!(stat(&err, "evictions") > 10000, "{mode:?} tier: {err}");
+        assert_eq!(
+            std::fs::read_dir(tmp.path()).unwrap().count(),
+            0,
+            "{mode:?}: the tier's file was left"
         );
     }
 }

@@ -39,12 +39,10 @@
 //! threads and the userfaultfd go with the process.
 
 use std::ffi::c_void;
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use libmimalloc_sys::{mi_manage_os_memory_ex, mi_option_set};
-use uswap::io::FileOptions;
 use uswap::pager::{FaultMode, Region, Swap, SwapDeviceSpec};
 use uswap::run_env as env;
 
@@ -74,17 +72,11 @@ mod signals;
 
 use heap::{MI_OPTION_DISALLOW_OS_ALLOC, MI_OPTION_PURGE_DELAY};
 
-/// One swap device: `ram BYTES` or `file BYTES PATH`, one per line of
-/// `USWAP_RUN_SWAP`.
-enum Device {
-    Ram(u64),
-    File(u64, PathBuf),
-}
-
 struct Config {
     budget: u64,
     heap: u64,
-    devices: Vec<Device>,
+    /// One swap spec per line of `USWAP_RUN_SWAP`.
+    devices: Vec<SwapDeviceSpec>,
     mode: FaultMode,
     stats: bool,
 }
@@ -105,14 +97,10 @@ impl Config {
         let heap = num(env::HEAP, &std::env::var(env::HEAP).unwrap_or_default())?;
         let mut devices = Vec::new();
         for line in std::env::var(env::SWAP).unwrap_or_default().lines() {
-            let mut f = line.splitn(3, ' ');
-            match (f.next(), f.next(), f.next()) {
-                (Some("ram"), Some(n), None) => devices.push(Device::Ram(num(env::SWAP, n)?)),
-                (Some("file"), Some(n), Some(path)) => {
-                    devices.push(Device::File(num(env::SWAP, n)?, path.into()))
-                }
-                _ => return Err(format!("{}: cannot read the line {line:?}", env::SWAP)),
-            }
+            devices.push(
+                line.parse::<SwapDeviceSpec>()
+                    .map_err(|e| format!("{}: {e}", env::SWAP))?,
+            );
         }
         let mode = match std::env::var(env::MODE).as_deref() {
             Ok("sigbus") => FaultMode::Sigbus,
@@ -176,15 +164,12 @@ fn start(c: Config) -> Result<(), String> {
     // file the user keeps), to unlink once open.
     let mut created = Vec::new();
     for d in &c.devices {
-        builder = builder.device(match d {
-            Device::Ram(bytes) => SwapDeviceSpec::ram(*bytes),
-            Device::File(bytes, path) => {
-                if !path.exists() {
-                    created.push(path.clone());
-                }
-                SwapDeviceSpec::file(FileOptions::new(path, bytes / uswap::PAGE_SIZE as u64))
+        if let Some(f) = d.file_options() {
+            if !f.path().exists() {
+                created.push(f.path().to_path_buf());
             }
-        });
+        }
+        builder = builder.device(d.clone());
     }
     heap::find_libc_usable_size();
     let swap = builder.build().map_err(|e| e.to_string());

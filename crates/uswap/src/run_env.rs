@@ -9,7 +9,8 @@ pub const PID: &str = "USWAP_RUN_PID";
 pub const BUDGET: &str = "USWAP_RUN_BUDGET";
 /// The size of the heap region, in bytes.
 pub const HEAP: &str = "USWAP_RUN_HEAP";
-/// The swap devices, one per line: `ram BYTES` or `file BYTES PATH`.
+/// The swap devices, one swap spec per line (`uswap::spec`; paths
+/// absolute).
 pub const SWAP: &str = "USWAP_RUN_SWAP";
 /// `sigbus` or `handler`.
 pub const MODE: &str = "USWAP_RUN_MODE";

@@ -229,6 +229,12 @@ impl FileOptions {
         &self.path
     }
 
+    /// The same options for another path.
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.path = path.into();
+        self
+    }
+
     /// The device's slots.
     pub fn slots(&self) -> u64 {
         self.slots

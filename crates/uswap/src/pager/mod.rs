@@ -177,6 +177,43 @@ impl SwapDeviceSpec {
         SwapDeviceSpec::Compressed { options, priority: 0 }
     }
 
+    /// The file the device writes to, if any (a file device, or the file
+    /// behind a compressed device).
+    pub fn file_options(&self) -> Option<&FileOptions> {
+        match self {
+            SwapDeviceSpec::Ram { .. } => None,
+            SwapDeviceSpec::File { options, .. } => Some(options),
+            SwapDeviceSpec::Compressed { options, .. } => options.file_of(),
+        }
+    }
+
+    /// The same device with its file's options changed by `f`.
+    pub fn map_file(self, f: impl FnOnce(FileOptions) -> FileOptions) -> Self {
+        match self {
+            SwapDeviceSpec::File { options, priority } => SwapDeviceSpec::File {
+                options: f(options),
+                priority,
+            },
+            SwapDeviceSpec::Compressed { options, priority } => match options.file_of().cloned() {
+                Some(file) => SwapDeviceSpec::Compressed {
+                    options: options.file(f(file)),
+                    priority,
+                },
+                None => SwapDeviceSpec::Compressed { options, priority },
+            },
+            d => d,
+        }
+    }
+
+    /// The swap space the device gives, in bytes: its slots' pages.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            SwapDeviceSpec::Ram { bytes, .. } => bytes / PAGE_SIZE as u64 * PAGE_SIZE as u64,
+            SwapDeviceSpec::File { options, .. } => options.slots() * PAGE_SIZE as u64,
+            SwapDeviceSpec::Compressed { options, .. } => options.slots() * PAGE_SIZE as u64,
+        }
+    }
+
     /// Set the priority (higher is used first).
     pub fn priority(self, p: i32) -> Self {
         match self {
