@@ -80,6 +80,10 @@ enum BenchCommand {
     /// thread the list's one-entry cache always hits; with several, they
     /// move the shared cursor under each other and the list is walked.
     Extent(micro::extent::ExtentArgs),
+    /// The compressed device's codecs on the benches' pages (issue 12):
+    /// bytes a page compresses to, and nanoseconds to compress and to
+    /// decompress one, for lz4 and zstd levels.
+    Codec(micro::codec::CodecArgs),
     /// LRU activation: per-CPU batches vs one lock per page (seed 002).
     ///
     /// Threads activate and deactivate disjoint slices of --pages pages,
@@ -160,6 +164,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Bench(b) => match b {
             BenchCommand::Alloc(a) => micro::alloc::run(&a),
             BenchCommand::Extent(a) => micro::extent::run(&a),
+            BenchCommand::Codec(a) => micro::codec::run(&a),
             BenchCommand::Lru(a) => micro::lru::run(&a),
             BenchCommand::Huge(a) => micro::huge::run(&a),
             BenchCommand::Fault(a) => micro::fault::run(&a),

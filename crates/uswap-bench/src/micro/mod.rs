@@ -1,8 +1,10 @@
 //! The benches that run in one process: the seeds' experiments on the
-//! core's structures (`alloc`, `extent`, `lru`, `huge`), and `fault`, the
-//! pager's fault cost next to the kernel's.
+//! core's structures (`alloc`, `extent`, `lru`, `huge`), `fault`, the
+//! pager's fault cost next to the kernel's, and `codec`, the compressed
+//! device's codecs.
 
 pub mod alloc;
+pub mod codec;
 pub mod extent;
 pub mod fault;
 pub mod huge;

@@ -321,9 +321,19 @@ impl KernelSwap {
                         ks.zswap_was.push((p.clone(), read_trim(&p)?));
                     }
                     let param = |name: &str| Path::new(ZSWAP_PARAMS).join(name);
-                    write_str(&param("compressor"), &zswap.compressor).with_context(|| {
-                        format!("zswap does not offer the compressor {:?}", zswap.compressor)
-                    })?;
+                    if let Err(e) = write_str(&param("compressor"), &zswap.compressor) {
+                        let offered: Vec<String> = fs::read_to_string("/proc/crypto")
+                            .unwrap_or_default()
+                            .lines()
+                            .filter_map(|l| l.strip_prefix("name")?.split(':').nth(1).map(|n| n.trim().to_string()))
+                            .filter(|n| ["lz4", "lz4hc", "lzo", "lzo-rle", "zstd", "deflate", "842"].contains(&n.as_str()))
+                            .collect();
+                        bail!(
+                            "zswap cannot use the compressor {:?} ({e:#}); this kernel's crypto API offers: {}; pass --zswap-compressor",
+                            zswap.compressor,
+                            offered.join(", ")
+                        );
+                    }
                     write_str(&param("max_pool_percent"), &zswap.max_pool_percent.to_string())?;
                     write_str(&param("enabled"), "Y")?;
                 }

@@ -80,8 +80,11 @@ pub struct SwapOpts {
     /// working set less the budget].
     #[arg(long, value_parser = parse_bytes)]
     pub store_limit: Option<u64>,
-    /// zswap's compressor for kernel-zswap.
-    #[arg(long, default_value = "lz4")]
+    /// zswap's compressor for kernel-zswap (one the kernel's crypto API
+    /// has: /proc/crypto; zswap has no LZ4 where only zram was built with
+    /// it, as on this machine kind: lzo-rle is zram's default and LZ4's
+    /// closest kin there).
+    #[arg(long, default_value = "lzo-rle")]
     pub zswap_compressor: String,
     /// Draw the latency CDF, throughput over time and per-variant bars to
     /// this file (.png or .svg).

@@ -6,8 +6,8 @@
 //! straddles a block, and a class wastes at most one object's size per
 //! block, under 5% for the largest packed class).  A block is free or
 //! belongs to one class; a class's blocks hold objects of its size, each
-//! an 8-byte header (the slot that owns it, the compressed length) and
-//! the compressed bytes.  Classes step by 32 bytes up to [`MAX_PACKED`];
+//! a 6-byte header (the slot that owns it, the compressed length) and
+//! the compressed bytes.  Classes step by 16 bytes up to [`MAX_PACKED`];
 //! a page that would not fit in that is stored whole, 4096 bytes without
 //! a header (its owner kept beside the block), in the last class.
 //!
@@ -43,11 +43,13 @@ use crate::PAGE_SIZE;
 
 /// Bytes per block: 16 pages.
 pub const BLOCK: usize = 64 << 10;
-/// Class sizes step by this much.
-const STEP: usize = 32;
+/// Class sizes step by this much (zsmalloc's `ZS_SIZE_CLASS_DELTA` for 4
+/// KiB pages): a page wastes half a step on average.
+const STEP: usize = 16;
 /// An object's header: the owning slot (u32) and the compressed length
-/// (u16), little-endian, and two bytes of padding.
-pub const HEADER: usize = 8;
+/// (u16), little-endian, unaligned (objects are copied and decompressed
+/// bytewise, never read as words).
+pub const HEADER: usize = 6;
 /// The largest packed object, header included (zram's `huge_class_size`
 /// for 4 KiB pages is about this): a page whose object would be larger
 /// is stored whole, which takes 4096 bytes but costs no decompression.

@@ -33,6 +33,13 @@
 //!   carry a write pin taken while it was writable, which is why dirty
 //!   pages are moved, never dropped: only the move sees the pin.
 //!
+//! - **Sealed pages** (dirty, but write-protected since they came in from a
+//!   compressed device that let its copy go: `page::SEALED`) go as clean
+//!   ones do, in SIGBUS mode: copied into staging frames with
+//!   `UFFDIO_COPY` (no flush), then dropped with the batch's one
+//!   `process_madvise`; the same argument makes it safe (a write faults
+//!   and waits on the claim; no write pin without a write fault).
+//!
 //! Scattered dirty victims still cost a flush each; the switch
 //! `SwapBuilder::per_page_evict` restores per-page `UFFDIO_MOVE` for every
 //! victim, clean ones included, to measure what batching gains.
