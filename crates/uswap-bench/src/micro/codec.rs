@@ -51,14 +51,21 @@ fn codec(name: &str) -> Codec {
 pub fn run(args: &CodecArgs) -> anyhow::Result<()> {
     let common = &args.common;
     common.validate()?;
-    let selected: Vec<&str> = common.selected(&VARIANTS)?.into_iter().map(|i| VARIANTS[i]).collect();
+    let selected: Vec<&str> = common
+        .selected(&VARIANTS)?
+        .into_iter()
+        .map(|i| VARIANTS[i])
+        .collect();
     let filler = Filler::new(args.data, 1);
     let mut pages = vec![0u8; PAGES * PAGE];
     for (i, p) in pages.chunks_mut(PAGE).enumerate() {
         // SAFETY: a page of our own vector.
         unsafe { filler.fill(p.as_mut_ptr() as usize, i as u64) };
     }
-    let contexts: Vec<Contexts> = selected.iter().map(|n| Contexts::new(codec(n))).collect::<Result<_, _>>()?;
+    let contexts: Vec<Contexts> = selected
+        .iter()
+        .map(|n| Contexts::new(codec(n)))
+        .collect::<Result<_, _>>()?;
     let combos: Vec<(usize, usize)> = common
         .threads
         .iter()
@@ -74,7 +81,10 @@ pub fn run(args: &CodecArgs) -> anyhow::Result<()> {
         &combos,
         |&(t, v)| format!("{} threads={t}", selected[v]),
         |_, &(threads, v)| {
-            let i = combos.iter().position(|&c| c == (threads, v)).expect("a combination");
+            let i = combos
+                .iter()
+                .position(|&c| c == (threads, v))
+                .expect("a combination");
             let cx = &contexts[v];
             let pages = &pages;
             let sum = &sums[i];

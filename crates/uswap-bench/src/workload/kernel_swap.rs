@@ -325,8 +325,16 @@ impl KernelSwap {
                         let offered: Vec<String> = fs::read_to_string("/proc/crypto")
                             .unwrap_or_default()
                             .lines()
-                            .filter_map(|l| l.strip_prefix("name")?.split(':').nth(1).map(|n| n.trim().to_string()))
-                            .filter(|n| ["lz4", "lz4hc", "lzo", "lzo-rle", "zstd", "deflate", "842"].contains(&n.as_str()))
+                            .filter_map(|l| {
+                                l.strip_prefix("name")?
+                                    .split(':')
+                                    .nth(1)
+                                    .map(|n| n.trim().to_string())
+                            })
+                            .filter(|n| {
+                                ["lz4", "lz4hc", "lzo", "lzo-rle", "zstd", "deflate", "842"]
+                                    .contains(&n.as_str())
+                            })
                             .collect();
                         bail!(
                             "zswap cannot use the compressor {:?} ({e:#}); this kernel's crypto API offers: {}; pass --zswap-compressor",

@@ -103,6 +103,8 @@ pub struct Handle {
 }
 
 /// A block's objects in use.  Changed under its class's exclusive lock.
+/// All zeros is a free block's (`table::zeroed`: the table of a large
+/// store costs memory only for the blocks used).
 struct BlockMeta {
     used: AtomicU32,
     map: [AtomicU64; MAX_OBJECTS / 64],
@@ -110,15 +112,10 @@ struct BlockMeta {
     whole_owner: [AtomicU32; BLOCK / PAGE_SIZE],
 }
 
-impl BlockMeta {
-    fn new() -> Self {
-        BlockMeta {
-            used: AtomicU32::new(0),
-            map: std::array::from_fn(|_| AtomicU64::new(0)),
-            whole_owner: std::array::from_fn(|_| AtomicU32::new(0)),
-        }
-    }
+// SAFETY: atomics only; zero is a valid value of each.
+unsafe impl crate::table::Zeroed for BlockMeta {}
 
+impl BlockMeta {
     fn is_set(&self, i: usize) -> bool {
         self.map[i / 64].load(Ordering::Relaxed) & (1 << (i % 64)) != 0
     }
@@ -178,9 +175,10 @@ impl std::fmt::Debug for Pool {
 
 impl Pool {
     /// A store of `blocks` blocks (address space now, memory as used).
-    pub fn new(blocks: usize, registry: &Registry) -> std::io::Result<Pool> {
+    pub fn new(blocks: usize, registry: &Registry) -> Result<Pool, crate::io::IoError> {
         assert!(blocks > 0 && blocks < u32::MAX as usize);
-        let arena = Mapping::new(blocks * BLOCK, PAGE_SIZE)?;
+        let arena =
+            Mapping::new(blocks * BLOCK, PAGE_SIZE).map_err(|source| crate::io::IoError::Mmap { source })?;
         let mut lists = IndexLists::new(blocks);
         for b in 0..blocks as u32 {
             lists.push_tail(FREE, b);
@@ -188,7 +186,7 @@ impl Pool {
         Ok(Pool {
             arena,
             blocks,
-            meta: (0..blocks).map(|_| BlockMeta::new()).collect(),
+            meta: crate::table::zeroed(blocks, "compressed store blocks")?,
             classes: (0..CLASSES).map(|_| RwLock::new(ClassState::default())).collect(),
             lists: StatMutex::new(lists, registry.lock_site("store_blocks")),
             used_blocks: AtomicUsize::new(0),
@@ -386,11 +384,13 @@ impl Pool {
 
     fn compact_class(&self, class: usize, relocate: &mut impl FnMut(u32, Handle, Handle) -> bool) -> usize {
         let n = per_block(class);
-        let mut cs = self.write_lock(class);
         let mut freed = 0;
         // Each round empties one block or fills one, so it ends; a round
-        // that moves nothing (every object refused) ends it too.
+        // that moves nothing (every object refused) ends it too.  The
+        // class lock is taken per round, so that faults reading this class
+        // wait for one block's moves at most, not the whole class's.
         loop {
+            let mut cs = self.write_lock(class);
             if cs.blocks * n - cs.objects < n {
                 break; // the objects would not fit in fewer blocks
             }
@@ -424,13 +424,24 @@ impl Pool {
                     block: dst,
                     index: j as u16,
                 };
-                let (owner, bytes) = self.object(from);
-                // Copy out first: the bytes and the destination are both
-                // in the arena.
-                let mut copy = [0u8; PAGE_SIZE];
-                copy[..bytes.len()].copy_from_slice(bytes);
-                let len = bytes.len();
-                self.put(class, dst, j, owner, &copy[..len]);
+                let owner = self.object(from).0;
+                // The whole object, header and all, to its new place: two
+                // objects of one class never overlap, and no reader is in
+                // this class.
+                let size = class_size(class);
+                // SAFETY: both are objects of this class inside the arena
+                // (`object_addr`), distinct (another block), and we hold
+                // the class's exclusive lock.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        self.object_addr(class, src, i),
+                        self.object_addr(class, dst, j),
+                        size,
+                    )
+                };
+                if class == WHOLE {
+                    dm.whole_owner[j].store(owner, Ordering::Relaxed);
+                }
                 if !relocate(owner, from, to) {
                     continue;
                 }
