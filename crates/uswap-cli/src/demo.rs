@@ -8,6 +8,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
 use uswap_bench::parse_bytes;
+use uswap_bench::workload::workload::{DataKind, Filler};
 
 const PAGE: usize = uswap::PAGE_SIZE;
 
@@ -29,8 +30,8 @@ pub struct DemoArgs {
     pub swap: Vec<SwapDeviceSpec>,
     /// What the pages hold: text (compresses about 2x), random (does
     /// not), or zeros.
-    #[arg(long, value_enum, default_value_t = Data::Text)]
-    pub data: Data,
+    #[arg(long, value_enum, default_value_t = DataKind::Text)]
+    pub data: DataKind,
     /// Who serves faults: the faulting thread (sigbus) or handler threads.
     #[arg(long, value_enum, default_value_t = Mode::Sigbus)]
     pub mode: Mode,
@@ -49,65 +50,19 @@ pub enum Mode {
     Handler,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Data {
-    Text,
-    Random,
-    Zeros,
-}
-
 /// The swap spec grammar of `uswap::spec`, shared with the benches and
 /// `uswap run`.
 fn parse_device(s: &str) -> Result<SwapDeviceSpec, String> {
     s.parse().map_err(|e: uswap::spec::SpecError| e.to_string())
 }
 
-/// Page `page` of the demo's data, written into `out`.  Text is words
-/// drawn per page (it compresses about 2x with LZ4), each page different
-/// so that no two pages' bytes agree.
-fn fill_page(data: Data, page: usize, out: &mut [u8]) {
-    const WORDS: [&[u8]; 16] = [
-        b"the ",
-        b"swap ",
-        b"slot ",
-        b"of ",
-        b"a ",
-        b"cluster ",
-        b"page ",
-        b"is ",
-        b"in ",
-        b"memory ",
-        b"and ",
-        b"out ",
-        b"budget ",
-        b"fault ",
-        b"store ",
-        b"back ",
-    ];
-    let mut x = (page as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut next = || {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        x
-    };
-    match data {
-        Data::Zeros => out.fill(0),
-        Data::Random => out
-            .chunks_exact_mut(8)
-            .for_each(|c| c.copy_from_slice(&next().to_ne_bytes())),
-        Data::Text => {
-            let head = format!("page {page}: ");
-            out[..head.len()].copy_from_slice(head.as_bytes());
-            let mut at = head.len();
-            while at < out.len() {
-                let w = WORDS[(next() % 16) as usize];
-                let n = w.len().min(out.len() - at);
-                out[at..at + n].copy_from_slice(&w[..n]);
-                at += n;
-            }
-        }
-    }
+/// Page `page` of the demo's data, written into `out`: the benches'
+/// pages (text compresses about 2x with LZ4, each page cut from another
+/// place of the text).
+fn fill_page(filler: &Filler, page: usize, out: &mut [u8]) {
+    assert_eq!(out.len(), PAGE);
+    // SAFETY: `out` is a whole page of writable memory.
+    unsafe { filler.fill(out.as_mut_ptr() as usize, page as u64) };
 }
 
 fn mib(b: u64) -> String {
@@ -163,6 +118,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         pb
     };
 
+    let filler = &Filler::new(args.data, 1);
     let start = Instant::now();
     let pb = bar("fill");
     std::thread::scope(|s| {
@@ -170,7 +126,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             let pb = pb.clone();
             s.spawn(move || {
                 for (i, page) in part.chunks_mut(PAGE).enumerate() {
-                    fill_page(args.data, t * (per / PAGE) + i, page);
+                    fill_page(filler, t * (per / PAGE) + i, page);
                     pb.inc(1);
                 }
             });
@@ -189,7 +145,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             s.spawn(move || {
                 let mut want = vec![0u8; PAGE];
                 for (i, page) in part.chunks(PAGE).enumerate() {
-                    fill_page(args.data, t * (per / PAGE) + i, &mut want);
+                    fill_page(filler, t * (per / PAGE) + i, &mut want);
                     if page != &want[..] {
                         bad.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }

@@ -95,10 +95,15 @@ impl Zswap {
 
 /// MemTotal, in bytes.
 pub fn mem_total() -> Option<u64> {
+    meminfo("MemTotal:")
+}
+
+/// A line of /proc/meminfo (`key` with its colon), in bytes.
+pub fn meminfo(key: &str) -> Option<u64> {
     let s = fs::read_to_string("/proc/meminfo").ok()?;
     let kb: u64 = s
         .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .find_map(|l| l.strip_prefix(key))?
         .trim()
         .trim_end_matches("kB")
         .trim()

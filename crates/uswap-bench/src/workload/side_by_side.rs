@@ -233,16 +233,7 @@ fn validate(o: &SwapOpts, units: &[Unit], swap_bytes: u64) -> Result<()> {
 }
 
 fn mem_available() -> Option<u64> {
-    let s = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kb: u64 = s
-        .lines()
-        .find_map(|l| l.strip_prefix("MemAvailable:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()?;
-    Some(kb << 10)
+    kernel_swap::meminfo("MemAvailable:")
 }
 
 fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {

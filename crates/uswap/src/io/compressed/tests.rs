@@ -78,6 +78,17 @@ fn read(dev: &IoDevice, slot: u64) -> Vec<u8> {
     b.bytes().to_vec()
 }
 
+/// The gauges of what a store holds: all zero once every slot is
+/// discarded.
+const HELD: [&str; 6] = [
+    "store_same_pages",
+    "store_whole_pages",
+    "store_orig_bytes",
+    "store_compr_bytes",
+    "store_mem_bytes",
+    "store_file_pages",
+];
+
 const CODECS: [Codec; 3] = [Codec::Lz4, Codec::Zstd { level: 1 }, Codec::Zstd { level: 9 }];
 
 #[test]
@@ -119,13 +130,7 @@ fn every_codec_and_kind_of_page_reads_back_and_the_accounts_balance() {
         assert_eq!(read(&dev, 3), page(Kind::Text, 1000));
         dev.discard(0, 400);
         let s = r.snapshot();
-        for g in [
-            "store_same_pages",
-            "store_whole_pages",
-            "store_orig_bytes",
-            "store_compr_bytes",
-            "store_mem_bytes",
-        ] {
+        for g in HELD {
             assert_eq!(s.gauge(g), 0, "{codec}: {g} after discarding everything");
         }
         assert!(s.gauge("store_mem_peak_bytes") >= compr);
@@ -388,14 +393,7 @@ fn faults_race_compaction_and_writeback() {
             s.counter("store_writebacks") > 0,
             "{codec}: the store never filled"
         );
-        for g in [
-            "store_same_pages",
-            "store_whole_pages",
-            "store_orig_bytes",
-            "store_compr_bytes",
-            "store_mem_bytes",
-            "store_file_pages",
-        ] {
+        for g in HELD {
             assert_eq!(s.gauge(g), 0, "{codec}: {g} left after every slot was discarded");
         }
     }
