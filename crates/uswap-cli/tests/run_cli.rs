@@ -495,6 +495,25 @@ fn python_on_compressed_swap_and_a_tier() {
         assert!(out.status.success(), "{mode:?}: {err}");
         assert_eq!(out.stdout, plain_dict.stdout, "{mode:?}: {err}");
         assert!(stat(&err, "evictions") > 10000, "{mode:?}: {err}");
+        // Python's objects compress: the store at its largest took less
+        // than half of what went through it.
+        let store = err
+            .split("compressed store:")
+            .nth(1)
+            .unwrap_or_else(|| panic!("{mode:?}: no store line: {err}"));
+        let peak: f64 = store
+            .split("at most ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{mode:?}: {err}"));
+        let written: f64 = err
+            .split("swap IO: ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{mode:?}: {err}"));
+        assert!(peak > 1.0 && peak < written / 2.0, "{mode:?}: {err}");
         let tmp = open_dir(true);
         let tier = format!("zram:4M,file:{}:256M", tmp.path().join("tier").display());
         let out = uswap_in(

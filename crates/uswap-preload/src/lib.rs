@@ -282,6 +282,21 @@ extern "C" fn print_stats() {
         c("direct_reclaim"),
         c("budget_overrun"),
     );
+    let mut text = text;
+    if st.gauges.contains_key("store_orig_bytes") {
+        let g = |k: &str| st.gauge(k);
+        let pages = g("store_orig_bytes") / uswap::PAGE_SIZE as u64;
+        text.push_str(&format!(
+            "  compressed store: {} pages in {:.1} MiB ({:.0} bytes a page; at most {:.1} MiB), {} same-filled, {} stored whole, {} written back to the file\n",
+            pages,
+            g("store_mem_bytes") as f64 / (1 << 20) as f64,
+            g("store_mem_bytes") as f64 / pages.max(1) as f64,
+            g("store_mem_peak_bytes") as f64 / (1 << 20) as f64,
+            g("store_same_pages"),
+            g("store_whole_pages"),
+            c("store_writebacks"),
+        ));
+    }
     // SAFETY: writes our own buffer to our own descriptor.
     unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
 }

@@ -13,3 +13,5 @@ $U bench pmbench --backend uswap-zram --ablate --variants zram-keeps-copies --da
 $U bench pmbench --backend uswap-zram --ablate --variants zram-keeps-copies --data random --json-out keep-copies-random.json | tee keep-copies-random.txt
 $U bench codec --rounds 3 --json-out codec-text.json | tee codec-text.txt
 $U bench codec --rounds 3 --data random --json-out codec-random.json | tee codec-random.txt
+$U bench seq-write --backend uswap,uswap-zram,kernel-zram --zram-algorithm lz4 --data text --units 4k --seconds 10 --rounds 1 --json-out seq-write.json | tee seq-write.txt
+$U bench activate --backend uswap,uswap-zram,kernel-zram --zram-algorithm lz4 --data text --rounds 1 --json-out activate.json | tee activate.txt
