@@ -6,10 +6,21 @@
 //! for a device).  Mapping it builds the extent map over it: one whole
 //! extent, or the file's physical extents from FIEMAP, refusing holes and
 //! unstable extents as the kernel's swapfile activation does.
+//!
+//! A backing opened for IO holds copies of a process's memory, so it must
+//! be this process's alone (issue 13): never reached through a symbolic
+//! link (`O_NOFOLLOW`: a link planted in a shared directory would send the
+//! memory elsewhere); a regular file owned by this user and closed to
+//! everyone else (mode `0600`: no one else may read what is swapped or
+//! write into it), held with an exclusive `flock` (the same file given
+//! twice, or to two processes, would share slots: silent corruption and
+//! disclosure); a block device opened `O_EXCL` (the kernel refuses one that
+//! is mounted or swapped on, as `swapon` does, with `EBUSY`).
 
 use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::IoError;
@@ -45,6 +56,15 @@ impl Backing {
     /// what to do: not found, permission, a directory or other file type
     /// swap cannot live on, `O_DIRECT` refused by the filesystem.
     pub fn open(path: &Path, access: Access) -> Result<Backing, IoError> {
+        let for_io = access != Access::ReadOnly;
+        if for_io {
+            let link = std::fs::symlink_metadata(path).map_err(|e| io_error(path, e))?;
+            if link.file_type().is_symlink() {
+                return Err(IoError::Symlink {
+                    path: path.to_path_buf(),
+                });
+            }
+        }
         // Check the type before opening: opening a FIFO would block.
         let meta = std::fs::metadata(path).map_err(|e| io_error(path, e))?;
         let ft = meta.file_type();
@@ -77,21 +97,28 @@ impl Backing {
             Access::ReadOnly => false,
             Access::ReadWrite { direct } => {
                 o.write(true);
-                if direct {
-                    o.custom_flags(libc::O_DIRECT);
-                }
+                // A link swapped in after the check above fails here
+                // (ELOOP); a block device in use fails with EBUSY.
+                let excl = if block_device { libc::O_EXCL } else { 0 };
+                o.custom_flags(libc::O_NOFOLLOW | excl | if direct { libc::O_DIRECT } else { 0 });
                 direct
             }
         };
-        let file = o.open(path).map_err(|e| {
-            if direct && e.raw_os_error() == Some(libc::EINVAL) {
-                IoError::DirectUnsupported {
-                    path: path.to_path_buf(),
-                }
-            } else {
-                io_error(path, e).into()
-            }
+        let file = o.open(path).map_err(|e| match e.raw_os_error() {
+            Some(libc::EINVAL) if direct => IoError::DirectUnsupported {
+                path: path.to_path_buf(),
+            },
+            Some(libc::ELOOP) if for_io => IoError::Symlink {
+                path: path.to_path_buf(),
+            },
+            Some(libc::EBUSY) if for_io => IoError::InUse {
+                path: path.to_path_buf(),
+            },
+            _ => io_error(path, e).into(),
         })?;
+        if for_io {
+            private(path, &file, block_device)?;
+        }
         let size = if block_device {
             crate::sys::block_device_size(&file).map_err(|e| io_error(path, e))?
         } else {
@@ -180,6 +207,46 @@ pub(crate) fn map_backings(
 }
 
 /// Map an open error to the variant that tells the user what to do.
+/// Check that an open backing is this process's alone: the file's owner
+/// and mode (a regular file), and an exclusive lock on it.  See the module
+/// documentation.
+fn private(path: &Path, file: &File, block_device: bool) -> Result<(), IoError> {
+    let path = path.to_path_buf();
+    let meta = file.metadata().map_err(|e| io_error(&path, e))?;
+    if !block_device {
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me {
+            return Err(IoError::NotOwner {
+                path,
+                owner: meta.uid(),
+                me,
+            });
+        }
+        if meta.mode() & 0o077 != 0 {
+            return Err(IoError::OpenToOthers {
+                path,
+                mode: meta.mode() & 0o7777,
+            });
+        }
+    }
+    // Block devices are held by O_EXCL; a regular file by flock, which the
+    // same file opened again (here or in another process) cannot take.
+    // A forked child shares this open file and its lock.
+    if !block_device {
+        // SAFETY: a descriptor we hold open.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            let e = io::Error::last_os_error();
+            return Err(if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+                IoError::InUse { path }
+            } else {
+                io_error(&path, e).into()
+            });
+        }
+    }
+    Ok(())
+}
+
 fn io_error(path: &Path, e: io::Error) -> ExtentError {
     let path = path.to_path_buf();
     match e.kind() {

@@ -118,8 +118,27 @@ pub enum IoError {
         source: io::Error,
     },
     /// An existing file or device is smaller than the slots asked for.
-    #[error("{}: is {have} bytes but {need} bytes are needed; grow it (e.g. `fallocate -l {need} {}`), ask for fewer slots, or give a path that does not exist yet to have it created", .path.display(), .path.display())]
+    #[error("{}: is {have} bytes but {need} bytes are needed; grow it (`fallocate -l {need} {}` keeps its mode), ask for fewer slots, or give a path that does not exist yet to have it created, private", .path.display(), .path.display())]
     TooSmall { path: PathBuf, have: u64, need: u64 },
+    /// The path is a symbolic link.
+    #[error("{}: is a symbolic link; a swap file is opened only by its own path (a link planted in a shared directory would send this process's memory elsewhere): give the file's real path", .path.display())]
+    Symlink { path: PathBuf },
+    /// A regular file owned by another user.
+    #[error("{}: is owned by uid {owner}, not by this user (uid {me}): its owner could read the memory swapped to it; give a file of your own, or a path that does not exist yet", .path.display())]
+    NotOwner { path: PathBuf, owner: u32, me: u32 },
+    /// A regular file that others may read or write.
+    #[error("{}: has mode {mode:04o}, so other users can read the memory swapped to it (or write into it); run `chmod 600 {}`", .path.display(), .path.display())]
+    OpenToOthers { path: PathBuf, mode: u32 },
+    /// Another swap device (here or in another process) or a mount holds it.
+    #[error("{}: is in use (by another swap device of this or another process, a mount, or kernel swap): two users of one swap file would share its slots; give each device its own file or device", .path.display())]
+    InUse { path: PathBuf },
+    /// An existing file with holes.
+    #[error("{}: is sparse ({allocated} of the {need} bytes needed are allocated), so a swap-out could fail when the filesystem fills; allocate it: `fallocate -l {need} {}`", .path.display(), .path.display())]
+    Sparse {
+        path: PathBuf,
+        allocated: u64,
+        need: u64,
+    },
     /// `O_DIRECT` was asked for on a filesystem that refuses it (ramfs, or
     /// tmpfs before Linux 6.6).
     #[error("{}: the filesystem does not support O_DIRECT (ramfs does not, nor tmpfs before Linux 6.6); use FileOptions::direct(false) or put the swap file on a filesystem that does, such as ext4 or xfs", .path.display())]
@@ -453,6 +472,25 @@ impl IoDevice {
                 have: backing.size,
                 need,
             });
+        }
+        if !backing.block_device {
+            use std::os::unix::fs::MetadataExt;
+            let allocated = backing
+                .file
+                .metadata()
+                .map_err(|source| IoError::Open {
+                    path: path.clone(),
+                    source,
+                })?
+                .blocks()
+                * 512;
+            if allocated < need {
+                return Err(IoError::Sparse {
+                    path: path.clone(),
+                    allocated,
+                    need,
+                });
+            }
         }
         let source = if opts.fiemap {
             ExtentSource::Fiemap { path: path.clone() }

@@ -210,11 +210,18 @@ fn created_file_is_private_and_preallocated() {
     assert!(e.to_string().contains(&*bad.to_string_lossy()), "{e}");
 }
 
+/// Write `bytes` to a new file at `path`, mode 0600: a file a swap device
+/// may use (its owner's alone).
+fn private_file(path: &std::path::Path, bytes: &[u8]) {
+    std::fs::write(path, bytes).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
 #[test]
 fn existing_file_too_small() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("swap");
-    std::fs::write(&path, vec![7u8; 10 * PAGE_SIZE]).unwrap();
+    private_file(&path, &vec![7u8; 10 * PAGE_SIZE]);
     let reg = Registry::new();
     let e = IoDevice::file(&FileOptions::new(&path, 11), &reg).unwrap_err();
     assert!(
@@ -250,7 +257,7 @@ fn existing_file_used_as_is() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("swap");
     std::fs::write(&path, vec![0xA5u8; 20 * PAGE_SIZE]).unwrap();
-    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let reg = Registry::new();
     let dev = IoDevice::file(&FileOptions::new(&path, 10), &reg).unwrap();
     assert_eq!(dev.slots(), 10);
@@ -263,7 +270,7 @@ fn existing_file_used_as_is() {
     drop(dev);
     let meta = std::fs::metadata(&path).unwrap();
     assert_eq!(meta.len(), 20 * PAGE, "truncated");
-    assert_eq!(meta.mode() & 0o777, 0o640, "chmodded");
+    assert_eq!(meta.mode() & 0o777, 0o600, "chmodded");
     let bytes = std::fs::read(&path).unwrap();
     assert!(bytes[..9 * PAGE_SIZE].iter().all(|&b| b == 0xA5));
     assert_eq!(&bytes[9 * PAGE_SIZE..10 * PAGE_SIZE], &buf[..PAGE_SIZE]);
@@ -281,6 +288,9 @@ fn fiemap_fragmented_runs_span_extents() {
     {
         let mut fa = File::create(&a).unwrap();
         let mut fb = File::create(&b).unwrap();
+        for p in [&a, &b] {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
         let chunk = vec![0u8; PAGE_SIZE];
         for _ in 0..CHUNKS {
             for f in [&mut fa, &mut fb] {
@@ -347,8 +357,8 @@ fn runs_split_across_backings() {
     let dir = tempfile::tempdir().unwrap();
     let a = dir.path().join("a");
     let b = dir.path().join("b");
-    std::fs::write(&a, vec![0u8; 5 * PAGE_SIZE]).unwrap();
-    std::fs::write(&b, vec![0u8; 9 * PAGE_SIZE]).unwrap();
+    private_file(&a, &vec![0u8; 5 * PAGE_SIZE]);
+    private_file(&b, &vec![0u8; 9 * PAGE_SIZE]);
     let reg = Registry::new();
     let backings = vec![
         Backing::open(&a, Access::ReadWrite { direct: true }).unwrap(),
@@ -789,4 +799,71 @@ fn write_ring_writes_jobs_and_reports_each_failure() {
     let ok = write(&mut ring, &mut bufs, 3, false);
     assert_eq!(ok, [false, true, true, true, false]);
     read_back(3, &[false, true, true, true]);
+}
+
+/// An existing path is used only if it is this process's alone: not a
+/// symbolic link, owned by this user, mode 0600, not sparse, and not held
+/// by another device (issue 13).  Each refusal is one line that names the
+/// path and says what to do; nothing is changed.
+#[test]
+fn existing_files_that_others_could_reach_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::new();
+    let good = dir.path().join("good");
+    private_file(&good, &vec![0u8; 8 * PAGE_SIZE]);
+    let refused = |path: &std::path::Path, says: &str| {
+        let e = IoDevice::file(&FileOptions::new(path, 8), &reg).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.contains(says) && msg.contains(&*path.to_string_lossy()),
+            "{says}: {msg}"
+        );
+        assert!(!msg.contains('\n'), "{msg}");
+        e
+    };
+    // A symbolic link, even to a good file.
+    let link = dir.path().join("link");
+    std::os::unix::fs::symlink(&good, &link).unwrap();
+    assert!(matches!(refused(&link, "symbolic link"), IoError::Symlink { .. }));
+    // Open to the group or to everyone.
+    let open = dir.path().join("open");
+    private_file(&open, &vec![0u8; 8 * PAGE_SIZE]);
+    for mode in [0o640, 0o604, 0o660] {
+        std::fs::set_permissions(&open, std::fs::Permissions::from_mode(mode)).unwrap();
+        assert!(matches!(
+            refused(&open, "chmod 600"),
+            IoError::OpenToOthers { .. }
+        ));
+        assert_eq!(
+            std::fs::metadata(&open).unwrap().mode() & 0o777,
+            mode,
+            "left as it was"
+        );
+    }
+    // Owned by another user (root can make one).
+    if unsafe { libc::geteuid() } == 0 {
+        let theirs = dir.path().join("theirs");
+        private_file(&theirs, &vec![0u8; 8 * PAGE_SIZE]);
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        assert!(matches!(
+            refused(&theirs, "owned by uid 65534"),
+            IoError::NotOwner { .. }
+        ));
+    }
+    // Sparse: as long as needed, but holes.
+    let sparse = dir.path().join("sparse");
+    private_file(&sparse, &[]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&sparse)
+        .unwrap()
+        .set_len(8 * PAGE)
+        .unwrap();
+    assert!(matches!(refused(&sparse, "is sparse"), IoError::Sparse { .. }));
+    // The same file for two devices: the second is refused while the
+    // first lives, and may have it after.
+    let first = IoDevice::file(&FileOptions::new(&good, 8), &reg).unwrap();
+    assert!(matches!(refused(&good, "is in use"), IoError::InUse { .. }));
+    drop(first);
+    IoDevice::file(&FileOptions::new(&good, 8), &reg).unwrap();
 }
