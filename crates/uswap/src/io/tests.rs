@@ -841,6 +841,7 @@ fn existing_files_that_others_could_reach_are_refused() {
         );
     }
     // Owned by another user (root can make one).
+    // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         let theirs = dir.path().join("theirs");
         private_file(&theirs, &vec![0u8; 8 * PAGE_SIZE]);
