@@ -38,9 +38,10 @@ pub struct RunArgs {
     /// (`25%`).
     #[arg(long, default_value = "50%")]
     pub budget: String,
-    /// Swap device: `file:PATH:SIZE` (created with mode 0600 if missing
-    /// and then unlinked at once, so nothing is left behind; an existing
-    /// file or block device is used as is), `zram:SIZE[:lz4|zstd[:LEVEL]]`
+    /// Swap device: `file:PATH:SIZE` (if missing, created unnamed in
+    /// PATH's directory, mode 0600: nothing is left behind, even after
+    /// `kill -9`; an existing file or block device is used as is if it is
+    /// this user's alone: mode 0600, not a symlink, not in use), `zram:SIZE[:lz4|zstd[:LEVEL]]`
     /// (compressed in memory, at most SIZE of it), `ram:SIZE`, or a tier
     /// `zram:SIZE[:CODEC],file:PATH:SIZE` (the store's oldest pages go to
     /// the file when it holds SIZE).  Repeat for several.  Default: a file in $TMPDIR (or /var/tmp) of eight times

@@ -308,6 +308,38 @@ fn demo_swaps_and_verifies() {
     }
 }
 
+/// A run killed with SIGKILL leaves no swap file: a created one never has
+/// a name (issue 13).
+#[test]
+fn a_killed_demo_leaves_no_swap_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = format!("file:{}:1G", dir.path().join("swap").display());
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["demo", "--size", "1G", "--budget", "16M", "--swap", &file])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Swapping by now: the file is open and written.
+    std::thread::sleep(std::time::Duration::from_millis(700));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the demo ended before the kill"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a name while it runs"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "left after kill -9"
+    );
+}
+
 /// `uswap bench fault --json`, one round, one thread, 8 MiB, with `extra`
 /// arguments.
 /// A small `bench fault` run's arguments, `extra` after them.

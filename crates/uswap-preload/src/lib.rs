@@ -160,24 +160,14 @@ fn start(c: Config) -> Result<(), String> {
         .budget(c.budget)
         .fault_mode(c.mode)
         .max_mapped(c.heap);
-    // Files this creates (not those that were there: a block device, a
-    // file the user keeps), to unlink once open.
-    let mut created = Vec::new();
+    // A swap file this creates has no name (uswap creates it unnamed,
+    // `O_TMPFILE`): nothing to unlink, nothing left if the program is
+    // killed.
     for d in &c.devices {
-        if let Some(f) = d.file_options() {
-            if !f.path().exists() {
-                created.push(f.path().to_path_buf());
-            }
-        }
         builder = builder.device(d.clone());
     }
     heap::find_libc_usable_size();
-    let swap = builder.build().map_err(|e| e.to_string());
-    // Open (or failed): the files are not needed by name any more.
-    for f in &created {
-        let _ = std::fs::remove_file(f);
-    }
-    let swap = swap?;
+    let swap = builder.build().map_err(|e| e.to_string())?;
     let region = swap.map(c.heap as usize).map_err(|e| e.to_string())?;
     let (start, len) = (region.as_ptr() as *mut c_void, region.len());
     if RUNNING

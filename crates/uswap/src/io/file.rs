@@ -8,6 +8,7 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
+use super::backing::Backing;
 use super::{BackendKind, IoError, PageStore};
 use crate::extent::ExtentMap;
 use crate::PAGE_SIZE;
@@ -23,40 +24,79 @@ pub(crate) struct FileStore {
     pub map: ExtentMap,
 }
 
-/// Create `path` (mode 0600, failing if it appeared meanwhile) and
-/// preallocate `len` bytes, so no swap-out ever needs the filesystem to
-/// allocate.  Removes the file again if preallocation fails.
-pub(crate) fn create_preallocated(path: &Path, len: u64) -> Result<(), IoError> {
+/// A private swap file for `path`, which does not exist: an unnamed file
+/// (`O_TMPFILE`, mode 0600) in `path`'s directory, so that no other user
+/// can open it while it lives and nothing is left behind when the process
+/// ends, even by `kill -9` or a crash; where the filesystem has no
+/// `O_TMPFILE`, a file created at `path` (`O_EXCL`, 0600) and unlinked at
+/// once.  Preallocated to `len` bytes, so no swap-out ever needs the
+/// filesystem to allocate; `O_DIRECT` set on it when `direct`.  Locked as
+/// an existing backing is (`flock`), though nothing else can reach it.
+pub(crate) fn create_private(path: &Path, len: u64, direct: bool) -> Result<Backing, IoError> {
     let create_err = |source| IoError::Create {
         path: path.to_path_buf(),
         source,
     };
-    let file = OpenOptions::new()
+    let dir = match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d,
+        _ => Path::new("."),
+    };
+    let unnamed = OpenOptions::new()
         .read(true)
         .write(true)
-        .create_new(true)
+        .custom_flags(libc::O_TMPFILE)
         .mode(0o600)
-        .open(path)
-        .map_err(create_err)?;
-    let res = (|| {
-        let len = libc::off_t::try_from(len)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "size does not fit off_t"))?;
-        loop {
-            // SAFETY: plain syscall wrapper on a descriptor we hold open.
-            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) };
-            match rc {
-                0 => return file.sync_all(),
-                libc::EINTR => continue,
-                e => return Err(io::Error::from_raw_os_error(e)),
-            }
+        .open(dir);
+    let file = match unnamed {
+        Ok(f) => f,
+        // No O_TMPFILE here (EOPNOTSUPP; EISDIR from a kernel that
+        // takes the flag for O_DIRECTORY): a name, for an instant.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EISDIR)) => {
+            let f = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(create_err)?;
+            let _ = std::fs::remove_file(path);
+            f
         }
-    })();
-    if let Err(e) = res {
-        drop(file);
-        let _ = std::fs::remove_file(path);
-        return Err(create_err(e));
+        Err(e) => return Err(create_err(e)),
+    };
+    let len_off = libc::off_t::try_from(len).map_err(|_| {
+        create_err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "size does not fit off_t",
+        ))
+    })?;
+    loop {
+        // SAFETY: plain syscall wrapper on a descriptor we hold open.
+        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_off) };
+        match rc {
+            0 => break,
+            libc::EINTR => continue,
+            e => return Err(create_err(io::Error::from_raw_os_error(e))),
+        }
     }
-    Ok(())
+    if direct {
+        // SAFETY: fcntl on a descriptor we hold open.
+        let fl = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETFL) };
+        // SAFETY: as above; sets only the status flags read just now.
+        if fl < 0 || unsafe { libc::fcntl(file.as_raw_fd(), libc::F_SETFL, fl | libc::O_DIRECT) } != 0 {
+            return Err(IoError::DirectUnsupported {
+                path: path.to_path_buf(),
+            });
+        }
+    }
+    // SAFETY: a descriptor we hold open.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    Ok(Backing {
+        path: path.to_path_buf(),
+        file,
+        block_device: false,
+        size: len,
+    })
 }
 
 /// How one contiguous piece of IO failed: after how many bytes, and why.

@@ -420,17 +420,20 @@ impl IoDevice {
 
     /// A file device of `opts.slots` pages at `opts.path`.
     ///
-    /// A path that does not exist is created with mode 0600 and
-    /// preallocated to `slots * 4096` bytes (`posix_fallocate`).  An
-    /// existing path must be a regular file or block device of at least
-    /// that size, and is used as is: never truncated, never chmodded.  The
+    /// A path that does not exist gets a private file: unnamed
+    /// (`O_TMPFILE`) in that directory, mode 0600, preallocated, gone with
+    /// the process however it ends (see `file::create_private`).  An
+    /// existing path (a block device, or a file the user keeps and
+    /// preallocated) must be this process's alone (`backing.rs`), a
+    /// regular file or block device of at least `slots * 4096` bytes, and
+    /// is used as is: never truncated, never chmodded.  The
     /// extent map is then built through [`from_sources`]'s machinery (one whole
     /// extent, or the file's FIEMAP extents) and every IO translated
     /// through it.
     ///
     /// With `O_DIRECT` (the default) on a filesystem that refuses it,
-    /// [`IoError::DirectUnsupported`]; a file this call created is removed
-    /// again on any error.
+    /// [`IoError::DirectUnsupported`]; a file this call created has no
+    /// name to remove.
     pub fn file(opts: &FileOptions, registry: &Registry) -> Result<IoDevice, IoError> {
         if opts.slots == 0 {
             return Err(IoError::ZeroSize);
@@ -441,24 +444,27 @@ impl IoDevice {
             slots: u64::MAX / PAGE,
         })?;
         let path = &opts.path;
-        let created = match std::fs::metadata(path) {
-            Ok(_) => false,
+        // Not following a link: a dangling one is an existing path, which
+        // `open_file` refuses, not a name to create a file through.
+        match std::fs::symlink_metadata(path) {
+            Ok(_) => Self::open_file(opts, need, registry),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                file::create_preallocated(path, need)?;
-                true
+                let backing = file::create_private(path, need, opts.direct)?;
+                let source = if opts.fiemap {
+                    ExtentSource::Fiemap { path: path.clone() }
+                } else {
+                    ExtentSource::Whole {
+                        path: path.clone(),
+                        len: Some(need),
+                    }
+                };
+                Self::from_backings(opts.slots, vec![backing], &[source], opts.extent_kind, registry)
             }
-            Err(e) => {
-                return Err(IoError::Open {
-                    path: path.clone(),
-                    source: e,
-                })
-            }
-        };
-        let res = Self::open_file(opts, need, registry);
-        if res.is_err() && created {
-            let _ = std::fs::remove_file(path);
+            Err(e) => Err(IoError::Open {
+                path: path.clone(),
+                source: e,
+            }),
         }
-        res
     }
 
     /// [`IoDevice::file`] once the file exists: opened once, checked, and

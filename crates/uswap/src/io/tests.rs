@@ -159,7 +159,9 @@ fn file_round_trip_direct() {
     let dir = tempfile::tempdir().unwrap();
     for kind in [ExtentMapKind::Tree, ExtentMapKind::List] {
         let reg = Registry::new();
+        // A file of the user's (a created one has no name to read back).
         let path = dir.path().join(format!("swap-{kind:?}"));
+        private_file(&path, &vec![0u8; 640 * PAGE_SIZE]);
         let dev = IoDevice::file(&FileOptions::new(&path, 640).extent_kind(kind), &reg).unwrap();
         assert_eq!(dev.kind(), BackendKind::File);
         assert_eq!(dev.slots(), 640);
@@ -185,13 +187,36 @@ fn zero_slots_refused() {
     assert!(!path.exists());
 }
 
+/// The open files of this process whose link in /proc/self/fd names a
+/// deleted file in `dir` (an `O_TMPFILE` file, or one unlinked at once).
+fn unnamed_files_in(dir: &Path) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            std::fs::read_link(e.path()).is_ok_and(|t| {
+                let t = t.to_string_lossy().into_owned();
+                t.starts_with(&*dir.to_string_lossy()) && t.ends_with("(deleted)")
+            })
+        })
+        .map(|e| e.path())
+        .collect()
+}
+
+/// A path that does not exist gets a private file: no name in the
+/// directory while it lives or after (`O_TMPFILE`), mode 0600, all its
+/// blocks allocated, and FIEMAP accepts them.
 #[test]
 fn created_file_is_private_and_preallocated() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("swap");
     let reg = Registry::new();
     let dev = IoDevice::file(&FileOptions::new(&path, 1000), &reg).unwrap();
-    let meta = std::fs::metadata(&path).unwrap();
+    assert!(!path.exists(), "the swap file has a name");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let open = unnamed_files_in(dir.path());
+    assert_eq!(open.len(), 1, "{open:?}");
+    let meta = std::fs::metadata(&open[0]).unwrap();
     assert_eq!(meta.mode() & 0o777, 0o600);
     assert_eq!(meta.len(), 1000 * PAGE);
     assert!(
@@ -199,15 +224,25 @@ fn created_file_is_private_and_preallocated() {
         "{} blocks: not preallocated",
         meta.blocks()
     );
-    // Preallocated blocks are whole extents FIEMAP accepts.
+    round_trip(&dev, &reg);
     drop(dev);
+    assert!(unnamed_files_in(dir.path()).is_empty(), "still open");
+    // Preallocated blocks are whole extents FIEMAP accepts.
     let dev = IoDevice::file(&FileOptions::new(&path, 1000).fiemap(true), &reg).unwrap();
     assert!(dev.extent_map().unwrap().slots() >= 1000);
+    drop(dev);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     // A file in a directory that does not exist cannot be created.
     let bad = dir.path().join("no/such/dir/swap");
     let e = IoDevice::file(&FileOptions::new(&bad, 10), &reg).unwrap_err();
     assert!(matches!(e, IoError::Open { .. } | IoError::Create { .. }), "{e}");
     assert!(e.to_string().contains(&*bad.to_string_lossy()), "{e}");
+    // A dangling symbolic link is not a name to create a file through.
+    let link = dir.path().join("dangling");
+    std::os::unix::fs::symlink(dir.path().join("elsewhere"), &link).unwrap();
+    let e = IoDevice::file(&FileOptions::new(&link, 10), &reg).unwrap_err();
+    assert!(matches!(e, IoError::Symlink { .. }), "{e}");
+    assert!(!dir.path().join("elsewhere").exists());
 }
 
 /// Write `bytes` to a new file at `path`, mode 0600: a file a swap device
@@ -489,7 +524,7 @@ fn check_direct_unsupported(dir: &Path) {
     assert_eq!(std::fs::read(&path).unwrap(), vec![1u8; 64 * PAGE_SIZE]);
     std::fs::remove_file(&path).unwrap();
     let dev = IoDevice::file(&FileOptions::new(&path, 640).direct(false), &reg).unwrap();
-    assert_eq!(std::fs::metadata(&path).unwrap().mode() & 0o777, 0o600);
+    assert!(!path.exists(), "a created swap file has no name");
     round_trip(&dev, &reg);
 }
 
