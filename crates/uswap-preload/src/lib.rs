@@ -34,9 +34,9 @@
 //! library too (they inherit `LD_PRELOAD`) but find another pid and do
 //! nothing: their malloc is mimalloc over ordinary memory.
 //!
-//! Nothing is left behind: a swap file this library creates is unlinked as
-//! soon as it is open (its descriptor closes at `exec` and exit), and
-//! threads and the userfaultfd go with the process.
+//! Nothing is left behind: a swap file uswap creates has no name
+//! (`O_TMPFILE`; its descriptor closes at `exec` and exit), and threads
+//! and the userfaultfd go with the process.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
