@@ -450,15 +450,7 @@ impl IoDevice {
             Ok(_) => Self::open_file(opts, need, registry),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let backing = file::create_private(path, need, opts.direct)?;
-                let source = if opts.fiemap {
-                    ExtentSource::Fiemap { path: path.clone() }
-                } else {
-                    ExtentSource::Whole {
-                        path: path.clone(),
-                        len: Some(need),
-                    }
-                };
-                Self::from_backings(opts.slots, vec![backing], &[source], opts.extent_kind, registry)
+                Self::map_file(opts, need, backing, registry)
             }
             Err(e) => Err(IoError::Open {
                 path: path.clone(),
@@ -498,11 +490,23 @@ impl IoDevice {
                 });
             }
         }
+        Self::map_file(opts, need, backing, registry)
+    }
+
+    /// A file device over the one open backing of `opts`: one whole
+    /// extent of `need` bytes, or the file's FIEMAP extents.
+    fn map_file(
+        opts: &FileOptions,
+        need: u64,
+        backing: Backing,
+        registry: &Registry,
+    ) -> Result<IoDevice, IoError> {
+        let path = opts.path.clone();
         let source = if opts.fiemap {
-            ExtentSource::Fiemap { path: path.clone() }
+            ExtentSource::Fiemap { path }
         } else {
             ExtentSource::Whole {
-                path: path.clone(),
+                path,
                 len: Some(need),
             }
         };
