@@ -753,6 +753,12 @@ impl IoDevice {
         self.short_writes.store(n, Ordering::Relaxed);
     }
 
+    /// Test hook: the injected short writes not yet met.
+    #[cfg(test)]
+    pub fn short_writes_pending(&self) -> usize {
+        self.short_writes.load(Ordering::Relaxed)
+    }
+
     /// Test hook: whether the write being queued is to come back short.
     #[cfg(test)]
     pub(crate) fn take_short_write(&self) -> bool {

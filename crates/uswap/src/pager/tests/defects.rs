@@ -1556,16 +1556,21 @@ fn queued_writeback_keeps_pages_through_errors_and_short_writes() {
     swap.inject_io_error(0, crate::io::ANY_SLOT, crate::io::IoOp::Write);
     write_pages(base, 0..pages);
     assert_eq!(check_pages(base, 0..pages), None);
+    // The short writes are the background reclaimer's (its io_uring); on a
+    // loaded machine the faulting thread may have done all the writeback
+    // itself (pwrite): pass again until they are met.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while swap.inner.backing.devices[0].short_writes_pending() > 0 {
+        assert!(std::time::Instant::now() < deadline, "short writes never met");
+        write_pages(base, 0..pages);
+        assert_eq!(check_pages(base, 0..pages), None);
+    }
     let st = swap.stats();
     assert_eq!(st.counter("swapout_errors"), 1, "{:?}", st.counters);
     assert!(
         st.counter("io_writes") * 2 < st.counter("io_write_pages"),
         "{:?}",
         st.counters
-    );
-    assert!(
-        !swap.inner.backing.devices[0].take_short_write(),
-        "short writes were met"
     );
     drop(region);
     assert_all_returned_but(&swap, 1, "queued writeback");
