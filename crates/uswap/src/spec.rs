@@ -225,6 +225,24 @@ mod tests {
     }
 
     proptest! {
+        /// Any string, and strings built from the grammar's own pieces,
+        /// parse or give one line starting with the spec: never a panic.
+        #[test]
+        fn any_string_parses_or_says_why_in_one_line(
+            s in prop_oneof![
+                any::<String>(),
+                proptest::collection::vec(
+                    prop::sample::select(vec!["ram", "zram", "file", ":", ",", "lz4", "zstd", "-3", "0", "1G", "4K", "999999999999T", "/x", "", "file:"]),
+                    0..8,
+                ).prop_map(|v| v.concat()),
+            ]
+        ) {
+            if let Err(e) = parse(&s) {
+                let m = e.to_string();
+                prop_assert!(!m.contains('\n') && m.starts_with("swap spec "), "{m}");
+            }
+        }
+
         #[test]
         fn the_canonical_form_parses_back_to_the_same_device(
             kind in 0..4u8,

@@ -398,6 +398,12 @@ impl SwapBuilder {
         let max_pages = self
             .max_mapped
             .map_or(space.total_slots() as usize + budget, |b| (b / page) as usize);
+        if max_pages == 0 {
+            return Err(PagerError::Config(format!(
+                "max_mapped of {} bytes is less than a page: give at least {page} bytes, or leave it to its default (the swap space plus the budget)",
+                self.max_mapped.unwrap_or(0)
+            )));
+        }
         let max_pages = u32::try_from(max_pages)
             .map_err(|_| PagerError::Config(format!("max_mapped of {max_pages} pages exceeds 2^32 pages")))?;
         let lru = Lru::new(LruConfig::new(max_pages).batch(self.lru_batch), &registry)?;

@@ -1118,3 +1118,86 @@ fn many_threads_fault_on_one_page() {
         }
     }
 }
+
+/// Any configuration the builder takes (sizes 0, 1, unaligned, up to 64
+/// GiB; budgets smaller than a batch; devices of every kind, compressed
+/// ones with a zero limit or a bad level) is an instance or an error of
+/// one line, never a panic; and any region size asked of an instance
+/// (0, 1, unaligned, more than it may map) the same (issue 13).
+mod bad_input {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn size() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            Just(0u64),
+            Just(1),
+            Just(4095),
+            Just(4097),
+            0u64..(64 * MIB),
+            (0u64..16).prop_map(|s| 1u64 << (20 + s)),
+        ]
+    }
+
+    /// Mostly sizes that work, now and then one that should not.
+    fn mostly(lo: u64, hi: u64) -> impl Strategy<Value = u64> {
+        prop_oneof![1 => size(), 3 => lo..hi]
+    }
+
+    fn device(dir: std::path::PathBuf) -> impl Strategy<Value = SwapDeviceSpec> {
+        (
+            0..4u8,
+            mostly(MIB, 64 * MIB),
+            mostly(MIB, 64 * MIB),
+            -30i32..30,
+            any::<u16>(),
+        )
+            .prop_map(move |(kind, a, b, level, n)| {
+                let file = || FileOptions::new(dir.join(format!("f{n}")), b / PAGE_SIZE as u64);
+                let codec = if level == 0 {
+                    crate::io::Codec::Lz4
+                } else {
+                    crate::io::Codec::Zstd { level }
+                };
+                match kind {
+                    0 => SwapDeviceSpec::ram(a),
+                    1 => SwapDeviceSpec::file(file()),
+                    2 => SwapDeviceSpec::compressed(crate::io::CompressedOptions::new(a).codec(codec)),
+                    _ => SwapDeviceSpec::compressed(
+                        crate::io::CompressedOptions::new(a).codec(codec).file(file()),
+                    ),
+                }
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+        #[test]
+        fn any_configuration_is_an_instance_or_one_line(
+            budget in mostly(256 << 10, 256 * MIB),
+            devices in proptest::collection::vec(device(std::env::temp_dir().join("uswap-bad-input")), 0..3),
+            staging in proptest::option::of(0u32..5000),
+            max_mapped in proptest::option::of(mostly(MIB, 512 * MIB)),
+            region in mostly(0, 256 * MIB),
+        ) {
+            std::fs::create_dir_all(std::env::temp_dir().join("uswap-bad-input")).unwrap();
+            let mut b = Swap::builder().budget(budget);
+            for d in devices {
+                b = b.device(d);
+            }
+            if let Some(n) = staging {
+                b = b.staging_frames(n);
+            }
+            if let Some(m) = max_mapped {
+                b = b.max_mapped(m);
+            }
+            match b.build() {
+                Ok(swap) => match swap.map(region as usize) {
+                    Ok(r) => prop_assert!(r.len() >= region as usize),
+                    Err(e) => prop_assert!(!e.to_string().contains('\n'), "{e}"),
+                },
+                Err(e) => prop_assert!(!e.to_string().contains('\n') && !e.to_string().is_empty(), "{e}"),
+            }
+        }
+    }
+}
