@@ -349,20 +349,15 @@ impl CompressedStore {
         if let Some(w) = same_word(page) {
             return Placement::Same(w);
         }
-        let incompressible = if self.sample_check && looks_incompressible(page) {
-            true
-        } else {
-            match self.codec.compress(page, &mut out[..MAX_PACKED - HEADER]) {
-                Some(len) => {
-                    return Placement::Packed {
-                        class: zpool::packed_class(len).expect("fits by the buffer's size"),
-                        len,
-                    }
-                }
-                None => true,
+        if !(self.sample_check && looks_incompressible(page)) {
+            if let Some(len) = self.codec.compress(page, &mut out[..MAX_PACKED - HEADER]) {
+                return Placement::Packed {
+                    class: zpool::packed_class(len).expect("fits by the buffer's size"),
+                    len,
+                };
             }
-        };
-        debug_assert!(incompressible);
+        }
+        // Does not compress: whole, or to the file.
         if self.file.is_some() && self.incompressible_to_file {
             Placement::File
         } else {
@@ -391,24 +386,33 @@ impl CompressedStore {
                     std::thread::yield_now();
                     continue;
                 }
-                STORED if self.file.is_some() => {
-                    let mut l = self.lru.lock();
-                    if e.compare_exchange(old, BUSY << TAG_SHIFT, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                    {
-                        l.unlink(0, slot as u32);
-                        return old;
-                    }
-                }
                 _ => {
-                    if e.compare_exchange(old, BUSY << TAG_SHIFT, Ordering::AcqRel, Ordering::Acquire)
-                        .is_ok()
-                    {
+                    if self.replace(slot, old, BUSY << TAG_SHIFT) {
                         return old;
                     }
                 }
             }
         }
+    }
+
+    /// Compare-and-swap `slot`'s entry from `cur` to `new`, keeping the
+    /// LRU exact: an entry leaving `STORED` is unlinked under the same
+    /// lock (with a file behind; alone, the store keeps no LRU).
+    fn replace(&self, slot: u64, cur: u64, new: u64) -> bool {
+        let cas = || {
+            self.entry(slot)
+                .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+        };
+        if tag(cur) != STORED || self.file.is_none() {
+            return cas();
+        }
+        let mut l = self.lru.lock();
+        let ok = cas();
+        if ok {
+            l.unlink(0, slot as u32);
+        }
+        ok
     }
 
     /// Account for, and free, what an old entry held (its slot no longer
@@ -480,20 +484,17 @@ impl CompressedStore {
                 self.acct.file.add(1);
                 FILE << TAG_SHIFT
             }
-            Placement::Packed { class, len } => match self.alloc(slot, class, &out[..len]) {
-                Some(h) => entry(STORED, h),
-                None => {
+            Placement::Packed { .. } | Placement::Whole => {
+                let (class, data) = match placement {
+                    Placement::Packed { class, len } => (class, &out[..len]),
+                    _ => (WHOLE, page),
+                };
+                let Some(h) = self.alloc(slot, class, data) else {
                     e.store(EMPTY, Ordering::Release);
                     return Err(full(slot));
-                }
-            },
-            Placement::Whole => match self.alloc(slot, WHOLE, page) {
-                Some(h) => entry(STORED, h),
-                None => {
-                    e.store(EMPTY, Ordering::Release);
-                    return Err(full(slot));
-                }
-            },
+                };
+                entry(STORED, h)
+            }
         };
         if tag(new) == STORED && self.file.is_some() {
             let mut l = self.lru.lock();
@@ -739,29 +740,16 @@ impl CompressedStore {
         let e = self.entry(slot);
         loop {
             let cur = e.load(Ordering::Acquire);
-            let (new, lru) = match tag(cur) {
+            let new = match tag(cur) {
                 EMPTY | WB_DEAD => return,
                 BUSY => {
                     debug_assert!(false, "slot {slot} freed while its owner writes it");
                     return;
                 }
-                WB => (entry(WB_DEAD, handle(cur)), false),
-                STORED => (EMPTY, self.file.is_some()),
-                _ => (EMPTY, false),
+                WB => entry(WB_DEAD, handle(cur)),
+                _ => EMPTY,
             };
-            let done = if lru {
-                let mut l = self.lru.lock();
-                let ok = e
-                    .compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok();
-                if ok {
-                    l.unlink(0, slot as u32);
-                }
-                ok
-            } else {
-                e.compare_exchange(cur, new, Ordering::AcqRel, Ordering::Acquire)
-                    .is_ok()
-            };
+            let done = self.replace(slot, cur, new);
             if done {
                 if tag(cur) != WB {
                     self.release(cur);
