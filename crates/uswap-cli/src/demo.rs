@@ -22,8 +22,9 @@ pub struct DemoArgs {
     pub size: u64,
     /// Swap device: `zram:SIZE[:lz4|zstd[:LEVEL]]` (compressed in memory,
     /// at most SIZE of it), `ram:SIZE` (pages kept whole in memory),
-    /// `file:PATH:SIZE` (created with mode 0600 and preallocated if
-    /// missing; O_DIRECT), or a tier `zram:SIZE[:CODEC],file:PATH:SIZE`
+    /// `file:PATH:SIZE` (created private and preallocated if missing;
+    /// O_DIRECT; encrypted with a key held only in memory, `:plain` to
+    /// write plaintext), or a tier `zram:SIZE[:CODEC],file:PATH:SIZE`
     /// (the store's oldest pages go to the file when it holds SIZE).
     /// Repeat for several devices.
     #[arg(long = "swap", default_value = "zram:512M", value_parser = parse_device)]

@@ -41,7 +41,9 @@ pub struct RunArgs {
     /// Swap device: `file:PATH:SIZE` (if missing, created unnamed in
     /// PATH's directory, mode 0600: nothing is left behind, even after
     /// `kill -9`; an existing file or block device is used as is if it is
-    /// this user's alone: mode 0600, not a symlink, not in use), `zram:SIZE[:lz4|zstd[:LEVEL]]`
+    /// this user's alone: mode 0600, not a symlink, not in use; pages
+    /// encrypted and authenticated with a key held only in memory, unless
+    /// `file:PATH:SIZE:plain`), `zram:SIZE[:lz4|zstd[:LEVEL]]`
     /// (compressed in memory, at most SIZE of it), `ram:SIZE`, or a tier
     /// `zram:SIZE[:CODEC],file:PATH:SIZE` (the store's oldest pages go to
     /// the file when it holds SIZE).  Repeat for several.  Default: a file in $TMPDIR (or /var/tmp) of eight times

@@ -383,7 +383,7 @@ fn bad_input_gets_one_line() {
         (&["run", "--budget", "100K", "--", "true"], "at least 1M"),
         (
             &["run", "--swap", "disk:1G", "--", "true"],
-            "a swap device is ram:SIZE, file:PATH:SIZE, zram:SIZE",
+            "a swap device is ram:SIZE, file:PATH:SIZE[:plain], zram:SIZE",
         ),
         (
             &["run", "--swap", "zram:1G:zstd:99", "--", "true"],

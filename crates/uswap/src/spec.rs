@@ -3,13 +3,17 @@
 //!
 //! ```text
 //! ram:SIZE                         pages kept whole in memory
-//! file:PATH:SIZE                   a swap file (created, mode 0600, if missing)
+//! file:PATH:SIZE[:plain]           a swap file (created private if missing),
+//!                                  encrypted unless `:plain`
 //! zram:SIZE[:lz4|zstd[:LEVEL]]     compressed in memory, at most SIZE of it
 //! zram:SIZE[:CODEC],file:PATH:SIZE a tier: the store's oldest pages go to
 //!                                  the file when it holds SIZE
 //! ```
 //!
-//! SIZE takes binary suffixes (`512M`, `4G`, `65536`).  A compressed
+//! A swap file's pages are encrypted and authenticated (AES-256-GCM, a
+//! key in memory only; `io/crypt.rs`); `:plain` writes them as they are,
+//! for a file on storage already encrypted and trusted, or to measure
+//! the cost.  SIZE takes binary suffixes (`512M`, `4G`, `65536`).  A compressed
 //! device alone has SIZE / 4096 slots, as a zram disk of SIZE; in a tier
 //! it has the file's.  The codec defaults to LZ4 (measured:
 //! docs/PERFORMANCE.md, "Compressed RAM"); zstd's level to
@@ -25,7 +29,7 @@ use crate::PAGE_SIZE;
 
 /// What the grammar says, for error messages.
 const GRAMMAR: &str =
-    "ram:SIZE, file:PATH:SIZE, zram:SIZE[:lz4|zstd[:LEVEL]], or a tier zram:SIZE[:CODEC],file:PATH:SIZE";
+    "ram:SIZE, file:PATH:SIZE[:plain], zram:SIZE[:lz4|zstd[:LEVEL]], or a tier zram:SIZE[:CODEC],file:PATH:SIZE[:plain]";
 
 /// A swap spec that does not parse: one line, naming the spec, what is
 /// wrong with it and what to write instead.
@@ -38,7 +42,7 @@ pub enum SpecError {
     #[error("swap spec {spec:?}: {size:?} is not a size of at least 4K; write e.g. 512M, 4G or 65536")]
     Size { spec: String, size: String },
     /// A file device without a path, or without a size.
-    #[error("swap spec {spec:?}: write file:PATH:SIZE, e.g. file:/var/tmp/uswap.swap:8G")]
+    #[error("swap spec {spec:?}: write file:PATH:SIZE[:plain], e.g. file:/var/tmp/uswap.swap:8G")]
     File { spec: String },
     /// A codec that is not lz4 or zstd.
     #[error("swap spec {spec:?}: {codec:?} is not a codec; write lz4, zstd or zstd:LEVEL (e.g. zstd:3)")]
@@ -68,14 +72,15 @@ fn size(spec: &str, s: &str) -> Result<u64, SpecError> {
 }
 
 fn file(spec: &str, rest: &str) -> Result<FileOptions, SpecError> {
+    let (rest, encrypt) = match rest.strip_suffix(":plain") {
+        Some(r) => (r, false),
+        None => (rest, true),
+    };
     let (path, bytes) = rest
         .rsplit_once(':')
         .filter(|(p, _)| !p.is_empty())
         .ok_or_else(|| SpecError::File { spec: spec.into() })?;
-    Ok(FileOptions::new(
-        PathBuf::from(path),
-        size(spec, bytes)? / PAGE_SIZE as u64,
-    ))
+    Ok(FileOptions::new(PathBuf::from(path), size(spec, bytes)? / PAGE_SIZE as u64).encrypt(encrypt))
 }
 
 fn zram(spec: &str, rest: &str) -> Result<CompressedOptions, SpecError> {
@@ -139,7 +144,11 @@ impl std::fmt::Display for SwapDeviceSpec {
     /// the grammar and are not written.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let file = |f: &mut std::fmt::Formatter<'_>, o: &FileOptions| {
-            write!(f, "file:{}:{}", o.path().display(), o.slots() * PAGE_SIZE as u64)
+            write!(f, "file:{}:{}", o.path().display(), o.slots() * PAGE_SIZE as u64)?;
+            if !o.encrypts() {
+                f.write_str(":plain")?;
+            }
+            Ok(())
         };
         match self {
             SwapDeviceSpec::Ram { bytes, .. } => write!(f, "ram:{bytes}"),
@@ -172,6 +181,11 @@ mod tests {
             parse("file:/var/tmp/a:b.swap:4G").unwrap(),
             SwapDeviceSpec::file(FileOptions::new("/var/tmp/a:b.swap", 1 << 20))
         );
+        assert_eq!(
+            parse("file:/var/tmp/a.swap:4G:plain").unwrap(),
+            SwapDeviceSpec::file(FileOptions::new("/var/tmp/a.swap", 1 << 20).encrypt(false))
+        );
+        assert!(parse("file:/x:1G").is_ok_and(|d| d.to_string() == "file:/x:1073741824"));
         assert_eq!(
             parse("zram:1G").unwrap(),
             SwapDeviceSpec::compressed(CompressedOptions::new(1 << 30))
@@ -215,6 +229,8 @@ mod tests {
             ),
             ("zram:1G,ram:1G", "a tier is"),
             ("zram:1G,file:/tmp/x", "write file:PATH:SIZE"),
+            ("file:/tmp/x:plain", "write file:PATH:SIZE"),
+            ("file:/tmp/x:1G:plainly", "is not a size"),
         ];
         for (spec, says) in cases {
             let e = parse(spec).unwrap_err().to_string();
@@ -232,7 +248,7 @@ mod tests {
             s in prop_oneof![
                 any::<String>(),
                 proptest::collection::vec(
-                    prop::sample::select(vec!["ram", "zram", "file", ":", ",", "lz4", "zstd", "-3", "0", "1G", "4K", "999999999999T", "/x", "", "file:"]),
+                    prop::sample::select(vec!["ram", "zram", "file", ":", ",", "lz4", "zstd", "-3", "0", "1G", "4K", "999999999999T", "/x", "", "file:", "plain"]),
                     0..8,
                 ).prop_map(|v| v.concat()),
             ]
@@ -251,10 +267,11 @@ mod tests {
             level in prop::sample::select(vec![-7, -1, 1, 3, 19, 22]),
             zstd in any::<bool>(),
             path in "/[a-z:._/]{1,20}",
+            encrypt in any::<bool>(),
         ) {
             let bytes = pages * PAGE_SIZE as u64;
             let codec = if zstd { Codec::Zstd { level } } else { Codec::Lz4 };
-            let fo = FileOptions::new(path.clone(), file_pages);
+            let fo = FileOptions::new(path.clone(), file_pages).encrypt(encrypt);
             let d = match kind {
                 0 => SwapDeviceSpec::ram(bytes),
                 1 => SwapDeviceSpec::file(fo),

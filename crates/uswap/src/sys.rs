@@ -96,6 +96,19 @@ impl Mapping {
         Ok(unsafe { mm::madvise(self.addr as *mut _, self.len, Advice::LinuxHugepage) }?)
     }
 
+    /// Leave the mapping out of core dumps (`MADV_DONTDUMP`): it holds a
+    /// secret.  Best effort: an old kernel without the advice dumps it.
+    pub fn exclude_from_dumps(&self) {
+        let _ = self.advise(self.addr, self.len, Advice::LinuxDontDump);
+    }
+
+    /// Lock the mapping in memory (`mlock`), so that it never reaches
+    /// kernel swap; false where `RLIMIT_MEMLOCK` does not allow it.
+    pub fn lock(&self) -> bool {
+        // SAFETY: locks our own whole mapping; it changes no contents.
+        unsafe { mm::mlock(self.addr as *mut _, self.len) }.is_ok()
+    }
+
     /// Drop the pages of `[addr, addr + len)` (inside this mapping): they
     /// read as zeros (missing) again.
     pub fn discard(&self, addr: u64, len: usize) -> bool {

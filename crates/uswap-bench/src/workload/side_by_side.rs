@@ -41,7 +41,8 @@ pub struct SwapOpts {
     pub compare: bool,
     /// Run uswap once per switch, each flipped back to the behaviour before
     /// it (every seed's, no-readahead, per-page-evict and, for a compressed
-    /// device, zram-keeps-copies; pick some with
+    /// device, zram-keeps-copies; for a swap file, plaintext-files; pick
+    /// some with
     /// --variants),
     /// against the default.
     #[arg(long)]

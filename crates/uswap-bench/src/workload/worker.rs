@@ -93,7 +93,7 @@ impl Backend {
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 10] = [
+pub const ABLATIONS: [&str; 11] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -104,6 +104,7 @@ pub const ABLATIONS: [&str; 10] = [
     "no-readahead",
     "per-page-evict",
     "zram-keeps-copies",
+    "plaintext-files",
 ];
 
 /// What an ablation sets.
@@ -120,6 +121,8 @@ pub struct Ablation {
     pub per_page_evict: bool,
     /// A compressed device keeps the copy of a page read back.
     pub keep_copies: bool,
+    /// Swap files are written in plaintext (encryption off).
+    pub plaintext: bool,
 }
 
 /// The settings of ablation `name`.
@@ -131,6 +134,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         readahead: true,
         per_page_evict: false,
         keep_copies: false,
+        plaintext: false,
     };
     match name {
         "default" => {}
@@ -143,6 +147,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "no-readahead" => a.readahead = false,
         "per-page-evict" => a.per_page_evict = true,
         "zram-keeps-copies" => a.keep_copies = true,
+        "plaintext-files" => a.plaintext = true,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)
@@ -364,15 +369,18 @@ impl Pager {
         };
         let device = match spec.backend {
             Backend::UswapFile => SwapDeviceSpec::file(
-                FileOptions::new(uswap_file(spec), spec.swap_bytes / PAGE as u64).extent_kind(a.extent),
+                FileOptions::new(uswap_file(spec), spec.swap_bytes / PAGE as u64)
+                    .extent_kind(a.extent)
+                    .encrypt(!a.plaintext),
             ),
             Backend::UswapZram => spec_of(format!("zram:{}:{}", spec.swap_bytes, spec.codec))?,
             Backend::UswapZramFile => spec_of(format!(
-                "zram:{}:{},file:{}:{}",
+                "zram:{}:{},file:{}:{}{}",
                 spec.store_limit,
                 spec.codec,
                 uswap_file(spec).display(),
-                spec.swap_bytes
+                spec.swap_bytes,
+                if a.plaintext { ":plain" } else { "" }
             ))?,
             _ => SwapDeviceSpec::ram(spec.swap_bytes),
         };

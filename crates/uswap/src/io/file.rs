@@ -1,6 +1,7 @@
 //! File devices: slots on one or more backings (regular files or block
 //! devices), every slot translated through the device's extent map, IO
-//! with `pread`/`pwrite`, `O_DIRECT` by default.
+//! with `pread`/`pwrite`, `O_DIRECT` by default, every page encrypted and
+//! authenticated by default (`crypt.rs`).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -9,6 +10,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use super::backing::Backing;
+use super::crypt::Sealer;
 use super::{BackendKind, IoError, PageStore};
 use crate::extent::ExtentMap;
 use crate::PAGE_SIZE;
@@ -22,6 +24,8 @@ pub(crate) struct FileStore {
     /// One open file per backing, indexed by the map's backing numbers.
     pub files: Vec<File>,
     pub map: ExtentMap,
+    /// The key and per-slot seals, unless the device writes plaintext.
+    pub sealer: Option<Sealer>,
 }
 
 /// A private swap file for `path`, which does not exist: an unnamed file
@@ -165,12 +169,9 @@ fn read_exact_at(file: &File, buf: &mut [u8], pos: u64) -> Result<(), (usize, Ru
     Ok(())
 }
 
-impl PageStore for FileStore {
-    fn kind(&self) -> BackendKind {
-        BackendKind::File
-    }
-
-    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+impl FileStore {
+    /// Write `buf` to slots `offset..` as it is.
+    fn write_plain(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
         let pages = (buf.len() / PAGE_SIZE) as u64;
         self.for_each_run(offset, pages, |file, pos, range| {
             write_all_at(file, &buf[range], pos)
@@ -184,7 +185,8 @@ impl PageStore for FileStore {
         })
     }
 
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+    /// Read slots `offset..` into `buf` as they are on disk.
+    fn read_plain(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
         let pages = (buf.len() / PAGE_SIZE) as u64;
         self.for_each_run(offset, pages, |file, pos, range| {
             read_exact_at(file, &mut buf[range], pos)
@@ -193,6 +195,38 @@ impl PageStore for FileStore {
             RunError::Io(source) => IoError::Read { offset: slot, source },
             RunError::Eof => IoError::ShortRead { offset: slot },
         })
+    }
+}
+
+impl PageStore for FileStore {
+    fn kind(&self) -> BackendKind {
+        BackendKind::File
+    }
+
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        match &self.sealer {
+            Some(s) => s.write_sealed(offset, buf, |at, sealed| self.write_plain(at, sealed)),
+            None => self.write_plain(offset, buf),
+        }
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        self.read_plain(offset, buf)?;
+        match &self.sealer {
+            Some(s) => s.open(offset, buf),
+            None => Ok(()),
+        }
+    }
+
+    fn sealer(&self) -> Option<&Sealer> {
+        self.sealer.as_ref()
+    }
+
+    /// Freed slots forget their seals: their blocks cannot be read back.
+    fn discard(&self, offset: u64, pages: u64) {
+        if let Some(s) = &self.sealer {
+            s.forget(offset, pages);
+        }
     }
 
     fn needs_alignment(&self) -> bool {
@@ -218,6 +252,8 @@ impl PageStore for FileStore {
     }
 
     fn describe(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
-        d.field("paths", &self.paths).field("extents", &self.map.len());
+        d.field("paths", &self.paths)
+            .field("extents", &self.map.len())
+            .field("encrypted", &self.sealer.is_some());
     }
 }

@@ -41,6 +41,7 @@
 mod backing;
 pub mod codec;
 mod compressed;
+mod crypt;
 mod file;
 mod ram;
 mod uring;
@@ -169,6 +170,10 @@ pub enum IoError {
     /// A read hit the end of the file: it shrank while in use.
     #[error("read of swap slot {offset} hit the end of the file; the swap file was truncated while in use, do not modify it while swapping on it")]
     ShortRead { offset: u64 },
+    /// A page read from an encrypted file device failed its check: the
+    /// block on disk is not the one written to that slot last.
+    #[error("{}", IntegrityMessage { offset: *.offset, sealed: *.sealed })]
+    Integrity { offset: u64, sealed: bool },
     /// The memory of a RAM device could not be mapped.
     #[error("cannot map the memory of a RAM swap device: {source}; ask for fewer slots or raise the memory limits")]
     Mmap {
@@ -186,10 +191,30 @@ pub enum IoError {
     Metadata(#[from] crate::table::TableError),
 }
 
+/// [`IoError::Integrity`]'s message, written without allocating: it is
+/// printed from the fault path.
+struct IntegrityMessage {
+    offset: u64,
+    sealed: bool,
+}
+
+impl std::fmt::Display for IntegrityMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let offset = self.offset;
+        if self.sealed {
+            write!(f, "swap slot {offset} failed its authentication check: the block on disk is not the one uswap wrote there (changed, copied from another slot, an older copy put back, or corrupted by the disk); the page is lost, never read as wrong data")
+        } else {
+            write!(f, "swap slot {offset} was read but holds no page (freed or never written, its seal forgotten): the page is lost; this is a bug in uswap, please report it")
+        }
+    }
+}
+
 impl IoError {
-    /// The errno of a failed read or write.
+    /// The errno of a failed read or write (`EBADMSG` for a page that
+    /// failed its authentication check).
     pub fn errno(&self) -> Option<i32> {
         match self {
+            IoError::Integrity { .. } => Some(libc::EBADMSG),
             IoError::Write { source, .. } | IoError::Read { source, .. } => source.raw_os_error(),
             _ => None,
         }
@@ -227,6 +252,7 @@ pub struct FileOptions {
     direct: bool,
     fiemap: bool,
     extent_kind: ExtentMapKind,
+    encrypt: bool,
 }
 
 impl FileOptions {
@@ -240,6 +266,7 @@ impl FileOptions {
             direct: true,
             fiemap: false,
             extent_kind: ExtentMapKind::Tree,
+            encrypt: true,
         }
     }
 
@@ -281,6 +308,23 @@ impl FileOptions {
     pub fn extent_kind(mut self, k: ExtentMapKind) -> Self {
         self.extent_kind = k;
         self
+    }
+
+    /// Encrypt and authenticate every page written (the default, `true`):
+    /// AES-256-GCM under a random key held only in this process's memory,
+    /// a fresh nonce per write, the slot bound in, so a block changed,
+    /// moved or replayed on disk fails its check and its page is
+    /// poisoned rather than read wrong (`io/crypt.rs`).  `false` writes
+    /// plaintext: the ablation that measures what encryption costs, or a
+    /// file on storage that is already encrypted and trusted.
+    pub fn encrypt(mut self, on: bool) -> Self {
+        self.encrypt = on;
+        self
+    }
+
+    /// Whether pages are encrypted ([`FileOptions::encrypt`]).
+    pub fn encrypts(&self) -> bool {
+        self.encrypt
     }
 }
 
@@ -324,8 +368,15 @@ pub trait PageStore: Send + Sync {
     fn frees_on_swapin(&self, _offset: u64) -> bool {
         false
     }
+    /// The key and seals of a store that encrypts (`crypt.rs`): a writer
+    /// that queues the store's file pieces itself (`uring.rs`) seals
+    /// the pages first.
+    fn sealer(&self) -> Option<&crypt::Sealer> {
+        None
+    }
     /// The owner freed slots `offset..offset + pages`: a store that keeps
-    /// memory per slot lets it go (zram's `swap_slot_free_notify`).
+    /// memory per slot lets it go (zram's `swap_slot_free_notify`), an
+    /// encrypted one forgets their seals.
     fn discard(&self, _offset: u64, _pages: u64) {}
     /// Whether some of the pages may be in a file (a file device, or a
     /// compressed device with a file behind): a forked child shares that
@@ -510,17 +561,26 @@ impl IoDevice {
                 len: Some(need),
             }
         };
-        Self::from_backings(opts.slots, vec![backing], &[source], opts.extent_kind, registry)
+        Self::from_backings(
+            opts.slots,
+            vec![backing],
+            &[source],
+            opts.extent_kind,
+            opts.encrypt,
+            registry,
+        )
     }
 
     /// A file device over open backings, slot `i` of `sources` backed by
     /// `backings[i]`.  A FIEMAP map covers the whole file, which may be
-    /// more than `slots`; only `0..slots` is used.
+    /// more than `slots`; only `0..slots` is used.  Sealed (`crypt.rs`)
+    /// when `encrypt`.
     fn from_backings(
         slots: u64,
         backings: Vec<Backing>,
         sources: &[ExtentSource],
         kind: ExtentMapKind,
+        encrypt: bool,
         registry: &Registry,
     ) -> Result<IoDevice, IoError> {
         let (map, _infos) = backing::map_backings(kind, sources, &backings)?;
@@ -533,10 +593,20 @@ impl IoDevice {
                 need: slots * PAGE,
             });
         }
+        let sealer = if encrypt {
+            Some(crypt::Sealer::new(slots)?)
+        } else {
+            None
+        };
         let (paths, files) = backings.into_iter().map(|b| (b.path, b.file)).unzip();
         Ok(Self::with_store(
             slots,
-            Box::new(FileStore { paths, files, map }),
+            Box::new(FileStore {
+                paths,
+                files,
+                map,
+                sealer,
+            }),
             registry,
         ))
     }
@@ -586,6 +656,13 @@ impl IoDevice {
     /// pages in memory.
     pub fn frees_on_swapin(&self, offset: u64) -> bool {
         self.store.frees_on_swapin(offset)
+    }
+
+    /// Whether pages written here are encrypted and authenticated
+    /// ([`FileOptions::encrypt`]); a slot of such a device that was never
+    /// written, or was freed, cannot be read (it has no seal).
+    pub fn encrypts(&self) -> bool {
+        self.store.sealer().is_some()
     }
 
     /// The owner freed slots `offset..offset + pages`; a compressed device

@@ -80,6 +80,22 @@ fn verify(buf: &[u8], first: u64, model: &[Option<u64>]) {
     }
 }
 
+/// Write zeros over every slot of an encrypted device, whose never
+/// written slots cannot be read (no seal), so that the shared tests'
+/// model (a fresh device reads zeros) holds for it too.
+fn zero_if_sealed(dev: &IoDevice) {
+    if !dev.encrypts() {
+        return;
+    }
+    let zeros = AlignedBuf::new(64);
+    let mut slot = 0;
+    while slot < dev.slots() {
+        let n = (dev.slots() - slot).min(64) as usize;
+        dev.write(slot, &zeros[..n * PAGE_SIZE]).unwrap();
+        slot += n as u64;
+    }
+}
+
 fn counter(reg: &Registry, name: &str) -> u64 {
     reg.snapshot().counter(name)
 }
@@ -92,6 +108,8 @@ fn round_trip(dev: &IoDevice, reg: &Registry) -> Vec<Option<u64>> {
     assert!(slots >= 600);
     let mut model = vec![None; slots as usize];
     let mut buf = AlignedBuf::new(130);
+    zero_if_sealed(dev);
+    let writes_before = counter(reg, "io_write_pages");
     // A fresh device reads zeros, in runs and pages.
     dev.read(0, &mut buf[..128 * PAGE_SIZE]).unwrap();
     verify(&buf[..128 * PAGE_SIZE], 0, &model);
@@ -121,7 +139,7 @@ fn round_trip(dev: &IoDevice, reg: &Registry) -> Vec<Option<u64>> {
         }
         written += n as u64;
     }
-    assert_eq!(counter(reg, "io_write_pages"), written);
+    assert_eq!(counter(reg, "io_write_pages") - writes_before, written);
     // Everything back, page by page and in runs crossing written and
     // unwritten slots.
     for slot in 0..slots {
@@ -157,22 +175,49 @@ fn ram_round_trip() {
 #[test]
 fn file_round_trip_direct() {
     let dir = tempfile::tempdir().unwrap();
-    for kind in [ExtentMapKind::Tree, ExtentMapKind::List] {
+    for (kind, encrypt) in [
+        (ExtentMapKind::Tree, false),
+        (ExtentMapKind::List, false),
+        (ExtentMapKind::Tree, true),
+    ] {
         let reg = Registry::new();
         // A file of the user's (a created one has no name to read back).
-        let path = dir.path().join(format!("swap-{kind:?}"));
+        let path = dir.path().join(format!("swap-{kind:?}-{encrypt}"));
         private_file(&path, &vec![0u8; 640 * PAGE_SIZE]);
-        let dev = IoDevice::file(&FileOptions::new(&path, 640).extent_kind(kind), &reg).unwrap();
+        let opts = FileOptions::new(&path, 640).extent_kind(kind).encrypt(encrypt);
+        let dev = IoDevice::file(&opts, &reg).unwrap();
+        assert_eq!(dev.encrypts(), encrypt);
         assert_eq!(dev.kind(), BackendKind::File);
         assert_eq!(dev.slots(), 640);
         let map = dev.extent_map().unwrap();
         assert_eq!((map.kind(), map.len(), map.slots()), (kind, 1, 640));
         let model = round_trip(&dev, &reg);
-        // The file has the data too, where the slots say.
+        // The file has the data too, where the slots say, or (encrypted)
+        // none of it.
         drop(dev);
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(bytes.len(), 640 * PAGE_SIZE);
-        verify(&bytes, 0, &model);
+        if encrypt {
+            let mut plain = vec![0u8; 640 * PAGE_SIZE];
+            for (slot, gen) in model.iter().enumerate() {
+                if let Some(g) = gen {
+                    fill(
+                        &mut plain[slot * PAGE_SIZE..(slot + 1) * PAGE_SIZE],
+                        slot as u64,
+                        *g,
+                    );
+                }
+            }
+            let written: Vec<u8> = plain
+                .chunks_exact(PAGE_SIZE)
+                .filter(|p| p.iter().any(|&b| b != 0))
+                .flatten()
+                .copied()
+                .collect();
+            assert!(!written.is_empty() && !holds_plaintext(&bytes, &written));
+        } else {
+            verify(&bytes, 0, &model);
+        }
     }
 }
 
@@ -294,9 +339,9 @@ fn existing_file_used_as_is() {
     std::fs::write(&path, vec![0xA5u8; 20 * PAGE_SIZE]).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
     let reg = Registry::new();
-    let dev = IoDevice::file(&FileOptions::new(&path, 10), &reg).unwrap();
+    // Plaintext, so that its bytes are the slots' contents.
+    let dev = IoDevice::file(&FileOptions::new(&path, 10).encrypt(false), &reg).unwrap();
     assert_eq!(dev.slots(), 10);
-    // Its contents are the slots' contents.
     let mut buf = AlignedBuf::new(10);
     dev.read(0, &mut buf).unwrap();
     assert!(buf.iter().all(|&b| b == 0xA5));
@@ -336,7 +381,11 @@ fn fiemap_fragmented_runs_span_extents() {
     }
     for kind in [ExtentMapKind::Tree, ExtentMapKind::List] {
         let reg = Registry::new();
-        let opts = FileOptions::new(&a, CHUNKS).fiemap(true).extent_kind(kind);
+        // Plaintext: the file's bytes are checked at their offsets below.
+        let opts = FileOptions::new(&a, CHUNKS)
+            .fiemap(true)
+            .extent_kind(kind)
+            .encrypt(false);
         let dev = match IoDevice::file(&opts, &reg) {
             Ok(dev) => dev,
             Err(e @ IoError::Extent(ExtentError::FiemapUnsupported { .. })) => {
@@ -410,7 +459,8 @@ fn runs_split_across_backings() {
             len: None,
         },
     ];
-    let dev = IoDevice::from_backings(14, backings, &sources, ExtentMapKind::Tree, &reg).unwrap();
+    // Plaintext: the files' bytes are checked below.
+    let dev = IoDevice::from_backings(14, backings, &sources, ExtentMapKind::Tree, false, &reg).unwrap();
     assert_eq!(dev.extent_map().unwrap().len(), 2);
     let mut model = vec![None; 14];
     let mut buf = AlignedBuf::new(14);
@@ -618,6 +668,7 @@ fn direct_unsupported_on_ramfs() {
 
 fn injected_errors(dev: &IoDevice, reg: &Registry) {
     use std::error::Error as _;
+    zero_if_sealed(dev);
     let mut buf = AlignedBuf::new(4);
     fill(&mut buf[..PAGE_SIZE], 5, 1);
     dev.write(5, &buf[..PAGE_SIZE]).unwrap();
@@ -687,6 +738,7 @@ fn concurrent(dev: &IoDevice, reg: &Registry) {
     const OWN: u64 = 256;
     const OPS: u64 = 5_000;
     assert!(dev.slots() > THREADS * OWN);
+    zero_if_sealed(dev);
     std::thread::scope(|s| {
         for t in 0..THREADS {
             s.spawn(move || {
@@ -801,13 +853,15 @@ fn write_ring_writes_jobs_and_reports_each_failure() {
         let model = vec![Some(gen); 256];
         for ((&n, &first), &expect) in [3usize, 16, 1, 8].iter().zip(&firsts).zip(which) {
             let mut got = AlignedBuf::new(n);
-            dev.read(first, &mut got).unwrap();
+            let read = dev.read(first, &mut got);
             if expect {
+                read.unwrap();
                 verify(&got, first, &model);
             } else {
-                // Not all of it is this generation's.
+                // Not all of it is this generation's: on an encrypted
+                // device, a block not written fails its check.
                 assert!(
-                    std::panic::catch_unwind(|| verify(&got, first, &model)).is_err(),
+                    read.is_err() || std::panic::catch_unwind(|| verify(&got, first, &model)).is_err(),
                     "slots from {first}: a write reported failed wrote everything"
                 );
             }
@@ -902,4 +956,195 @@ fn existing_files_that_others_could_reach_are_refused() {
     assert!(matches!(refused(&good, "is in use"), IoError::InUse { .. }));
     drop(first);
     IoDevice::file(&FileOptions::new(&good, 8), &reg).unwrap();
+}
+
+/// Whether `hay` (a file of whole blocks) holds any aligned 64 bytes of
+/// `needle`'s pages where a block could hold them.
+fn holds_plaintext(hay: &[u8], needle: &[u8]) -> bool {
+    let chunks: std::collections::HashSet<&[u8]> = hay.chunks_exact(64).collect();
+    needle.chunks_exact(64).any(|w| chunks.contains(w))
+}
+
+/// An encrypted device on a named, preallocated file the test can read
+/// and tamper with beside it; `encrypt` false for the plaintext ablation.
+fn sealed_device(dir: &Path, slots: u64, encrypt: bool) -> (std::path::PathBuf, IoDevice) {
+    let path = dir.join("swap");
+    private_file(&path, &vec![0u8; slots as usize * PAGE_SIZE]);
+    let dev = IoDevice::file(&FileOptions::new(&path, slots).encrypt(encrypt), &Registry::new()).unwrap();
+    (path, dev)
+}
+
+fn raw_block(path: &Path, slot: u64) -> Vec<u8> {
+    let bytes = std::fs::read(path).unwrap();
+    bytes[slot as usize * PAGE_SIZE..(slot as usize + 1) * PAGE_SIZE].to_vec()
+}
+
+fn put_raw_block(path: &Path, slot: u64, block: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(block, slot * PAGE).unwrap();
+    f.sync_all().unwrap();
+}
+
+/// What reading `slot` alone gives: the page, or the error (the buffer
+/// must then be zeros, never what the block decrypted to).
+fn read_one(dev: &IoDevice, slot: u64) -> Result<Vec<u8>, IoError> {
+    let mut buf = AlignedBuf::new(1);
+    buf.fill(0x5A);
+    match dev.read(slot, &mut buf) {
+        Ok(()) => Ok(buf.to_vec()),
+        Err(e) => {
+            assert!(buf.iter().all(|&b| b == 0), "a failed page left bytes behind");
+            Err(e)
+        }
+    }
+}
+
+#[test]
+fn encrypted_file_holds_no_plaintext_and_reads_back() {
+    for encrypt in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, dev) = sealed_device(dir.path(), 64, encrypt);
+        let mut buf = AlignedBuf::new(40);
+        fill(&mut buf, 3, 1);
+        dev.write(3, &buf).unwrap();
+        // The same page twice, to two slots: two different blocks.
+        dev.write(50, &buf[..PAGE_SIZE]).unwrap();
+        let raw = std::fs::read(&path).unwrap();
+        assert_eq!(
+            holds_plaintext(&raw, &buf),
+            !encrypt,
+            "encrypt {encrypt}: the plaintext is on disk or the test cannot see it"
+        );
+        if encrypt {
+            assert_ne!(
+                raw_block(&path, 3),
+                raw_block(&path, 50),
+                "one page, two slots, one block"
+            );
+        }
+        let mut back = AlignedBuf::new(40);
+        dev.read(3, &mut back).unwrap();
+        assert_eq!(&back[..], &buf[..]);
+        assert_eq!(read_one(&dev, 50).unwrap(), &buf[..PAGE_SIZE]);
+    }
+}
+
+#[test]
+fn tampered_blocks_fail_their_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, dev) = sealed_device(dir.path(), 16, true);
+    let mut buf = AlignedBuf::new(8);
+    fill(&mut buf, 0, 1);
+    dev.write(0, &buf).unwrap();
+    let sealed = |r: Result<Vec<u8>, IoError>, slot: u64| match r {
+        Err(e @ IoError::Integrity { offset, sealed: true }) if offset == slot => {
+            assert!(e.to_string().contains("failed its authentication check"), "{e}");
+            assert_eq!(e.errno(), Some(libc::EBADMSG));
+        }
+        other => panic!("slot {slot}: {other:?}"),
+    };
+    // A flipped bit, anywhere in the block.
+    for bit in [0usize, 7, 12_345, PAGE_SIZE * 8 - 1] {
+        let good = raw_block(&path, 1);
+        let mut bad = good.clone();
+        bad[bit / 8] ^= 1 << (bit % 8);
+        put_raw_block(&path, 1, &bad);
+        sealed(read_one(&dev, 1), 1);
+        put_raw_block(&path, 1, &good);
+        assert_eq!(read_one(&dev, 1).unwrap(), &buf[PAGE_SIZE..2 * PAGE_SIZE]);
+    }
+    // Two blocks swapped.
+    let (a, b) = (raw_block(&path, 2), raw_block(&path, 3));
+    put_raw_block(&path, 2, &b);
+    put_raw_block(&path, 3, &a);
+    sealed(read_one(&dev, 2), 2);
+    sealed(read_one(&dev, 3), 3);
+    // A multi-page read names the first page that fails.
+    let mut many = AlignedBuf::new(8);
+    match dev.read(0, &mut many) {
+        Err(IoError::Integrity { offset: 2, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    // An old block of the slot put back after a newer write.
+    let old = raw_block(&path, 4);
+    fill(&mut buf[..PAGE_SIZE], 4, 2);
+    dev.write(4, &buf[..PAGE_SIZE]).unwrap();
+    assert_eq!(read_one(&dev, 4).unwrap(), &buf[..PAGE_SIZE]);
+    put_raw_block(&path, 4, &old);
+    sealed(read_one(&dev, 4), 4);
+    // A block from another device, the same slot and contents.
+    let dir2 = tempfile::tempdir().unwrap();
+    let (path2, dev2) = sealed_device(dir2.path(), 16, true);
+    fill(&mut buf[..PAGE_SIZE], 5, 1);
+    dev.write(5, &buf[..PAGE_SIZE]).unwrap();
+    dev2.write(5, &buf[..PAGE_SIZE]).unwrap();
+    put_raw_block(&path, 5, &raw_block(&path2, 5));
+    sealed(read_one(&dev, 5), 5);
+    // Untouched slots still read.
+    assert_eq!(read_one(&dev, 6).unwrap(), {
+        let mut p = AlignedBuf::new(8);
+        fill(&mut p, 0, 1);
+        p[6 * PAGE_SIZE..7 * PAGE_SIZE].to_vec()
+    });
+}
+
+#[test]
+fn freed_slots_cannot_be_read_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_path, dev) = sealed_device(dir.path(), 16, true);
+    let mut buf = AlignedBuf::new(4);
+    fill(&mut buf, 0, 1);
+    dev.write(0, &buf).unwrap();
+    dev.discard(1, 2);
+    assert_eq!(read_one(&dev, 0).unwrap(), &buf[..PAGE_SIZE]);
+    for slot in [1, 2, 9] {
+        match read_one(&dev, slot) {
+            Err(IoError::Integrity {
+                offset,
+                sealed: false,
+            }) if offset == slot => {}
+            other => panic!("slot {slot}: {other:?}"),
+        }
+    }
+    // Written again, readable again.
+    dev.write(1, &buf[..PAGE_SIZE]).unwrap();
+    assert_eq!(read_one(&dev, 1).unwrap(), &buf[..PAGE_SIZE]);
+}
+
+#[test]
+fn queued_writes_are_sealed_too() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, dev) = sealed_device(dir.path(), 2048, true);
+    let mut ring = WriteRing::new().unwrap();
+    // More than the ring's bounce holds: what does not fit is reported
+    // not written, and written by the caller.
+    let sizes = [100usize, 120, 60, 16];
+    let mut bufs: Vec<AlignedBuf> = sizes.iter().map(|&n| AlignedBuf::new(n)).collect();
+    let firsts = [0u64, 300, 600, 1000];
+    for (b, &f) in bufs.iter_mut().zip(&firsts) {
+        fill(b, f, 7);
+    }
+    let jobs: Vec<Option<WriteJob<'_>>> = bufs
+        .iter()
+        .zip(&firsts)
+        .map(|(b, &offset)| {
+            Some(WriteJob {
+                device: &dev,
+                offset,
+                buf: b,
+            })
+        })
+        .collect();
+    let mut ok = vec![false; jobs.len()];
+    ring.write_batch(&jobs, &mut ok);
+    assert_eq!(ok, [true, true, false, true], "the bounce holds 256 pages");
+    dev.write(firsts[2], &bufs[2]).unwrap();
+    let raw = std::fs::read(&path).unwrap();
+    for (b, &f) in bufs.iter().zip(&firsts) {
+        assert!(!holds_plaintext(&raw, b));
+        let mut back = AlignedBuf::new(b.len() / PAGE_SIZE);
+        dev.read(f, &mut back).unwrap();
+        assert_eq!(&back[..], &b[..]);
+    }
 }

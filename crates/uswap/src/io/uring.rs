@@ -19,6 +19,10 @@
 //! errors, whatever wrote first.  RAM devices are written at once, in the
 //! call.
 //!
+//! A job for an encrypted device is sealed first, into the ring's own
+//! bounce buffer ([`BOUNCE_PAGES`]; a job that does not fit in what is
+//! left of it is not queued, and goes the synchronous way).
+//!
 //! Registered (fixed) buffers are not used: the pages written are the
 //! pager's staging frames, which receive pages by `UFFDIO_MOVE`, and that
 //! needs them empty; a registered buffer pins its pages for good.
@@ -28,7 +32,12 @@ use std::io;
 use io_uring::{opcode, types, IoUring};
 
 use super::{BackendKind, IoDevice};
+use crate::sys::Mapping;
 use crate::PAGE_SIZE;
+
+/// Pages of sealed (encrypted) data one batch can queue: the pager's
+/// queued writeback takes at most 256 pages a round.
+pub const BOUNCE_PAGES: usize = 256;
 
 /// Queue entries: writes in flight at most.
 const ENTRIES: u32 = 64;
@@ -43,6 +52,9 @@ pub struct WriteJob<'a> {
 /// An io_uring instance for writes.  Owned by one thread.
 pub struct WriteRing {
     ring: IoUring,
+    /// Where jobs for encrypted devices are sealed; committed when first
+    /// used.
+    bounce: Mapping,
 }
 
 impl WriteRing {
@@ -51,6 +63,7 @@ impl WriteRing {
     pub fn new() -> io::Result<WriteRing> {
         Ok(WriteRing {
             ring: IoUring::new(ENTRIES)?,
+            bounce: Mapping::new(BOUNCE_PAGES * PAGE_SIZE, PAGE_SIZE)?,
         })
     }
 
@@ -63,6 +76,11 @@ impl WriteRing {
         let mut job_of = [0u8; MAX];
         let mut len_of = [0u32; MAX];
         let mut queued = 0usize;
+        // SAFETY: the ring's own bounce buffer; the kernel reads it only
+        // between the pushes below and the reaping of their completions,
+        // all inside this call, which holds `&mut self`.
+        let bounce = unsafe { std::slice::from_raw_parts_mut(self.bounce.as_ptr(), self.bounce.len()) };
+        let mut sealed = 0usize;
         for (i, job) in jobs.iter().enumerate() {
             ok[i] = false;
             let Some(job) = job else {
@@ -76,6 +94,21 @@ impl WriteRing {
             let Ok(pages) = job.device.begin_write(job.offset, job.buf) else {
                 continue;
             };
+            let data: &[u8] = match job.device.store.sealer() {
+                None => job.buf,
+                Some(sealer) => {
+                    let len = job.buf.len();
+                    if sealed + len > bounce.len() {
+                        continue;
+                    }
+                    let dst = &mut bounce[sealed..sealed + len];
+                    if sealer.seal(job.offset, job.buf, dst).is_err() {
+                        continue;
+                    }
+                    sealed += len;
+                    dst
+                }
+            };
             let first = queued;
             let mut fits = true;
             job.device
@@ -85,7 +118,7 @@ impl WriteRing {
                         fits = false;
                         return;
                     }
-                    let piece = &job.buf[range];
+                    let piece = &data[range];
                     #[allow(unused_mut)]
                     let mut len = piece.len() as u32;
                     #[cfg(test)]

@@ -499,12 +499,14 @@ impl Inner {
     }
 
     /// Before the last reference to slots `e..e + pages` goes, let a
-    /// device that keeps memory per slot (compressed) drop it: before, so
-    /// that no one has the slot allocated again meanwhile.  A slot still
+    /// device that keeps memory per slot (compressed) drop it, and an
+    /// encrypted file forget the slot's seal (its block is then noise to
+    /// everyone: how freed slots are scrubbed): before, so that no one
+    /// has the slot allocated again meanwhile.  A slot still
     /// referenced elsewhere (a forked child's share) keeps its page.
     fn discard_if_last(&self, e: SwapEntry, pages: u64) {
         let dev = &self.backing.devices[e.device() as usize];
-        if dev.kind() != crate::io::BackendKind::Compressed {
+        if dev.kind() == crate::io::BackendKind::Ram {
             return;
         }
         for off in e.offset()..e.offset() + pages {

@@ -275,6 +275,15 @@ pub(super) fn pause() {
 /// Say why a page is poisoned, on stderr, from wherever the swap-in failed
 /// (a signal handler included).
 pub(super) fn log_poison(addr: u64, len: u64, e: crate::swap_space::SwapEntry, err: &crate::io::IoError) {
+    // An io::Error's own message allocates (strerror into a String): the
+    // errno is said instead, and an authentication failure in its words.
+    if let crate::io::IoError::Integrity { .. } = err {
+        report::line(format_args!(
+            "uswap: swap-in of {len} bytes at {addr:#x} failed: device {}: {err}; the memory is poisoned and touching it raises SIGBUS",
+            e.device(),
+        ));
+        return;
+    }
     report::line(format_args!(
         "uswap: swap-in of {len} bytes at {addr:#x} failed: device {} slot {} gave errno {}; the memory is poisoned and touching it raises SIGBUS",
         e.device(),

@@ -754,6 +754,12 @@ impl CompressedStore {
                 if tag(cur) != WB {
                     self.release(cur);
                 }
+                if tag(cur) == FILE {
+                    // The encrypted file forgets the slot's seal too.
+                    if let Some(f) = &self.file {
+                        f.discard(slot, 1);
+                    }
+                }
                 return;
             }
         }

@@ -9,6 +9,7 @@ use crate::io::FileOptions;
 mod child;
 mod compressed;
 mod defects;
+mod encrypted;
 mod injected;
 
 const MIB: u64 = 1 << 20;
