@@ -6,7 +6,7 @@ use std::time::Instant;
 use anyhow::{bail, Context};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
+use uswap::pager::{FaultMode, Overrun, Swap, SwapDeviceSpec};
 use uswap_bench::parse_bytes;
 use uswap_bench::workload::workload::{DataKind, Filler};
 
@@ -43,6 +43,16 @@ pub struct DemoArgs {
     /// one 2 MB IO per unit, a transparent huge page where the kernel has one.
     #[arg(long)]
     pub huge: bool,
+    /// How far past the budget pages may stay resident when the swap is
+    /// full: a share of the budget (10%), a size (64M), or unbounded.
+    /// Past it the process is killed, as a memory cgroup's would be, with
+    /// one line saying why.
+    #[arg(long, default_value = "10%", value_parser = parse_overrun)]
+    pub overrun: Overrun,
+}
+
+fn parse_overrun(s: &str) -> Result<Overrun, String> {
+    s.parse().map_err(|e: uswap::pager::OverrunError| e.to_string())
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -83,7 +93,8 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             Mode::Sigbus => FaultMode::Sigbus,
             Mode::Handler => FaultMode::HandlerThread,
         })
-        .max_mapped(args.size.max(1 << 20) * 2);
+        .max_mapped(args.size.max(1 << 20) * 2)
+        .overrun(args.overrun);
     for d in &args.swap {
         b = b.device(d.clone());
     }

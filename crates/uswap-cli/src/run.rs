@@ -28,6 +28,10 @@ pub enum RunMode {
     Sigbus,
 }
 
+fn parse_overrun(s: &str) -> Result<uswap::pager::Overrun, String> {
+    s.parse().map_err(|e: uswap::pager::OverrunError| e.to_string())
+}
+
 /// The preload library's file name.
 const LIBRARY: &str = "libuswap_preload.so";
 
@@ -70,6 +74,12 @@ pub struct RunArgs {
     /// memory now and at its peak.
     #[arg(long)]
     pub stats: bool,
+    /// How far past the budget the heap may stay resident when the swap
+    /// is full: a share of the budget (10%), a size (64M), or unbounded.
+    /// Past it the program is killed, as a memory cgroup's would be, with
+    /// one line saying why.
+    #[arg(long, default_value = "10%", value_parser = parse_overrun)]
+    pub overrun: uswap::pager::Overrun,
     /// The program and its arguments.
     #[arg(
         required = true,
@@ -212,6 +222,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         .env(uswap_env::BUDGET, budget.to_string())
         .env(uswap_env::HEAP, heap.to_string())
         .env(uswap_env::SWAP, lines.join("\n"))
+        .env(uswap_env::OVERRUN, args.overrun.to_string())
         .env(
             uswap_env::MODE,
             match mode {

@@ -78,6 +78,7 @@ struct Config {
     /// One swap spec per line of `USWAP_RUN_SWAP`.
     devices: Vec<SwapDeviceSpec>,
     mode: FaultMode,
+    overrun: uswap::pager::Overrun,
     stats: bool,
 }
 
@@ -108,11 +109,16 @@ impl Config {
             Ok(other) => return Err(format!("{}={other}: sigbus or handler", env::MODE)),
         };
         let stats = std::env::var_os(env::STATS).is_some();
+        let overrun = match std::env::var(env::OVERRUN) {
+            Ok(v) => v.parse().map_err(|e| format!("{}: {e}", env::OVERRUN))?,
+            Err(_) => uswap::pager::Overrun::default(),
+        };
         Ok(Some(Config {
             budget,
             heap,
             devices,
             mode,
+            overrun,
             stats,
         }))
     }
@@ -159,7 +165,8 @@ fn start(c: Config) -> Result<(), String> {
     let mut builder = Swap::builder()
         .budget(c.budget)
         .fault_mode(c.mode)
-        .max_mapped(c.heap);
+        .max_mapped(c.heap)
+        .overrun(c.overrun);
     // A swap file this creates has no name (uswap creates it unnamed,
     // `O_TMPFILE`): nothing to unlink, nothing left if the program is
     // killed.

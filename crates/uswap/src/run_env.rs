@@ -12,6 +12,9 @@ pub const HEAP: &str = "USWAP_RUN_HEAP";
 /// The swap devices, one swap spec per line (`uswap::spec`; paths
 /// absolute).
 pub const SWAP: &str = "USWAP_RUN_SWAP";
+/// How far past the budget the heap may stay resident with the swap
+/// full ([`crate::pager::Overrun`]'s form: `10%`, a size, `unbounded`).
+pub const OVERRUN: &str = "USWAP_RUN_OVERRUN";
 /// `sigbus` or `handler`.
 pub const MODE: &str = "USWAP_RUN_MODE";
 /// Set: print the statistics at exit.

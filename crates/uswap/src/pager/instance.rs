@@ -182,6 +182,10 @@ pub(crate) struct Budget {
     pub slack: usize,
     /// The background reclaimer's target: resident pages down to this.
     pub low: usize,
+    /// How far past `limit` faults may take the resident set when nothing
+    /// can be evicted, before the process is killed (`overrun.rs`);
+    /// `usize::MAX`: no bound.
+    pub max_overrun: usize,
     /// Pages resident now, staged ones included.
     pub resident: AtomicUsize,
     /// The most pages resident the background reclaimer has seen (it
@@ -399,7 +403,10 @@ impl Inner {
                 Dir::In => &self.inject.move_in,
             };
             if let Some((partial, errno)) = Inject::take_move(f) {
-                let partial = partial.min(len);
+                // A failed move stops short of its end, as the kernel's
+                // does (a whole move is a success): the soak found a hook
+                // that "failed" after moving everything.
+                let partial = partial.min(len.saturating_sub(PAGE_SIZE as u64));
                 if partial > 0 {
                     self.move_run(dst, src, partial)?;
                 }

@@ -66,6 +66,7 @@ mod frames; // frame and unit pools
 mod gate; // the fork gate: no work in flight when a fork copies memory
 mod held; // swap-file slots held for forked children
 mod instance; // the shared state, in parts, and page operations
+mod overrun; // the budget's bound: how far past it, then the OOM kill
 mod page; // page states, claims
 mod reclaim; // reclaim passes, per-page and 2 MB unit eviction
 mod report; // one-line reports
@@ -103,6 +104,7 @@ use instance::Inject;
 use instance::{Backing, Backoff, Budget, Counters, Frames, Inner, Reports, StagedRing};
 
 pub use entry::{FaultMode, MAX_REGIONS};
+pub use overrun::{Overrun, OverrunError};
 
 /// What can go wrong building a swap instance or mapping a region.
 #[derive(Debug, thiserror::Error)]
@@ -239,6 +241,7 @@ pub struct SwapBuilder {
     background: bool,
     readahead: bool,
     per_page_evict: bool,
+    overrun: Overrun,
 }
 
 impl SwapBuilder {
@@ -325,6 +328,17 @@ impl SwapBuilder {
     /// measuring what batching gains.
     pub fn per_page_evict(mut self, on: bool) -> Self {
         self.per_page_evict = on;
+        self
+    }
+
+    /// How far past the budget pages may stay resident when nothing can
+    /// be evicted (swap full, pages pinned), before the process is killed
+    /// as a memory cgroup's would be, with one line on stderr saying why
+    /// (default [`Overrun::Percent`]`(10)`; at least a 2 MB unit and the
+    /// faults' slack).  [`Overrun::Unbounded`]: never killed, the
+    /// resident set grows as far as the machine allows.
+    pub fn overrun(mut self, o: Overrun) -> Self {
+        self.overrun = o;
         self
     }
 
@@ -507,6 +521,7 @@ impl SwapBuilder {
                     0
                 },
                 low: budget - (budget / 16).max(32).min(budget / 2),
+                max_overrun: self.overrun.pages(budget),
                 resident: AtomicUsize::new(0),
                 peak: AtomicUsize::new(0),
                 staged: AtomicUsize::new(0),
@@ -569,6 +584,7 @@ impl Swap {
             background: true,
             readahead: true,
             per_page_evict: false,
+            overrun: Overrun::default(),
         }
     }
 

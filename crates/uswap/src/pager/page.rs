@@ -91,7 +91,7 @@ pub const WHOLE: u64 = 1 << 7;
 pub const SEALED: u64 = 1 << 24;
 /// Someone sleeps on this word until its claim is released.  In the low
 /// half (the futex word), never set without `BUSY`.
-const WAITERS: u64 = 1 << 31;
+pub(super) const WAITERS: u64 = 1 << 31;
 
 const DEV_SHIFT: u32 = 8;
 const OFF_SHIFT: u32 = 32;

@@ -67,6 +67,7 @@ use super::evict::{self, enqueue, refused, Outcome, Stage};
 use super::folio::{self, FolioSlots};
 use super::instance::Inner;
 use super::instance::Installed;
+use super::overrun;
 use super::page::{self, PageClaim, UNIT_BYTES, UNIT_PAGES};
 use super::writeback::{
     write_back_oldest, write_back_queued, writeback, writeback_failed, writeback_held, writeback_worked,
@@ -90,7 +91,8 @@ pub(super) const SLACK: usize = BATCH;
 /// Called by a faulting thread before it installs a page: reclaim when the
 /// budget is exhausted by more than the slack (the background reclaimer
 /// fell behind).  When nothing can be evicted the page is installed anyway
-/// (the overrun is counted): a fault must always be served.
+/// (the overrun is counted): a fault must always be served, up to the
+/// overrun's bound, past which the process is killed (`overrun.rs`).
 pub(super) fn make_room(inner: &Inner) {
     let b = &inner.budget;
     if b.resident.load(Ordering::Relaxed) < b.limit + b.slack {
@@ -100,20 +102,26 @@ pub(super) fn make_room(inner: &Inner) {
     if reclaim(inner, BATCH, None) == 0 && inner.budget.resident.load(Ordering::Relaxed) >= b.limit + b.slack
     {
         inner.counters.overrun.inc();
+        overrun::hold_to_bound(inner, 1);
     }
 }
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
 pub(super) fn make_room_for(inner: &Inner, n: usize) {
-    if inner.budget.resident.load(Ordering::Relaxed) + n <= inner.budget.limit + inner.budget.slack {
+    let resident = inner.budget.resident.load(Ordering::Relaxed);
+    if resident + n <= inner.budget.limit + inner.budget.slack {
         return;
     }
     inner.counters.direct_reclaim.inc();
-    let want = inner.budget.resident.load(Ordering::Relaxed) + n - inner.budget.limit;
+    // From the one load: a second could see others' evictions and come
+    // in under the limit (the soak found the subtraction overflowing,
+    // and a release build would have asked reclaim for 2^64 pages).
+    let want = resident + n - inner.budget.limit;
     if reclaim(inner, want, None) < want
         && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit
     {
         inner.counters.overrun.inc();
+        overrun::hold_to_bound(inner, n);
     }
 }
 

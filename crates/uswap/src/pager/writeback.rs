@@ -140,6 +140,12 @@ pub(super) fn writeback_held(inner: &Inner) -> bool {
     until != 0 && monotonic_ns() < until
 }
 
+/// Whether swap writes have been failing with errors that may pass
+/// (the backoff is reset by the first write that works).
+pub(super) fn writes_failing(inner: &Inner) -> bool {
+    inner.backing.writeback.backoff_ns.load(Ordering::Relaxed) != 0
+}
+
 /// A write failed with an error that may pass: pause writeback, longer
 /// each time while it goes on.
 pub(super) fn writeback_failed(inner: &Inner, err: &IoError) {

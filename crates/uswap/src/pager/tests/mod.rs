@@ -11,6 +11,7 @@ mod compressed;
 mod defects;
 mod encrypted;
 mod injected;
+mod soak;
 
 const MIB: u64 = 1 << 20;
 
@@ -599,10 +600,12 @@ fn pinned_pages_are_not_evicted() {
 /// out stay resident (the overrun is counted), never zeros.
 #[test]
 fn full_swap_keeps_pages_resident() {
+    // Unbounded: the bound (and the kill past it) is tested below.
     let swap = Swap::builder()
         .budget(MIB)
         .device(SwapDeviceSpec::ram(MIB))
         .max_mapped(4 * MIB)
+        .overrun(crate::pager::Overrun::Unbounded)
         .build()
         .unwrap();
     let mut region = swap.map((3 * MIB) as usize).unwrap();
@@ -615,6 +618,67 @@ fn full_swap_keeps_pages_resident() {
     let st = swap.stats();
     assert!(st.counter("swap_full") > 0, "{:?}", st.counters);
     assert!(swap.resident_pages() > swap.budget_pages());
+}
+
+/// The budget is a promise: with the swap full, pages stay resident past
+/// the budget only as far as the overrun allows (10% by default, at
+/// least a unit and the slack); the access that would go further ends
+/// the process with SIGKILL after one line saying why, as a memory
+/// cgroup's OOM kill would.  In a child, in both fault modes, with small
+/// pages and with 2 MB units.
+#[test]
+fn past_the_overrun_the_process_is_killed() {
+    if let Some(s) = child::scenario() {
+        let mode = if s.starts_with("handler") {
+            FaultMode::HandlerThread
+        } else {
+            FaultMode::Sigbus
+        };
+        let swap = Swap::builder()
+            .budget(8 * MIB)
+            .device(SwapDeviceSpec::ram(8 * MIB))
+            .fault_mode(mode)
+            .max_mapped(128 * MIB)
+            .build()
+            .unwrap();
+        let bound = swap.budget_pages() + super::overrun::FLOOR_PAGES.max(swap.budget_pages() / 10);
+        let mut region = if s.ends_with("huge") {
+            swap.map_huge((64 * MIB) as usize).unwrap()
+        } else {
+            swap.map((64 * MIB) as usize).unwrap()
+        };
+        // 16 MiB fit (budget and swap); the bound is 2 MiB past the
+        // budget: writing on must end in the kill, never past the bound.
+        for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
+            page[0] = 1;
+            let r = swap.resident_pages();
+            if r > bound + super::reclaim::SLACK {
+                eprintln!("resident {r} pages, past the bound of {bound}, at page {p}");
+                child::exit(4);
+            }
+        }
+        eprintln!("wrote 64 MiB into 8 MiB of budget and 8 MiB of swap");
+        child::exit(3);
+    }
+    for scenario in ["sigbus", "handler", "sigbus-huge"] {
+        let out = child::run(
+            "pager::tests::past_the_overrun_the_process_is_killed",
+            scenario,
+            std::time::Duration::from_secs(60),
+        );
+        assert_eq!(out.signal, Some(libc::SIGKILL), "{scenario}: {out:?}");
+        assert!(!out.timed_out, "{scenario}: {out:?}");
+        let lines: Vec<&str> = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains("uswap: out of memory"))
+            .collect();
+        assert_eq!(lines.len(), 1, "{scenario}: {out:?}");
+        assert!(
+            lines[0].contains("killing the process") && lines[0].contains("add swap"),
+            "{scenario}: {out:?}"
+        );
+    }
 }
 
 #[test]
