@@ -192,7 +192,10 @@ pub struct Sealer {
 impl Sealer {
     /// A sealer for `slots` slots, with a fresh key.
     pub fn new(slots: u64) -> Result<Sealer, IoError> {
-        let map_err = |source| IoError::Mmap { source };
+        let map_err = |source| IoError::Mmap {
+            what: "an encrypted swap file (its key and bounce buffers)",
+            source,
+        };
         let n = usize::try_from(slots)
             .ok()
             .and_then(|s| s.checked_mul(3))

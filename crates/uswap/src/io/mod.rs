@@ -174,9 +174,11 @@ pub enum IoError {
     /// block on disk is not the one written to that slot last.
     #[error("{}", IntegrityMessage { offset: *.offset, sealed: *.sealed })]
     Integrity { offset: u64, sealed: bool },
-    /// The memory of a RAM device could not be mapped.
-    #[error("cannot map the memory of a RAM swap device: {source}; ask for fewer slots or raise the memory limits")]
+    /// Memory a device needs (a RAM device's pages, a compressed store,
+    /// an encrypted file's key and bounce buffers) could not be mapped.
+    #[error("cannot map the memory of {what}: {source}; ask for fewer slots or raise the memory limits (ulimit -v)")]
     Mmap {
+        what: &'static str,
         #[source]
         source: io::Error,
     },

@@ -27,9 +27,13 @@ impl RamStore {
             .and_then(|b| usize::try_from(b).ok())
             .filter(|&b| b <= isize::MAX as usize)
             .ok_or_else(|| IoError::Mmap {
+                what: "a RAM swap device",
                 source: io::Error::new(io::ErrorKind::InvalidInput, "size overflows the address space"),
             })?;
-        let map = Mapping::new(len, PAGE_SIZE).map_err(|source| IoError::Mmap { source })?;
+        let map = Mapping::new(len, PAGE_SIZE).map_err(|source| IoError::Mmap {
+            what: "a RAM swap device",
+            source,
+        })?;
         Ok(RamStore { map })
     }
 }

@@ -319,8 +319,12 @@ impl CompressedStore {
             ),
             writeback: StatMutex::new(
                 WritebackBuf {
-                    pages: Mapping::new(WRITEBACK_BATCH * PAGE_SIZE, PAGE_SIZE)
-                        .map_err(|source| IoError::Mmap { source })?,
+                    pages: Mapping::new(WRITEBACK_BATCH * PAGE_SIZE, PAGE_SIZE).map_err(|source| {
+                        IoError::Mmap {
+                            what: "a compressed swap device",
+                            source,
+                        }
+                    })?,
                     batch: [(
                         0,
                         Handle {

@@ -1235,6 +1235,112 @@ mod bad_input {
             })
     }
 
+    /// The address space this process has mapped now, bytes.
+    fn vm_size() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let kb = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmSize:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .unwrap();
+        kb << 10
+    }
+
+    /// Under `RLIMIT_AS` a little above what the process uses, large
+    /// devices, metadata and regions are refused in one line each, never
+    /// an abort; with `RLIMIT_MEMLOCK` at 0 an encrypted file device still
+    /// works (its key page is locked where the limit allows); more
+    /// regions than uswap's table holds are refused in one line.  In a
+    /// child: the limits are the process's.
+    #[test]
+    fn limits_are_errors_not_aborts() {
+        if child::scenario().is_some() {
+            let one_line = |what: &str, e: &dyn std::fmt::Display| {
+                let m = e.to_string();
+                assert!(!m.is_empty() && !m.contains('\n'), "{what}: {m}");
+                eprintln!("{what}: {m}");
+            };
+            // RLIMIT_MEMLOCK 0 first (it only loosens nothing).
+            let zero = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: setrlimit reads the struct.
+            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &zero) }, 0);
+            let dir = tempfile::tempdir().unwrap();
+            {
+                let swap = Swap::builder()
+                    .budget(MIB)
+                    .device(SwapDeviceSpec::file(FileOptions::new(dir.path().join("s"), 2048)))
+                    .build()
+                    .unwrap();
+                let mut r = swap.map((4 * MIB) as usize).unwrap();
+                fill(&mut r, 9);
+                verify(&r, 9);
+            }
+            // More regions than the table holds.
+            {
+                let swap = ram_swap(MIB, 4 * MIB, FaultMode::Sigbus);
+                let mut regions = Vec::new();
+                let e = loop {
+                    match swap.map(PAGE_SIZE) {
+                        Ok(r) => regions.push(r),
+                        Err(e) => break e,
+                    }
+                    assert!(regions.len() <= crate::pager::MAX_REGIONS, "no limit on regions");
+                };
+                one_line("regions", &e);
+            }
+            let limit = vm_size() + 256 * MIB;
+            let lim = libc::rlimit {
+                rlim_cur: limit,
+                rlim_max: limit,
+            };
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::setrlimit(libc::RLIMIT_AS, &lim) }, 0);
+            let tb = 1u64 << 40;
+            let tries: [(&str, crate::pager::SwapBuilder); 4] = [
+                (
+                    "a RAM device of 1 TiB",
+                    Swap::builder().device(SwapDeviceSpec::ram(tb)),
+                ),
+                (
+                    "a compressed device of 1 TiB",
+                    Swap::builder().device(SwapDeviceSpec::compressed(crate::io::CompressedOptions::new(tb))),
+                ),
+                (
+                    "max_mapped of 1 TiB",
+                    Swap::builder().device(SwapDeviceSpec::ram(MIB)).max_mapped(tb),
+                ),
+                (
+                    "an encrypted swap file of 1 TiB",
+                    Swap::builder().device(SwapDeviceSpec::file(FileOptions::new(
+                        dir.path().join("big"),
+                        tb >> 12,
+                    ))),
+                ),
+            ];
+            for (what, b) in tries {
+                match b.budget(MIB).build() {
+                    Ok(_) => panic!("{what}: built under RLIMIT_AS of {limit}"),
+                    Err(e) => one_line(what, &e),
+                }
+            }
+            let swap = ram_swap(MIB, 4 * MIB, FaultMode::Sigbus);
+            match swap.map(tb as usize) {
+                Ok(_) => panic!("a 1 TiB region mapped under RLIMIT_AS"),
+                Err(e) => one_line("a region of 1 TiB", &e),
+            }
+            child::exit(0);
+        }
+        let out = child::run(
+            "pager::tests::bad_input::limits_are_errors_not_aborts",
+            "limits",
+            std::time::Duration::from_secs(120),
+        );
+        out.assert_success();
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
         #[test]
