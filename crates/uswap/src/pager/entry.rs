@@ -165,6 +165,11 @@ pub(super) fn regions_of(inner: &Inner) -> Vec<Published> {
         .collect()
 }
 
+/// Whether instance `inner` has a region of 2 MB units mapped.
+pub(super) fn has_huge_region(inner: &Inner) -> bool {
+    regions_of(inner).iter().any(|r| r.huge)
+}
+
 /// Start an instance's threads (`Inner::spawn`); a forked child calls
 /// this again, its parent's threads being absent there: their handles are
 /// forgotten, not joined or detached.
@@ -422,8 +427,8 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             }
             let resident = inner.budget.resident.load(Ordering::Relaxed);
             inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
-            if resident > inner.budget.low
-                && reclaim::reclaim(&inner, resident - inner.budget.low, ring.as_mut()) > 0
+            if resident > inner.budget.low()
+                && reclaim::reclaim(&inner, resident - inner.budget.low(), ring.as_mut()) > 0
             {
                 continue;
             }

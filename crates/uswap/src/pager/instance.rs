@@ -169,23 +169,30 @@ pub(crate) struct Frames {
     pub zero: Mapping,
 }
 
-/// What is resident against what may be.
+/// What is resident against what may be.  The four bounds change together
+/// when the budget does (`Swap::set_budget`), each an atomic of its own:
+/// a reader that sees a mix of old and new bounds for an instant reclaims
+/// a little more or less than it would have, nothing worse.
 pub(crate) struct Budget {
     /// Resident pages at most: the background reclaimer keeps them
     /// under `low`, and a fault that finds `limit + slack` or more
     /// reclaims first.
-    pub limit: usize,
+    limit: AtomicUsize,
     /// How far faults may run over `limit` before one reclaims itself:
     /// one eviction batch while the background reclaimer runs (eviction
     /// stays off the fault path unless the reclaimer falls a batch
     /// behind), none without it.
-    pub slack: usize,
+    slack: AtomicUsize,
     /// The background reclaimer's target: resident pages down to this.
-    pub low: usize,
+    low: AtomicUsize,
     /// How far past `limit` faults may take the resident set when nothing
     /// can be evicted, before the process is killed (`overrun.rs`);
     /// `usize::MAX`: no bound.
-    pub max_overrun: usize,
+    max_overrun: AtomicUsize,
+    /// What `max_overrun` is made from, for a new budget.
+    pub overrun: super::Overrun,
+    /// Whether a background reclaimer runs (the slack is then a batch).
+    pub background: bool,
     /// Pages resident now, staged ones included.
     pub resident: AtomicUsize,
     /// The most pages resident the background reclaimer has seen (it
@@ -196,6 +203,57 @@ pub(crate) struct Budget {
     /// Staged pages kept in memory before writeback starts: half the
     /// staging frames.
     pub staging_target: usize,
+}
+
+impl Budget {
+    /// A budget of `limit` pages (at least 64).
+    pub fn new(limit: usize, background: bool, overrun: super::Overrun, staging_target: usize) -> Budget {
+        let b = Budget {
+            limit: AtomicUsize::new(0),
+            slack: AtomicUsize::new(0),
+            low: AtomicUsize::new(0),
+            max_overrun: AtomicUsize::new(0),
+            overrun,
+            background,
+            resident: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            staged: AtomicUsize::new(0),
+            staging_target,
+        };
+        b.set(limit);
+        b
+    }
+
+    /// Make `limit` pages the budget; the bounds made from it follow.
+    pub fn set(&self, limit: usize) {
+        let slack = if self.background {
+            super::reclaim::SLACK.min(limit / 16)
+        } else {
+            0
+        };
+        self.slack.store(slack, Ordering::Relaxed);
+        self.low
+            .store(limit - (limit / 16).max(32).min(limit / 2), Ordering::Relaxed);
+        self.max_overrun
+            .store(self.overrun.pages(limit), Ordering::Relaxed);
+        self.limit.store(limit, Ordering::Release);
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    pub fn slack(&self) -> usize {
+        self.slack.load(Ordering::Relaxed)
+    }
+
+    pub fn low(&self) -> usize {
+        self.low.load(Ordering::Relaxed)
+    }
+
+    pub fn max_overrun(&self) -> usize {
+        self.max_overrun.load(Ordering::Relaxed)
+    }
 }
 
 /// Where evicted pages go: slots on the swap devices, and the swap cache

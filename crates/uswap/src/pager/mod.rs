@@ -513,20 +513,7 @@ impl SwapBuilder {
                 unit_out,
                 zero,
             },
-            budget: Budget {
-                limit: budget,
-                slack: if self.background {
-                    reclaim::SLACK.min(budget / 16)
-                } else {
-                    0
-                },
-                low: budget - (budget / 16).max(32).min(budget / 2),
-                max_overrun: self.overrun.pages(budget),
-                resident: AtomicUsize::new(0),
-                peak: AtomicUsize::new(0),
-                staged: AtomicUsize::new(0),
-                staging_target: staging_frames as usize / 2,
-            },
+            budget: Budget::new(budget, self.background, self.overrun, staging_frames as usize / 2),
             backing: Backing {
                 space,
                 devices,
@@ -616,12 +603,12 @@ impl Swap {
             return Err(PagerError::Config("cannot map an empty region".into()));
         }
         let _inside = gate::enter(0);
-        if huge && inner.budget.limit < 2 * page::UNIT_PAGES {
+        if huge && inner.budget.limit() < 2 * page::UNIT_PAGES {
             // One unit being filled and one to evict: with less, a unit
             // would be evicted while it is being written, again and again.
             return Err(PagerError::Config(format!(
                 "a budget of {} bytes is too small for 2 MB units: map_huge needs at least two units ({} bytes) of budget (one more for each further thread filling units at once keeps faults from overrunning it); raise the budget or use map",
-                inner.budget.limit * PAGE_SIZE,
+                inner.budget.limit() * PAGE_SIZE,
                 2 * page::UNIT_BYTES
             )));
         }
@@ -747,7 +734,32 @@ impl Swap {
 
     /// The budget in pages.
     pub fn budget_pages(&self) -> usize {
-        self.inner.budget.limit
+        self.inner.budget.limit()
+    }
+
+    /// Change the budget to `bytes` while regions are in use: a smaller
+    /// one is reached by the background reclaimer (and by faults, which
+    /// reclaim before they install past it), a larger one lets more stay
+    /// resident.  The overrun's bound follows the budget.  Refused, in one
+    /// line, under 64 pages, or under two 2 MB units while a region of
+    /// units is mapped.
+    pub fn set_budget(&self, bytes: u64) -> Result<(), PagerError> {
+        let page = PAGE_SIZE as u64;
+        if bytes < 64 * page {
+            return Err(PagerError::Config(format!(
+                "a budget of {bytes} bytes is too small: give at least {} bytes (64 pages)",
+                64 * page
+            )));
+        }
+        let pages = usize::try_from(bytes / page).unwrap_or(usize::MAX);
+        if pages < 2 * page::UNIT_PAGES && entry::has_huge_region(&self.inner) {
+            return Err(PagerError::Config(format!(
+                "a budget of {bytes} bytes is too small while 2 MB units are mapped: give at least {} bytes (two units)",
+                2 * page::UNIT_BYTES
+            )));
+        }
+        self.inner.budget.set(pages);
+        Ok(())
     }
 
     /// Free slots over all swap devices.

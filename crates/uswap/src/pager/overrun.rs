@@ -112,7 +112,7 @@ const PATIENCE_MS: u32 = 60_000;
 /// ends the process.
 pub(super) fn hold_to_bound(inner: &Inner, n: usize) {
     let b = &inner.budget;
-    if b.max_overrun == usize::MAX || inner.backing.closed.load(Ordering::Relaxed) {
+    if b.max_overrun() == usize::MAX || inner.backing.closed.load(Ordering::Relaxed) {
         // Unbounded; or a forked child of an instance with a swap file,
         // which writes no slots there (fork.rs): its dirty pages stay
         // resident for want of a way out, not for want of swap.
@@ -126,7 +126,7 @@ pub(super) fn hold_to_bound(inner: &Inner, n: usize) {
     // forked child, which `UFFDIO_MOVE` refuses; pinned) are not the
     // program's overrun: the kernel could swap them, so no kill.
     let over = || {
-        b.resident.load(Ordering::Relaxed) + n > b.limit.saturating_add(b.max_overrun)
+        b.resident.load(Ordering::Relaxed) + n > b.limit().saturating_add(b.max_overrun())
             && space.nr_free() < UNIT_PAGES as u64
     };
     let mut tries = 0;
@@ -155,8 +155,8 @@ pub(super) fn hold_to_bound(inner: &Inner, n: usize) {
     report::line(format_args!(
         "uswap: out of memory: {} pages resident, past the budget of {} pages and its overrun of {}, and nothing can be evicted ({} of {} swap slots free); killing the process, as a memory cgroup would: raise the budget, add swap, or allow an unbounded overrun",
         b.resident.load(Ordering::Relaxed),
-        b.limit,
-        b.max_overrun,
+        b.limit(),
+        b.max_overrun(),
         space.nr_free(),
         space.total_slots(),
     ));

@@ -95,11 +95,12 @@ pub(super) const SLACK: usize = BATCH;
 /// overrun's bound, past which the process is killed (`overrun.rs`).
 pub(super) fn make_room(inner: &Inner) {
     let b = &inner.budget;
-    if b.resident.load(Ordering::Relaxed) < b.limit + b.slack {
+    if b.resident.load(Ordering::Relaxed) < b.limit() + b.slack() {
         return;
     }
     inner.counters.direct_reclaim.inc();
-    if reclaim(inner, BATCH, None) == 0 && inner.budget.resident.load(Ordering::Relaxed) >= b.limit + b.slack
+    if reclaim(inner, BATCH, None) == 0
+        && inner.budget.resident.load(Ordering::Relaxed) >= b.limit() + b.slack()
     {
         inner.counters.overrun.inc();
         overrun::hold_to_bound(inner, 1);
@@ -109,16 +110,16 @@ pub(super) fn make_room(inner: &Inner) {
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
 pub(super) fn make_room_for(inner: &Inner, n: usize) {
     let resident = inner.budget.resident.load(Ordering::Relaxed);
-    if resident + n <= inner.budget.limit + inner.budget.slack {
+    if resident + n <= inner.budget.limit() + inner.budget.slack() {
         return;
     }
     inner.counters.direct_reclaim.inc();
     // From the one load: a second could see others' evictions and come
     // in under the limit (the soak found the subtraction overflowing,
     // and a release build would have asked reclaim for 2^64 pages).
-    let want = resident + n - inner.budget.limit;
+    let want = resident + n - inner.budget.limit();
     if reclaim(inner, want, None) < want
-        && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit
+        && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit()
     {
         inner.counters.overrun.inc();
         overrun::hold_to_bound(inner, n);

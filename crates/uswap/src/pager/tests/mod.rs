@@ -681,6 +681,53 @@ fn past_the_overrun_the_process_is_killed() {
     }
 }
 
+/// A budget changed while a region is in use: a smaller one is reached
+/// (by the background reclaimer), a larger one lets the whole region
+/// stay resident, no byte is lost either way, and one too small is a
+/// one-line error that changes nothing.
+#[test]
+fn the_budget_changes_at_run_time() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = ram_swap(16 * MIB, 64 * MIB, mode);
+        let mut region = swap.map((32 * MIB) as usize).unwrap();
+        fill(&mut region, 5);
+        assert_eq!(swap.budget_pages(), 4096);
+        swap.set_budget(4 * MIB).unwrap();
+        assert_eq!(swap.budget_pages(), 1024);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while swap.resident_pages() > 1024 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{mode:?}: {} pages resident",
+                swap.resident_pages()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        verify(&region, 5);
+        assert!(
+            swap.resident_pages() <= 1024 + 64,
+            "{mode:?}: {}",
+            swap.resident_pages()
+        );
+        swap.set_budget(64 * MIB).unwrap();
+        verify(&region, 5);
+        verify(&region, 5);
+        let evictions = swap.stats().counter("evictions");
+        verify(&region, 5);
+        assert_eq!(
+            swap.stats().counter("evictions"),
+            evictions,
+            "{mode:?}: evicting under a larger budget"
+        );
+        assert_eq!(swap.resident_pages(), 8192);
+        let e = swap.set_budget(4096).unwrap_err().to_string();
+        assert!(e.contains("too small") && !e.contains('\n'), "{e}");
+        assert_eq!(swap.budget_pages(), 16384);
+        drop(region);
+        assert_all_returned(&swap, "set_budget");
+    }
+}
+
 #[test]
 fn bad_configuration_is_refused() {
     let e = Swap::builder().build().err().unwrap();

@@ -68,7 +68,9 @@ struct Plan {
     region: u64,
     /// Swap smaller than the region less the budget: it fills.
     full: bool,
-    /// Faults to inject, one kind per draw: "write-eio", "write-enospc",
+    /// Faults to inject, one kind per draw: "budget" (a new budget, half
+    /// to all of the first, for units never under the units the threads
+    /// fill at once), "write-eio", "write-enospc",
     /// "move-out", "move-in", "copy-in".
     inject: Vec<&'static str>,
     ops: u64,
@@ -85,7 +87,14 @@ fn plan(seed: u64) -> Plan {
         (4 + r.below(8)) * MIB
     };
     let region = budget * (2 + r.below(4));
-    let kinds = ["write-eio", "write-enospc", "move-out", "move-in", "copy-in"];
+    let kinds = [
+        "write-eio",
+        "write-enospc",
+        "move-out",
+        "move-in",
+        "copy-in",
+        "budget",
+    ];
     let inject = (0..r.below(4))
         .map(|_| kinds[r.below(kinds.len() as u64) as usize])
         .collect();
@@ -214,7 +223,7 @@ fn dump(region: &Region, swap: &Swap, worker: usize, p: usize) {
         w & page::SEALED != 0,
         page::slot(w),
         inner.budget.resident.load(Ordering::Relaxed),
-        inner.budget.limit,
+        inner.budget.limit(),
         inner.staged_count(),
         swap.free_slots(),
         swap.total_slots(),
@@ -324,6 +333,16 @@ fn run(seed: u64) -> ! {
                 let dev = &swap.inner.backing.devices[0];
                 let dev = dev.file_behind().unwrap_or(dev);
                 match kind {
+                    "budget" => {
+                        let floor = if plan.huge {
+                            (2 + plan.threads as u64) * 2 * MIB
+                        } else {
+                            plan.budget / 2
+                        };
+                        let to =
+                            floor + r.below(plan.budget - floor + 1) / PAGE_SIZE as u64 * PAGE_SIZE as u64;
+                        swap.set_budget(to.max(floor)).unwrap();
+                    }
                     "write-eio" => dev.inject_error(r.below(slots), IoOp::Write),
                     "write-enospc" => dev.inject_errors_for(
                         IoOp::Write,
