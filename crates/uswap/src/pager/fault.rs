@@ -214,13 +214,17 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             inner.frames.bounce.put(b);
             // Never zeros: poison the page so an access gets SIGBUS.
             // SAFETY: a missing page of a region whose claim we hold.
-            if let Err(perr) = unsafe { inner.uffd.poison(addr, PAGE, true) } {
+            // Not woken yet: the reason is said before the access can
+            // kill the process (a handler thread's line raced the SIGBUS
+            // it woke the faulting thread into).
+            if let Err(perr) = unsafe { inner.uffd.poison(addr, PAGE, false) } {
                 // Not even that: leave it swapped, and the access retries
                 // the read.
                 return inner.retry_later(claim, perr.errno());
             }
             inner.counters.read_errors.inc();
             page::log_poison(addr, PAGE, e, &err);
+            let _ = inner.uffd.wake(addr, PAGE);
             inner.free_slot(e);
             claim.commit(page::POISONED);
             false
@@ -351,11 +355,13 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
             }
             // Never zeros: poison the whole unit.
             // SAFETY: a missing unit of a region whose claim we hold.
-            if let Err(perr) = unsafe { inner.uffd.poison(base, UNIT, true) } {
+            // Not woken until the reason is said (as for a page).
+            if let Err(perr) = unsafe { inner.uffd.poison(base, UNIT, false) } {
                 inner.retry_later(claim, perr.errno());
                 return;
             }
             page::log_poison(base, UNIT, e, &err);
+            let _ = inner.uffd.wake(base, UNIT);
             inner.counters.read_errors.inc();
             inner.free_unit_slots(head, w);
             claim.commit(page::POISONED | page::UNIT);
