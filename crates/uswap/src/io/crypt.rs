@@ -176,6 +176,10 @@ impl Bounce {
     }
 }
 
+/// `pieces(slot, pages, queue)`: calls `queue(fd, byte position, buffer
+/// byte range)` for each file piece of those slots (`PageStore::file_pieces`).
+type Pieces<'a> = dyn Fn(u64, u64, &mut dyn FnMut(i32, u64, std::ops::Range<usize>)) + 'a;
+
 /// Queue entries of a slab's ring: a piece of a pipelined write is one
 /// entry per extent it spans.
 const RING_ENTRIES: u32 = 32;
@@ -327,7 +331,7 @@ impl Sealer {
         offset: u64,
         src: &[u8],
         dst: &mut [u8],
-        pieces: &dyn Fn(u64, u64, &mut dyn FnMut(i32, u64, std::ops::Range<usize>)),
+        pieces: &Pieces<'_>,
     ) -> Result<bool, IoError> {
         let step = PIPE_PAGES * PAGE_SIZE;
         let mut queued = 0usize;
