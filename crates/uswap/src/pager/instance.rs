@@ -191,8 +191,9 @@ pub(crate) struct Budget {
     max_overrun: AtomicUsize,
     /// What `max_overrun` is made from, for a new budget.
     pub overrun: super::Overrun,
-    /// Whether a background reclaimer runs (the slack is then a batch).
-    pub background: bool,
+    /// The slack at most: an eviction batch while a background reclaimer
+    /// runs, else 0.
+    pub slack_max: usize,
     /// Pages resident now, staged ones included.
     pub resident: AtomicUsize,
     /// The most pages resident the background reclaimer has seen (it
@@ -207,14 +208,14 @@ pub(crate) struct Budget {
 
 impl Budget {
     /// A budget of `limit` pages (at least 64).
-    pub fn new(limit: usize, background: bool, overrun: super::Overrun, staging_target: usize) -> Budget {
+    pub fn new(limit: usize, slack_max: usize, overrun: super::Overrun, staging_target: usize) -> Budget {
         let b = Budget {
             limit: AtomicUsize::new(0),
             slack: AtomicUsize::new(0),
             low: AtomicUsize::new(0),
             max_overrun: AtomicUsize::new(0),
             overrun,
-            background,
+            slack_max,
             resident: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             staged: AtomicUsize::new(0),
@@ -226,12 +227,8 @@ impl Budget {
 
     /// Make `limit` pages the budget; the bounds made from it follow.
     pub fn set(&self, limit: usize) {
-        let slack = if self.background {
-            super::reclaim::SLACK.min(limit / 16)
-        } else {
-            0
-        };
-        self.slack.store(slack, Ordering::Relaxed);
+        self.slack
+            .store(self.slack_max.min(limit / 16), Ordering::Relaxed);
         self.low
             .store(limit - (limit / 16).max(32).min(limit / 2), Ordering::Relaxed);
         self.max_overrun

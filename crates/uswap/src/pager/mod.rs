@@ -513,7 +513,12 @@ impl SwapBuilder {
                 unit_out,
                 zero,
             },
-            budget: Budget::new(budget, self.background, self.overrun, staging_frames as usize / 2),
+            budget: Budget::new(
+                budget,
+                if self.background { reclaim::SLACK } else { 0 },
+                self.overrun,
+                staging_frames as usize / 2,
+            ),
             backing: Backing {
                 space,
                 devices,

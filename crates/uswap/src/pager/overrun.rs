@@ -15,17 +15,13 @@
 //! with a forked child, pinned), and the dirty pages of a forked child
 //! that may not write its parent's swap file, are uswap's limits, not the
 //! program's overrun.
+//! The bound is kept by `reclaim::hold_to_bound`.
 //! [`Overrun::Unbounded`] keeps the old behaviour, for those who would
 //! rather have the machine's memory than the promise.
 
 use std::str::FromStr;
-use std::sync::atomic::Ordering;
 
-use super::instance::Inner;
 use super::page::UNIT_PAGES;
-use super::reclaim;
-use super::report;
-use super::writeback;
 
 /// How far past its budget an instance keeps pages resident when nothing
 /// can be evicted (swap full, pages pinned); past it, the process is
@@ -47,9 +43,13 @@ impl Default for Overrun {
     }
 }
 
+/// Room for the faults' slack over the budget before they reclaim (one
+/// eviction batch at most; `reclaim.rs` asserts it fits).
+pub(super) const SLACK_ROOM: usize = 64;
+
 /// What a bound must leave room for whatever it is: the faults' slack
-/// over the budget before they reclaim, and a 2 MB unit coming in whole.
-pub(super) const FLOOR_PAGES: usize = UNIT_PAGES + reclaim::SLACK;
+/// and a 2 MB unit coming in whole.
+pub(super) const FLOOR_PAGES: usize = UNIT_PAGES + SLACK_ROOM;
 
 impl Overrun {
     /// The bound in pages for a budget of `budget` pages (`usize::MAX`:
@@ -82,7 +82,11 @@ impl FromStr for Overrun {
         if let Some(p) = t.strip_suffix('%') {
             return p.trim().parse::<u32>().map(Overrun::Percent).map_err(|_| bad());
         }
-        crate::spec::parse_size(t).map(Overrun::Bytes).ok_or_else(bad)
+        parse_size::Config::new()
+            .with_binary()
+            .parse_size(t)
+            .map(Overrun::Bytes)
+            .map_err(|_| bad())
     }
 }
 
@@ -93,79 +97,6 @@ impl std::fmt::Display for Overrun {
             Overrun::Bytes(b) => write!(f, "{b}"),
             Overrun::Unbounded => f.write_str("unbounded"),
         }
-    }
-}
-
-/// Tries of reclaim, a millisecond apart, before a fault past the bound
-/// gives up: long enough for a compressed tier's writeback rest (20 ms)
-/// or a forked child to let its slots go, short enough that a process
-/// truly out of memory is told soon.  While swap writes fail with an
-/// error that may pass (`ENOSPC`, `EAGAIN`: writeback backs off, up to a
-/// second at a time), the swap is not full, only slow: those waits do
-/// not count, up to [`PATIENCE_MS`] in all.
-const TRIES: u32 = 200;
-/// The longest a fault past the bound waits on failing writes.
-const PATIENCE_MS: u32 = 60_000;
-
-/// Called by a fault about to install `n` pages when reclaim freed
-/// nothing: returns once they fit under the budget and its overrun, or
-/// ends the process.
-pub(super) fn hold_to_bound(inner: &Inner, n: usize) {
-    let b = &inner.budget;
-    if b.max_overrun() == usize::MAX || inner.backing.closed.load(Ordering::Relaxed) {
-        // Unbounded; or a forked child of an instance with a swap file,
-        // which writes no slots there (fork.rs): its dirty pages stay
-        // resident for want of a way out, not for want of swap.
-        return;
-    }
-    let space = &inner.backing.space;
-    // Over the bound with the swap full (less than a 2 MB unit free:
-    // what a unit needs, and a pass that freed nothing had small pages
-    // to evict if it could).  Pages that cannot be evicted
-    // for a reason of uswap's own while swap is free (shared with a
-    // forked child, which `UFFDIO_MOVE` refuses; pinned) are not the
-    // program's overrun: the kernel could swap them, so no kill.
-    let over = || {
-        b.resident.load(Ordering::Relaxed) + n > b.limit().saturating_add(b.max_overrun())
-            && space.nr_free() < UNIT_PAGES as u64
-    };
-    let mut tries = 0;
-    let mut waited = 0;
-    while tries < TRIES && waited < PATIENCE_MS {
-        if !over() {
-            return;
-        }
-        if writeback::writes_failing(inner) {
-            waited += 1;
-        } else {
-            tries += 1;
-        }
-        if reclaim::reclaim(inner, n.max(reclaim::SLACK), None) == 0 {
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 1_000_000,
-            };
-            // SAFETY: nanosleep reads the timespec; async-signal-safe.
-            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
-        }
-    }
-    if !over() {
-        return;
-    }
-    report::line(format_args!(
-        "uswap: out of memory: {} pages resident, past the budget of {} pages and its overrun of {}, and nothing can be evicted ({} of {} swap slots free); killing the process, as a memory cgroup would: raise the budget, add swap, or allow an unbounded overrun",
-        b.resident.load(Ordering::Relaxed),
-        b.limit(),
-        b.max_overrun(),
-        space.nr_free(),
-        space.total_slots(),
-    ));
-    // SAFETY: kill and getpid have no memory-safety preconditions; this
-    // process ends here.
-    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
-    loop {
-        // SAFETY: as above; SIGKILL is on its way.
-        unsafe { libc::pause() };
     }
 }
 

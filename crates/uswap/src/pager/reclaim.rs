@@ -69,9 +69,10 @@ use super::instance::Inner;
 use super::instance::Installed;
 use super::overrun;
 use super::page::{self, PageClaim, UNIT_BYTES, UNIT_PAGES};
+use super::report;
 use super::writeback::{
     write_back_oldest, write_back_queued, writeback, writeback_failed, writeback_held, writeback_worked,
-    writes_held,
+    writes_failing, writes_held,
 };
 use crate::io::WriteRing;
 use crate::swap_cache::PageHandle;
@@ -103,7 +104,7 @@ pub(super) fn make_room(inner: &Inner) {
         && inner.budget.resident.load(Ordering::Relaxed) >= b.limit() + b.slack()
     {
         inner.counters.overrun.inc();
-        overrun::hold_to_bound(inner, 1);
+        hold_to_bound(inner, 1);
     }
 }
 
@@ -122,7 +123,83 @@ pub(super) fn make_room_for(inner: &Inner, n: usize) {
         && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit()
     {
         inner.counters.overrun.inc();
-        overrun::hold_to_bound(inner, n);
+        hold_to_bound(inner, n);
+    }
+}
+
+// The faults' slack fits the room the overrun's floor leaves for it.
+const _: () = assert!(SLACK <= overrun::SLACK_ROOM);
+
+/// Tries of reclaim, a millisecond apart, before a fault past the bound
+/// gives up: long enough for a compressed tier's writeback rest (20 ms)
+/// or a forked child to let its slots go, short enough that a process
+/// truly out of memory is told soon.  While swap writes fail with an
+/// error that may pass (`ENOSPC`, `EAGAIN`: writeback backs off, up to a
+/// second at a time), the swap is not full, only slow: those waits do
+/// not count, up to [`PATIENCE_MS`] in all.
+const TRIES: u32 = 200;
+/// The longest a fault past the bound waits on failing writes.
+const PATIENCE_MS: u32 = 60_000;
+
+/// Called by a fault about to install `n` pages when reclaim freed
+/// nothing: returns once they fit under the budget and its overrun, or
+/// ends the process.
+fn hold_to_bound(inner: &Inner, n: usize) {
+    let b = &inner.budget;
+    if b.max_overrun() == usize::MAX || inner.backing.closed.load(Ordering::Relaxed) {
+        // Unbounded; or a forked child of an instance with a swap file,
+        // which writes no slots there (fork.rs): its dirty pages stay
+        // resident for want of a way out, not for want of swap.
+        return;
+    }
+    let space = &inner.backing.space;
+    // Over the bound with the swap full (less than a 2 MB unit free:
+    // what a unit needs, and a pass that freed nothing had small pages
+    // to evict if it could).  Pages that cannot be evicted
+    // for a reason of uswap's own while swap is free (shared with a
+    // forked child, which `UFFDIO_MOVE` refuses; pinned) are not the
+    // program's overrun: the kernel could swap them, so no kill.
+    let over = || {
+        b.resident.load(Ordering::Relaxed) + n > b.limit().saturating_add(b.max_overrun())
+            && space.nr_free() < UNIT_PAGES as u64
+    };
+    let mut tries = 0;
+    let mut waited = 0;
+    while tries < TRIES && waited < PATIENCE_MS {
+        if !over() {
+            return;
+        }
+        if writes_failing(inner) {
+            waited += 1;
+        } else {
+            tries += 1;
+        }
+        if reclaim(inner, n.max(SLACK), None) == 0 {
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            // SAFETY: nanosleep reads the timespec; async-signal-safe.
+            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+        }
+    }
+    if !over() {
+        return;
+    }
+    report::line(format_args!(
+        "uswap: out of memory: {} pages resident, past the budget of {} pages and its overrun of {}, and nothing can be evicted ({} of {} swap slots free); killing the process, as a memory cgroup would: raise the budget, add swap, or allow an unbounded overrun",
+        b.resident.load(Ordering::Relaxed),
+        b.limit(),
+        b.max_overrun(),
+        space.nr_free(),
+        space.total_slots(),
+    ));
+    // SAFETY: kill and getpid have no memory-safety preconditions; this
+    // process ends here.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    loop {
+        // SAFETY: as above; SIGKILL is on its way.
+        unsafe { libc::pause() };
     }
 }
 
