@@ -43,10 +43,7 @@
 //! CPU, against 2.2 us for ChaCha20-Poly1305 and 2.0 / 4.8 us for
 //! RustCrypto's AES-GCM / XChaCha20 (measured side by side; DESIGN.md).
 
-use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-use io_uring::{opcode, types, IoUring};
 
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 use ring::rand::{SecureRandom, SystemRandom};
@@ -124,22 +121,11 @@ fn scrub(bytes: &mut [u8]) {
     std::sync::atomic::compiler_fence(Ordering::SeqCst);
 }
 
-/// Pages sealed before their write is queued, when a write is pipelined:
-/// 256 KiB, so a 2 MB unit's write overlaps its sealing in eight steps.
-const PIPE_PAGES: usize = 64;
-
-/// Page-aligned slabs to seal into, for the synchronous write path, each
-/// with an io_uring of its own (none where the kernel refuses io_uring),
-/// so that a large write goes to the disk piece by piece while the next
-/// piece is sealed.
+/// Page-aligned slabs to seal into, for the synchronous write path.
 struct Bounce {
     slabs: Mapping,
     busy: Box<[AtomicBool]>,
-    rings: Box<[UnsafeCell<Option<IoUring>>]>,
 }
-
-// SAFETY: ring `i` is used only by the holder of slab `i` (`busy[i]`).
-unsafe impl Sync for Bounce {}
 
 /// A slab taken from a [`Bounce`]; given back on drop.
 struct Slab<'a> {
@@ -152,9 +138,6 @@ impl Bounce {
         Ok(Bounce {
             slabs: Mapping::new(n * SLAB_PAGES * PAGE_SIZE, PAGE_SIZE)?,
             busy: (0..n).map(|_| AtomicBool::new(false)).collect(),
-            rings: (0..n)
-                .map(|_| UnsafeCell::new(IoUring::new(RING_ENTRIES).ok()))
-                .collect(),
         })
     }
 
@@ -176,26 +159,11 @@ impl Bounce {
     }
 }
 
-/// `pieces(slot, pages, queue)`: calls `queue(fd, byte position, buffer
-/// byte range)` for each file piece of those slots (`PageStore::file_pieces`).
-type Pieces<'a> = dyn Fn(u64, u64, &mut dyn FnMut(i32, u64, std::ops::Range<usize>)) + 'a;
-
-/// Queue entries of a slab's ring: a piece of a pipelined write is one
-/// entry per extent it spans.
-const RING_ENTRIES: u32 = 32;
-
 impl Slab<'_> {
     fn bytes(&mut self) -> &mut [u8] {
         let len = SLAB_PAGES * PAGE_SIZE;
         // SAFETY: slab `i` of the mapping, ours alone while `busy[i]`.
         unsafe { std::slice::from_raw_parts_mut(self.bounce.slabs.as_ptr().add(self.i * len), len) }
-    }
-
-    /// The slab and its ring, both ours while we hold the slab.
-    fn parts(&mut self) -> (&mut [u8], Option<&mut IoUring>) {
-        // SAFETY: ring `i` is used by the holder of slab `i` alone.
-        let ring = unsafe { &mut *self.bounce.rings[self.i].get() };
-        (self.bytes(), ring.as_mut())
     }
 }
 
@@ -286,114 +254,20 @@ impl Sealer {
     /// Write `buf` to slots `offset..` sealed, through a bounce slab:
     /// `write(slot, sealed pages)` for each piece of at most
     /// [`SLAB_PAGES`] pages.
-    ///
-    /// A write of more than [`PIPE_PAGES`] pages is pipelined where the
-    /// slab has a ring: each piece of that many pages, once sealed, is
-    /// queued (`pieces(slot, pages, queue)` names its file pieces) and the
-    /// next one sealed while the disk writes it.  Sealing a 2 MB unit
-    /// (about 0.4 ms) then overlaps its write instead of preceding it.
-    /// Anything the ring does not write whole (an error, a short write, a
-    /// full queue) is written again with `write`, where errors meet the
-    /// caller.
     pub fn write_sealed(
         &self,
         offset: u64,
         buf: &[u8],
-        pieces: impl Fn(u64, u64, &mut dyn FnMut(i32, u64, std::ops::Range<usize>)),
         mut write: impl FnMut(u64, &[u8]) -> Result<(), IoError>,
     ) -> Result<(), IoError> {
         let mut slab = self.bounce.take();
-        for (k, chunk) in buf.chunks(SLAB_PAGES * PAGE_SIZE).enumerate() {
+        for (k, piece) in buf.chunks(SLAB_PAGES * PAGE_SIZE).enumerate() {
             let at = offset + (k * SLAB_PAGES) as u64;
-            let (bytes, ring) = slab.parts();
-            let dst = &mut bytes[..chunk.len()];
-            match ring {
-                Some(ring) if chunk.len() > PIPE_PAGES * PAGE_SIZE => {
-                    if !self.seal_queued(ring, at, chunk, dst, &pieces)? {
-                        write(at, dst)?;
-                    }
-                }
-                _ => {
-                    self.seal(at, chunk, dst)?;
-                    write(at, dst)?;
-                }
-            }
+            let dst = &mut slab.bytes()[..piece.len()];
+            self.seal(at, piece, dst)?;
+            write(at, dst)?;
         }
         Ok(())
-    }
-
-    /// Seal `src` into `dst` a piece at a time, queueing each piece's
-    /// writes on `ring` as it is sealed; wait for them all.  Returns
-    /// whether every write was queued and wrote in whole.
-    fn seal_queued(
-        &self,
-        ring: &mut IoUring,
-        offset: u64,
-        src: &[u8],
-        dst: &mut [u8],
-        pieces: &Pieces<'_>,
-    ) -> Result<bool, IoError> {
-        let step = PIPE_PAGES * PAGE_SIZE;
-        let mut queued = 0usize;
-        let mut reaped = 0usize;
-        let mut whole = true;
-        let mut lens = [0u32; RING_ENTRIES as usize];
-        for (k, s) in src.chunks(step).enumerate() {
-            let from = k * step;
-            // Only the first seal can fail (another process's; nothing is
-            // queued yet then): the later ones are the same process's.
-            self.seal(
-                offset + (k * PIPE_PAGES) as u64,
-                s,
-                &mut dst[from..from + s.len()],
-            )?;
-            let base = dst[from..].as_ptr();
-            pieces(
-                offset + (k * PIPE_PAGES) as u64,
-                (s.len() / PAGE_SIZE) as u64,
-                &mut |fd, pos, range| {
-                    if !whole || queued == RING_ENTRIES as usize {
-                        whole = false;
-                        return;
-                    }
-                    let len = range.len() as u32;
-                    // SAFETY: within the piece just sealed, in our slab.
-                    let ptr = unsafe { base.add(range.start) };
-                    let sqe = opcode::Write::new(types::Fd(fd), ptr, len)
-                        .offset(pos)
-                        .build()
-                        .user_data(queued as u64);
-                    // SAFETY: the slab stays ours, and unchanged, until every
-                    // completion is reaped below.
-                    if unsafe { ring.submission().push(&sqe) }.is_err() {
-                        whole = false;
-                        return;
-                    }
-                    lens[queued] = len;
-                    queued += 1;
-                },
-            );
-            // Start the disk on it; the completions are reaped at the end.
-            let _ = ring.submit();
-        }
-        while reaped < queued {
-            match ring.submit_and_wait(queued - reaped) {
-                Ok(_) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
-                // The kernel may still read the slab: wait on.
-                Err(_) => std::thread::sleep(std::time::Duration::from_millis(1)),
-            }
-            for cqe in ring.completion() {
-                let q = cqe.user_data() as usize;
-                if q < queued {
-                    reaped += 1;
-                    if cqe.result() != lens[q] as i32 {
-                        whole = false;
-                    }
-                }
-            }
-        }
-        Ok(whole)
     }
 
     /// Check and decrypt, in place, the pages read from slots `offset..`

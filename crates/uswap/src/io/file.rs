@@ -205,14 +205,7 @@ impl PageStore for FileStore {
 
     fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
         match &self.sealer {
-            Some(s) => s.write_sealed(
-                offset,
-                buf,
-                |at, pages, queue| {
-                    self.file_pieces(at, pages, queue);
-                },
-                |at, sealed| self.write_plain(at, sealed),
-            ),
+            Some(s) => s.write_sealed(offset, buf, |at, sealed| self.write_plain(at, sealed)),
             None => self.write_plain(offset, buf),
         }
     }
