@@ -117,8 +117,12 @@ pub(super) fn make_room_for(inner: &Inner, n: usize) {
     inner.counters.direct_reclaim.inc();
     // From the one load: a second could see others' evictions and come
     // in under the limit (the soak found the subtraction overflowing,
-    // and a release build would have asked reclaim for 2^64 pages).
-    let want = resident + n - inner.budget.limit();
+    // and a release build would have asked reclaim for 2^64 pages); and
+    // saturating, as the budget may have grown since the check.
+    let want = (resident + n).saturating_sub(inner.budget.limit());
+    if want == 0 {
+        return;
+    }
     if reclaim(inner, want, None) < want
         && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit()
     {
