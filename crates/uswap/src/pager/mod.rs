@@ -756,7 +756,11 @@ impl Swap {
                 64 * page
             )));
         }
-        let pages = usize::try_from(bytes / page).unwrap_or(usize::MAX);
+        // More than the instance can map is as good as all of it (and
+        // keeps `limit + slack` far from overflowing).
+        let pages = usize::try_from(bytes / page)
+            .unwrap_or(usize::MAX)
+            .min(self.inner.states.len().max(64));
         if pages < 2 * page::UNIT_PAGES && entry::has_huge_region(&self.inner) {
             return Err(PagerError::Config(format!(
                 "a budget of {bytes} bytes is too small while 2 MB units are mapped: give at least {} bytes (two units)",

@@ -720,6 +720,9 @@ fn the_budget_changes_at_run_time() {
             "{mode:?}: evicting under a larger budget"
         );
         assert_eq!(swap.resident_pages(), 8192);
+        swap.set_budget(u64::MAX).unwrap();
+        verify(&region, 5);
+        swap.set_budget(64 * MIB).unwrap();
         let e = swap.set_budget(4096).unwrap_err().to_string();
         assert!(e.contains("too small") && !e.contains('\n'), "{e}");
         assert_eq!(swap.budget_pages(), 16384);
