@@ -109,11 +109,17 @@ fn root() -> bool {
 
 /// A count from the `--stats` block, e.g. `swap-ins 123`.
 fn stat(err: &str, name: &str) -> u64 {
-    err.split(&format!("{name} "))
+    number_after(err, &format!("{name} "))
+}
+
+/// The number that follows the first `marker` in `text`, up to a
+/// separator.
+fn number_after<T: std::str::FromStr>(text: &str, marker: &str) -> T {
+    text.split(marker)
         .nth(1)
         .and_then(|r| r.split([',', ')', ';', ' ', '\n']).next())
         .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no {name} in {err}"))
+        .unwrap_or_else(|| panic!("no number after {marker:?} in {text}"))
 }
 
 const DICT: &str = r#"
@@ -501,18 +507,8 @@ fn python_on_compressed_swap_and_a_tier() {
             .split("compressed store:")
             .nth(1)
             .unwrap_or_else(|| panic!("{mode:?}: no store line: {err}"));
-        let peak: f64 = store
-            .split("at most ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{mode:?}: {err}"));
-        let written: f64 = err
-            .split("swap IO: ")
-            .nth(1)
-            .and_then(|r| r.split(' ').next())
-            .and_then(|n| n.parse().ok())
-            .unwrap_or_else(|| panic!("{mode:?}: {err}"));
+        let peak: f64 = number_after(store, "at most ");
+        let written: f64 = number_after(&err, "swap IO: ");
         assert!(peak > 1.0 && peak < written / 2.0, "{mode:?}: {err}");
         let tmp = open_dir(true);
         let tier = format!("zram:4M,file:{}:256M", tmp.path().join("tier").display());

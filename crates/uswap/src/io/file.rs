@@ -229,6 +229,10 @@ impl PageStore for FileStore {
         }
     }
 
+    fn discards(&self) -> bool {
+        self.sealer.is_some()
+    }
+
     fn needs_alignment(&self) -> bool {
         true
     }

@@ -380,6 +380,12 @@ pub trait PageStore: Send + Sync {
     /// memory per slot lets it go (zram's `swap_slot_free_notify`), an
     /// encrypted one forgets their seals.
     fn discard(&self, _offset: u64, _pages: u64) {}
+    /// Whether [`PageStore::discard`] does anything: the pager looks up a
+    /// slot's use count before it discards, work spared where there is
+    /// nothing to let go (RAM, a plaintext file).
+    fn discards(&self) -> bool {
+        false
+    }
     /// Whether some of the pages may be in a file (a file device, or a
     /// compressed device with a file behind): a forked child shares that
     /// file with its parent.
@@ -668,9 +674,15 @@ impl IoDevice {
     }
 
     /// The owner freed slots `offset..offset + pages`; a compressed device
-    /// frees their memory.  Allocation-free.
+    /// frees their memory, an encrypted file forgets their seals.
+    /// Allocation-free.
     pub fn discard(&self, offset: u64, pages: u64) {
         self.store.discard(offset, pages)
+    }
+
+    /// Whether [`IoDevice::discard`] does anything on this device.
+    pub fn discards(&self) -> bool {
+        self.store.discards()
     }
 
     /// Compact a compressed device's store; the blocks freed.

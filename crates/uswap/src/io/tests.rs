@@ -813,6 +813,20 @@ fn device_is_send_and_sync() {
 /// written; a job whose write is refused (an injected EIO) or comes back
 /// short is reported as not written, and the others are not disturbed;
 /// RAM jobs are written in the call.
+/// One write job per buffer, to `dev` from slot `firsts[i]`.
+fn jobs_for<'a>(dev: &'a IoDevice, bufs: &'a [AlignedBuf], firsts: &[u64]) -> Vec<Option<WriteJob<'a>>> {
+    bufs.iter()
+        .zip(firsts)
+        .map(|(b, &offset)| {
+            Some(WriteJob {
+                device: dev,
+                offset,
+                buf: b,
+            })
+        })
+        .collect()
+}
+
 #[test]
 fn write_ring_writes_jobs_and_reports_each_failure() {
     let dir = tempfile::tempdir().unwrap();
@@ -826,17 +840,7 @@ fn write_ring_writes_jobs_and_reports_each_failure() {
         for (b, &first) in bufs.iter_mut().zip(&firsts) {
             fill(b, first, gen);
         }
-        let mut jobs: Vec<Option<WriteJob<'_>>> = bufs
-            .iter()
-            .zip(&firsts)
-            .map(|(b, &first)| {
-                Some(WriteJob {
-                    device: &dev,
-                    offset: first,
-                    buf: b,
-                })
-            })
-            .collect();
+        let mut jobs = jobs_for(&dev, bufs, &firsts);
         if ram_too {
             jobs.push(Some(WriteJob {
                 device: &ram,
@@ -1125,17 +1129,7 @@ fn queued_writes_are_sealed_too() {
     for (b, &f) in bufs.iter_mut().zip(&firsts) {
         fill(b, f, 7);
     }
-    let jobs: Vec<Option<WriteJob<'_>>> = bufs
-        .iter()
-        .zip(&firsts)
-        .map(|(b, &offset)| {
-            Some(WriteJob {
-                device: &dev,
-                offset,
-                buf: b,
-            })
-        })
-        .collect();
+    let jobs = jobs_for(&dev, &bufs, &firsts);
     let mut ok = vec![false; jobs.len()];
     ring.write_batch(&jobs, &mut ok);
     assert_eq!(ok, [true, true, false, true], "the bounce holds 256 pages");

@@ -568,7 +568,7 @@ impl Inner {
     /// referenced elsewhere (a forked child's share) keeps its page.
     fn discard_if_last(&self, e: SwapEntry, pages: u64) {
         let dev = &self.backing.devices[e.device() as usize];
-        if dev.kind() == crate::io::BackendKind::Ram {
+        if !dev.discards() {
             return;
         }
         for off in e.offset()..e.offset() + pages {

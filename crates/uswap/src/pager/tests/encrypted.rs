@@ -14,26 +14,38 @@ use crate::PAGE_SIZE;
 
 const MIB: u64 = 1 << 20;
 
-/// A secret-looking page: text naming the page and the 64-byte chunk,
-/// so every chunk of every page is distinct and easy to look for.
-fn write_secrets(region: &mut Region, seed: u64) {
-    for (p, page) in region.as_mut_slice().chunks_exact_mut(PAGE_SIZE).enumerate() {
+/// Secret-looking pages, `len` bytes of them: text naming the page and
+/// the 64-byte chunk, so every chunk of every page is distinct and easy
+/// to look for.
+fn secrets(len: usize, seed: u64) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    for (p, page) in out.chunks_exact_mut(PAGE_SIZE).enumerate() {
         for (c, chunk) in page.chunks_exact_mut(64).enumerate() {
             let text = format!("password of page {p:06} chunk {c:02} seed {seed:04}: hunter2 correct horse");
             chunk.copy_from_slice(&text.as_bytes()[..64]);
         }
+    }
+    out
+}
+
+/// Page by page, in order, so the first pages are the first evicted (one
+/// large copy may write several pages at once, out of order).
+fn write_secrets(region: &mut Region, seed: u64) {
+    let s = secrets(region.len(), seed);
+    for (to, from) in region
+        .as_mut_slice()
+        .chunks_exact_mut(PAGE_SIZE)
+        .zip(s.chunks_exact(PAGE_SIZE))
+    {
+        to.copy_from_slice(from);
     }
 }
 
 fn check_secrets(region: &Region, seed: u64) {
-    let mut want = vec![0u8; region.len()];
-    for (p, page) in want.chunks_exact_mut(PAGE_SIZE).enumerate() {
-        for (c, chunk) in page.chunks_exact_mut(64).enumerate() {
-            let text = format!("password of page {p:06} chunk {c:02} seed {seed:04}: hunter2 correct horse");
-            chunk.copy_from_slice(&text.as_bytes()[..64]);
-        }
-    }
-    assert!(region.as_slice() == &want[..], "a page read back differs");
+    assert!(
+        region.as_slice() == &secrets(region.len(), seed)[..],
+        "a page read back differs"
+    );
 }
 
 /// The swap file uswap made in `dir`: unnamed (`O_TMPFILE`), so found
