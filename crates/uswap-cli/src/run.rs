@@ -102,6 +102,7 @@ fn mem_total() -> anyhow::Result<u64> {
 }
 
 fn parse_budget(s: &str) -> anyhow::Result<u64> {
+    let total = mem_total()?;
     let bytes = if let Some(pct) = s.strip_suffix('%') {
         let pct: f64 = pct
             .trim()
@@ -109,13 +110,20 @@ fn parse_budget(s: &str) -> anyhow::Result<u64> {
             .ok()
             .filter(|p| *p > 0.0 && *p <= 100.0)
             .with_context(|| format!("--budget {s:?}: a share is 1% to 100%"))?;
-        (mem_total()? as f64 * pct / 100.0) as u64
+        (total as f64 * pct / 100.0) as u64
     } else {
         parse_bytes(s).map_err(|e| anyhow::anyhow!("--budget: {e}"))?
     };
     let page = uswap::PAGE_SIZE as u64;
     if bytes < 1 << 20 {
         bail!("--budget {s}: at least 1M, so that a batch of pages fits");
+    }
+    if bytes > total {
+        bail!(
+            "--budget {s} is more than this machine's memory ({:.1} GiB): a budget it cannot hold pages nothing out; give at most {}M, or a share such as 50%",
+            total as f64 / (1u64 << 30) as f64,
+            total >> 20
+        );
     }
     Ok(bytes / page * page)
 }
@@ -197,7 +205,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     // kernel swap; just short of it, pages that find no slot stay
     // resident, counted over budget.
     let whole = budget + swap_bytes;
-    let heap = whole + whole / 4 + (64 << 20);
+    let heap = (whole + whole / 4 + (64 << 20)).next_multiple_of(uswap_env::HEAP_ALIGN);
+    if heap > uswap_env::HEAP_MAX {
+        bail!(
+            "a heap for a budget of {} MiB and {} MiB of swap would be {} GiB, past the {} GiB uswap run's allocator can hold: give less swap (--swap)",
+            budget >> 20,
+            swap_bytes >> 20,
+            heap >> 30,
+            uswap_env::HEAP_MAX >> 30
+        );
+    }
     let preload = match std::env::var_os("LD_PRELOAD") {
         Some(old) if !old.is_empty() => {
             let mut p = lib.into_os_string();

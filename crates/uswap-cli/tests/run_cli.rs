@@ -6,121 +6,12 @@
 //! faults (root, as the suite runs in CI); without it, the one-line
 //! refusal is checked instead.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod common;
 
-const PYTHON: &str = "/usr/bin/python3";
+use std::path::Path;
+use std::process::Command;
 
-/// The preload library beside the `uswap` under test, built (or found up
-/// to date) once per test binary: `cargo test` builds the command line and
-/// the library's test harness, not the library itself, and a stale one
-/// left by an earlier build would test old code.
-fn preload_built() {
-    static BUILT: std::sync::Once = std::sync::Once::new();
-    BUILT.call_once(|| {
-        let exe = PathBuf::from(env!("CARGO_BIN_EXE_uswap"));
-        let release = exe.parent().is_some_and(|d| d.ends_with("release"));
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let mut cmd = Command::new(cargo);
-        cmd.args(["build", "-p", "uswap-preload"]);
-        if release {
-            cmd.arg("--release");
-        }
-        let out = cmd.output().expect("run cargo");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        let lib = exe.with_file_name("libuswap_preload.so");
-        assert!(lib.exists(), "{} after the build", lib.display());
-    });
-}
-
-fn uswap(args: &[&str], env: &[(&str, &str)]) -> Output {
-    preload_built();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-    cmd.args(args);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run uswap")
-}
-
-/// A fault mode a test runs `uswap run` in.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    /// As an ordinary user: this one, or `nobody` when this is root.
-    Sigbus,
-    /// As this user, who has the privilege for kernel faults.
-    Handler,
-}
-
-impl Mode {
-    /// The modes this user can test: SIGBUS mode always; handler-thread
-    /// mode where the privilege is there (else its refusal is checked).
-    fn all() -> Vec<Mode> {
-        let sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
-        if root() || sysctl.trim() == "1" {
-            vec![Mode::Sigbus, Mode::Handler]
-        } else {
-            assert!(refused_without_privilege());
-            vec![Mode::Sigbus]
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Mode::Sigbus => "sigbus",
-            Mode::Handler => "handler",
-        }
-    }
-}
-
-/// `uswap run` in `mode`: `args` start with "run"; `--mode` goes after it.
-fn uswap_in(mode: Mode, args: &[&str], env: &[(&str, &str)]) -> Output {
-    use std::os::unix::process::CommandExt;
-    preload_built();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-    cmd.args(&args[..1])
-        .args(["--mode", mode.name()])
-        .args(&args[1..]);
-    if mode == Mode::Sigbus && root() {
-        cmd.uid(NOBODY).gid(NOBODY);
-    }
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run uswap")
-}
-
-const NOBODY: u32 = 65534;
-
-/// A temporary directory `nobody` may read and run programs from (and,
-/// with `writable`, write to).
-fn open_dir(writable: bool) -> tempfile::TempDir {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    let mode = if writable { 0o1777 } else { 0o755 };
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(mode)).unwrap();
-    dir
-}
-
-fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// A count from the `--stats` block, e.g. `swap-ins 123`.
-fn stat(err: &str, name: &str) -> u64 {
-    number_after(err, &format!("{name} "))
-}
-
-/// The number that follows the first `marker` in `text`, up to a
-/// separator.
-fn number_after<T: std::str::FromStr>(text: &str, marker: &str) -> T {
-    text.split(marker)
-        .nth(1)
-        .and_then(|r| r.split([',', ')', ';', ' ', '\n']).next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no number after {marker:?} in {text}"))
-}
+use common::*;
 
 const DICT: &str = r#"
 import hashlib, sys
@@ -169,52 +60,6 @@ fn python_builds_a_dict_four_times_the_budget() {
             assert!(stat(&err, "evictions") > 10000, "{mode:?} {allocator}: {err}");
             assert_eq!(stat(&err, "over budget"), 0, "{mode:?} {allocator}: {err}");
         }
-    }
-}
-
-/// Compile `tests/programs/NAME.c` into `dir`.
-fn compile(name: &str, dir: &Path) -> PathBuf {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/programs")
-        .join(format!("{name}.c"));
-    let bin = dir.join(name);
-    let cc = Command::new("cc")
-        .args(["-O1", "-pthread", "-o"])
-        .arg(&bin)
-        .arg(&src)
-        .output()
-        .expect("cc (a C compiler builds mimalloc too)");
-    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
-    bin
-}
-
-/// Run compiled program `name` with `args`, plainly and under `uswap run`
-/// with `budget`, a 256 MiB RAM swap device and `options`, in each of
-/// `modes`: all succeed with the same output, and under uswap at least
-/// `evictions` pages went out.
-fn same_under_uswap(name: &str, args: &[&str], budget: &str, modes: &[Mode], evictions: u64) {
-    let dir = open_dir(false);
-    let bin = compile(name, dir.path());
-    let bin = bin.to_str().unwrap();
-    let plain = Command::new(bin).args(args).output().unwrap();
-    assert!(
-        plain.status.success(),
-        "{name} plain: {}",
-        String::from_utf8_lossy(&plain.stderr)
-    );
-    for &mode in modes {
-        let mut run = vec![
-            "run", "--budget", budget, "--swap", "ram:256M", "--stats", "--", bin,
-        ];
-        run.extend_from_slice(args);
-        let out = uswap_in(mode, &run, &[]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{name} {mode:?}: {:?}: {err}", out.status);
-        assert_eq!(out.stdout, plain.stdout, "{name} {mode:?}: {err}");
-        assert!(
-            stat(&err, "evictions") > evictions,
-            "{name} {mode:?}: too little went out: {err}"
-        );
     }
 }
 
@@ -307,36 +152,6 @@ fn sort_of_a_file_three_times_the_budget() {
             "{mode:?}: the default swap file was left in $TMPDIR"
         );
     }
-}
-
-/// Handler-thread mode without the privilege for kernel faults: refused,
-/// in one line that says what to do.  Checked as this user, or as
-/// `nobody` when this is root.
-fn refused_without_privilege() -> bool {
-    use std::os::unix::process::CommandExt;
-    preload_built();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-    if root() {
-        cmd.uid(65534).gid(65534);
-    }
-    let sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
-    if sysctl.trim() == "1" {
-        return true;
-    }
-    let out = cmd
-        .args([
-            "run", "--mode", "handler", "--budget", "8M", "--swap", "ram:32M", "--", "true",
-        ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
-    assert_eq!(err.trim().lines().count(), 1, "{err}");
-    assert!(
-        err.contains("uswap run:") && err.contains("handler-thread mode"),
-        "{err}"
-    );
-    true
 }
 
 #[test]

@@ -66,9 +66,11 @@ macro_rules! next {
 }
 
 mod calls;
+mod descriptors;
 mod heap;
 mod maps;
 mod signals;
+mod syscalls;
 
 use heap::{MI_OPTION_DISALLOW_OS_ALLOC, MI_OPTION_PURGE_DELAY};
 
@@ -162,6 +164,8 @@ fn start(c: Config) -> Result<(), String> {
     // SAFETY: mimalloc's initializer, idempotent.
     heap::mimalloc(|| unsafe { libmimalloc_sys::mi_process_init() });
     heap::keep_runtime_blocks_out();
+    // Before the instance opens any: its descriptors go above the floor.
+    descriptors::start();
     let mut builder = Swap::builder()
         .budget(c.budget)
         .fault_mode(c.mode)
@@ -193,12 +197,33 @@ fn start(c: Config) -> Result<(), String> {
     // to the kernel, not to the heap being set up (`maps.rs`).
     // SAFETY: the region is ours for the life of the process (RUNNING is
     // never dropped), mapped, zero, and usable (uswap serves its faults).
-    let managed = heap::mimalloc(|| unsafe {
-        mi_option_set(MI_OPTION_PURGE_DELAY, -1);
-        mi_manage_os_memory_ex(start, len, true, false, true, -1, false, std::ptr::null_mut())
-    });
-    if !managed {
-        return Err(format!("mimalloc refused the region of {len} bytes as its arena"));
+    heap::mimalloc(|| unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) });
+    // In arenas of at most ARENA_PIECE each: mimalloc keeps an arena's
+    // metadata in its first slices and refuses an arena whose metadata
+    // would pass a block's largest size (about 16 GiB of arena).
+    let piece = heap::ARENA_PIECE;
+    let mut at = 0;
+    while at < len {
+        let n = piece.min(len - at);
+        // SAFETY: as above, for this piece of the region.
+        let managed = heap::mimalloc(|| unsafe {
+            mi_manage_os_memory_ex(
+                start.cast::<u8>().add(at).cast(),
+                n,
+                true,
+                false,
+                true,
+                -1,
+                false,
+                std::ptr::null_mut(),
+            )
+        });
+        if !managed {
+            return Err(format!(
+                "mimalloc refused {n} bytes at {at} of the heap region of {len} bytes as an arena"
+            ));
+        }
+        at += n;
     }
     // SAFETY: an option setter.
     heap::mimalloc(|| unsafe { mi_option_set(MI_OPTION_DISALLOW_OS_ALLOC, 1) });
@@ -211,7 +236,8 @@ fn start(c: Config) -> Result<(), String> {
         // SAFETY: duplicates descriptor 2; registers a function with no
         // preconditions.
         unsafe {
-            STATS_FD.store(libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3), Ordering::Relaxed);
+            let fd = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3);
+            STATS_FD.store(uswap::descriptors::place_raw(fd), Ordering::Relaxed);
             libc::atexit(print_stats);
         }
     }
@@ -227,6 +253,16 @@ pub(crate) fn fatal(line: &str) -> ! {
         libc::syscall(libc::SYS_write, 2, line.as_ptr(), line.len());
         libc::syscall(libc::SYS_write, 2, b"\n".as_ptr(), 1usize);
         libc::_exit(127)
+    }
+}
+
+/// Say one line on stderr (the system call itself: libc's `write` is
+/// interposed).
+pub(crate) fn say(line: &str) {
+    // SAFETY: the system call, with our own bytes.
+    unsafe {
+        libc::syscall(libc::SYS_write, 2, line.as_ptr(), line.len());
+        libc::syscall(libc::SYS_write, 2, b"\n".as_ptr(), 1usize);
     }
 }
 

@@ -20,10 +20,13 @@
 //! - [`pager`]: regions paged under a budget, on all of the above.
 //! - [`spec`]: the swap spec grammar (`ram:`, `file:`, `zram:`, tiers).
 //! - [`run_env`]: what `uswap run` tells its preload library.
+//! - [`descriptors`]: uswap's file descriptors, kept out of a program's
+//!   way when it shares the process.
 //!
 //! Every seed mechanism is a switch in the configuration, so that its effect
 //! can be measured against the behaviour before it.
 
+pub mod descriptors;
 pub mod extent;
 mod index_list;
 pub mod io;

@@ -19,3 +19,10 @@ pub const OVERRUN: &str = "USWAP_RUN_OVERRUN";
 pub const MODE: &str = "USWAP_RUN_MODE";
 /// Set: print the statistics at exit.
 pub const STATS: &str = "USWAP_RUN_STATS";
+
+/// The largest heap the preload library can give its allocator: mimalloc
+/// takes the region in arenas of at most 8 GiB, and holds 160 arenas.
+pub const HEAP_MAX: u64 = 160 * (8 << 30);
+/// What the heap's length is a multiple of: mimalloc's arena slice (64
+/// KiB), itself a multiple of the page.
+pub const HEAP_ALIGN: u64 = 64 << 10;

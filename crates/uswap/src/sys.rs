@@ -230,7 +230,9 @@ impl Discarder {
     pub fn new() -> Discarder {
         let pid = rustix::process::getpid();
         Discarder {
-            pidfd: rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok(),
+            pidfd: rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
+                .ok()
+                .map(crate::descriptors::place),
             pid: std::sync::atomic::AtomicI32::new(pid.as_raw_nonzero().get()),
         }
     }
@@ -297,6 +299,7 @@ impl Discarder {
             unsafe { libc::dup3(m.as_raw_fd(), pidfd.as_raw_fd(), libc::O_CLOEXEC) >= 0 }
         });
         if ok {
+            crate::descriptors::remember(pidfd.as_raw_fd());
             self.pid
                 .store(pid.as_raw_nonzero().get(), std::sync::atomic::Ordering::Relaxed);
         }

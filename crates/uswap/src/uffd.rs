@@ -294,7 +294,7 @@ impl Uffd {
         let flags = libc::O_CLOEXEC | if nonblocking { libc::O_NONBLOCK } else { 0 };
         let (fd, user_mode_only) = Self::open_fd(flags, reach)?;
         // SAFETY: `fd` is a fresh descriptor this function owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = crate::descriptors::place(unsafe { OwnedFd::from_raw_fd(fd) });
         let mut api = UffdioApi {
             api: UFFD_API,
             features: wanted.0,
@@ -364,6 +364,7 @@ impl Uffd {
                 errno: errno(),
             });
         }
+        crate::descriptors::remember(self.fd.as_raw_fd());
         Ok(())
     }
 

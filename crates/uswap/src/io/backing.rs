@@ -126,7 +126,7 @@ impl Backing {
         };
         Ok(Backing {
             path: path.to_path_buf(),
-            file,
+            file: crate::descriptors::place_file(file),
             block_device,
             size,
         })

@@ -97,7 +97,7 @@ pub(crate) fn create_private(path: &Path, len: u64, direct: bool) -> Result<Back
     unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     Ok(Backing {
         path: path.to_path_buf(),
-        file,
+        file: crate::descriptors::place_file(file),
         block_device: false,
         size: len,
     })

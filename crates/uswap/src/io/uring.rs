@@ -28,6 +28,7 @@
 //! needs them empty; a registered buffer pins its pages for good.
 
 use std::io;
+use std::os::fd::AsRawFd;
 
 use io_uring::{opcode, types, IoUring};
 
@@ -61,8 +62,26 @@ impl WriteRing {
     /// A ring, or why none can be had (`ENOSYS`: a kernel without
     /// io_uring; `EPERM`: `kernel.io_uring_disabled`).
     pub fn new() -> io::Result<WriteRing> {
+        let ring = IoUring::new(ENTRIES)?;
+        // Out of the program's way (`descriptors`): the same ring under a
+        // placed duplicate of its descriptor, mapped again through it; the
+        // first value's mappings and descriptor go as it drops.
+        let ring = match crate::descriptors::floor() {
+            0 => ring,
+            _ => {
+                // SAFETY: duplicates the ring's descriptor, ours to own.
+                let dup = unsafe { libc::fcntl(ring.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+                if dup < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                let fd = crate::descriptors::place_raw(dup);
+                // SAFETY: `fd` names the ring whose parameters these are,
+                // and is owned by the new value.
+                unsafe { IoUring::from_fd(fd, ring.params().clone()) }?
+            }
+        };
         Ok(WriteRing {
-            ring: IoUring::new(ENTRIES)?,
+            ring,
             bounce: Mapping::new(BOUNCE_PAGES * PAGE_SIZE, PAGE_SIZE)?,
         })
     }

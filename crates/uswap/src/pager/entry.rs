@@ -736,7 +736,8 @@ fn scan_blocked_threads() {
         };
         let name = field("Name:");
         let blocked = u64::from_str_radix(&field("SigBlk:"), 16).unwrap_or(0);
-        if is_uswap_thread(&name)
+        if signals::is_uswap_thread(tid)
+            || name.starts_with("iou-")
             || blocked & (1 << (libc::SIGBUS - 1)) == 0
             || IN_HANDLER[tid as usize % BUCKETS].load(Ordering::Acquire) != 0
         {
@@ -759,10 +760,6 @@ fn scan_blocked_threads() {
     }
     // A thread not seen blocking this time starts again from zero.
     watched.seen = seen;
-}
-
-fn is_uswap_thread(name: &str) -> bool {
-    matches!(name, "uswap-reclaim" | "uswap-fault")
 }
 
 extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {

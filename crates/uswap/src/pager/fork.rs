@@ -57,6 +57,7 @@ use super::gate::{self, enter};
 use super::instance::Inner;
 use super::page::{self, UNIT_PAGES};
 use super::report;
+use crate::descriptors;
 use crate::uffd::RegisterMode;
 use crate::PAGE_SIZE;
 
@@ -101,8 +102,11 @@ extern "C" fn prepare() {
         let mut fds = [-1; 2];
         // SAFETY: pipe2 fills `fds`.
         if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
-            PIPE[0].store(fds[0], Ordering::Relaxed);
-            PIPE[1].store(fds[1], Ordering::Relaxed);
+            // Both ends out of the program's way: the child keeps the
+            // write end, and a child that closes "every" descriptor must
+            // not end its parent's hold on the slots it still reads.
+            PIPE[0].store(descriptors::place_raw(fds[0]), Ordering::Relaxed);
+            PIPE[1].store(descriptors::place_raw(fds[1]), Ordering::Relaxed);
         }
     }
     for inner in &insts {
@@ -131,6 +135,7 @@ extern "C" fn parent() {
     }
     for fd in [r, w] {
         if fd >= 0 {
+            descriptors::forget(fd);
             // SAFETY: descriptors made in `prepare`, ours to close (the
             // holds took duplicates).
             unsafe { libc::close(fd) };
@@ -141,11 +146,14 @@ extern "C" fn parent() {
 
 extern "C" fn child() {
     gate::reset();
+    // The parent's threads are not here; this child starts its own.
+    super::signals::forget_threads();
     let r = PIPE[0].swap(-1, Ordering::Relaxed);
     // The write end stays open, close-on-exec: the parent's sign that
     // this child may still read its slots.
     PIPE[1].store(-1, Ordering::Relaxed);
     if r >= 0 {
+        descriptors::forget(r);
         // SAFETY: the read end, the parent's business.
         unsafe { libc::close(r) };
     }

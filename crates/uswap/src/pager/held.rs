@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use super::page::{self, UNIT_PAGES};
 use super::report;
+use crate::descriptors::Placed;
 use crate::stats::StatMutex;
 use crate::swap_space::SwapEntry;
 
@@ -31,7 +32,7 @@ struct HoldState {
     /// The snapshot of the fork under way, taken before it.
     pending: Vec<u64>,
     /// Read ends of the children's pipes: a child is done at their end.
-    children: Vec<OwnedFd>,
+    children: Vec<Placed>,
     /// Held slots the parent freed: single slots, and units' clusters.
     deferred: Vec<SwapEntry>,
     deferred_units: Vec<SwapEntry>,
@@ -102,7 +103,7 @@ impl Hold {
             let fd = unsafe { libc::fcntl(read_end, libc::F_DUPFD_CLOEXEC, 0) };
             if fd >= 0 {
                 // SAFETY: a fresh descriptor, owned by nothing else.
-                s.children.push(unsafe { OwnedFd::from_raw_fd(fd) });
+                s.children.push(Placed::new(unsafe { OwnedFd::from_raw_fd(fd) }));
             }
         }
         if s.bits.len() < pending.len() {

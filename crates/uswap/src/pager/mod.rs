@@ -271,7 +271,8 @@ impl SwapBuilder {
     }
 
     /// The most bytes all regions of this instance may span at once
-    /// (default: the swap space plus the budget).
+    /// (default: the swap space plus the budget), rounded up to pages as
+    /// a region's length is.
     pub fn max_mapped(mut self, bytes: u64) -> Self {
         self.max_mapped = Some(bytes);
         self
@@ -411,7 +412,11 @@ impl SwapBuilder {
         let budget = (self.budget / page) as usize;
         let max_pages = self
             .max_mapped
-            .map_or(space.total_slots() as usize + budget, |b| (b / page) as usize);
+            // A region of `b` bytes spans `b` rounded up to pages (`map`
+            // rounds so): the limit rounds the same way.
+            .map_or(space.total_slots() as usize + budget, |b| {
+                b.div_ceil(page) as usize
+            });
         if max_pages == 0 {
             return Err(PagerError::Config(format!(
                 "max_mapped of {} bytes is less than a page: give at least {page} bytes, or leave it to its default (the swap space plus the budget)",

@@ -145,6 +145,7 @@ pub(super) fn spawn<F: FnOnce() + Send + 'static>(name: &'static str, f: F) -> U
     // SAFETY: the guard page is the mapping's first page, not yet in use.
     unsafe { libc::mprotect(stack.as_ptr().cast(), crate::PAGE_SIZE, libc::PROT_NONE) };
     let body: Box<Box<dyn FnOnce() + Send>> = Box::new(Box::new(move || {
+        remember_thread();
         if let Ok(c) = std::ffi::CString::new(name) {
             // SAFETY: names this thread; a name over 15 bytes is refused,
             // which only leaves it unnamed.
@@ -190,6 +191,43 @@ pub(super) fn spawn<F: FnOnce() + Send + 'static>(name: &'static str, f: F) -> U
             stack: Some(stack),
         }
     }
+}
+
+/// The thread ids of uswap's threads in this process (0: free entry), for
+/// the watchdog that names program threads blocking SIGBUS: by id, not
+/// by name (a program may name a thread anything; and the kernel's
+/// io_uring workers, named `iou-wrk-N`, run no user code).
+static THREADS: [std::sync::atomic::AtomicI32; 64] = [const { std::sync::atomic::AtomicI32::new(0) }; 64];
+
+fn remember_thread() {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    for t in &THREADS {
+        if t.compare_exchange(
+            0,
+            tid,
+            std::sync::atomic::Ordering::Relaxed,
+            std::sync::atomic::Ordering::Relaxed,
+        )
+        .is_ok()
+        {
+            return;
+        }
+    }
+}
+
+/// In a forked child: the threads remembered are the parent's.
+pub(super) fn forget_threads() {
+    for t in &THREADS {
+        t.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Whether thread `tid` of this process is one of uswap's own.
+pub(super) fn is_uswap_thread(tid: i32) -> bool {
+    THREADS
+        .iter()
+        .any(|t| t.load(std::sync::atomic::Ordering::Relaxed) == tid)
 }
 
 /// Whether the calling thread blocks SIGBUS.

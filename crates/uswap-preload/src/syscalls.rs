@@ -1,0 +1,105 @@
+//! System calls made by hand: the raw instruction, and libc's generic
+//! `syscall(2)`, interposed.
+//!
+//! [`raw`] is one `syscall` instruction at a known address: what this
+//! library's interposed calls use where libc's own function would reach
+//! an interposer again.
+//!
+//! `syscall(2)` is how a program makes a call libc has no function for,
+//! or makes one around libc: `syscall(SYS_close_range, 3, ~0U, 0)`.  The
+//! descriptor calls among them are kept off uswap's descriptors as
+//! `close` and the rest are (`descriptors.rs`).
+
+use libc::c_long;
+
+#[cfg(target_arch = "x86_64")]
+std::arch::global_asm!(
+    ".pushsection .text.uswap_raw_syscall,\"ax\",@progbits",
+    ".globl uswap_raw_syscall",
+    ".hidden uswap_raw_syscall",
+    ".type uswap_raw_syscall,@function",
+    "uswap_raw_syscall:",
+    // C arguments (nr, a1..a5 in rdi, rsi, rdx, rcx, r8, r9; a6 on the
+    // stack) into the kernel's (rax; rdi, rsi, rdx, r10, r8, r9).
+    "mov rax, rdi",
+    "mov rdi, rsi",
+    "mov rsi, rdx",
+    "mov rdx, rcx",
+    "mov r10, r8",
+    "mov r8, r9",
+    "mov r9, [rsp + 8]",
+    "syscall",
+    ".globl uswap_raw_syscall_end",
+    ".hidden uswap_raw_syscall_end",
+    "uswap_raw_syscall_end:",
+    "ret",
+    ".size uswap_raw_syscall, . - uswap_raw_syscall",
+    ".popsection",
+);
+
+#[cfg(target_arch = "x86_64")]
+extern "C" {
+    fn uswap_raw_syscall(
+        nr: c_long,
+        a1: c_long,
+        a2: c_long,
+        a3: c_long,
+        a4: c_long,
+        a5: c_long,
+        a6: c_long,
+    ) -> c_long;
+}
+
+/// System call `nr` with `a`: the kernel's answer as it gives it (a
+/// negative errno on failure; errno is not touched).
+///
+/// # Safety
+/// As the system call's: the arguments must be what it takes.
+#[cfg(target_arch = "x86_64")]
+pub(crate) unsafe fn raw(nr: c_long, a: [c_long; 6]) -> c_long {
+    // SAFETY: per the contract; the function is the instruction above.
+    unsafe { uswap_raw_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) }
+}
+
+/// Elsewhere libc's, with its errno turned back into the kernel's form.
+///
+/// # Safety
+/// As the system call's.
+#[cfg(not(target_arch = "x86_64"))]
+pub(crate) unsafe fn raw(nr: c_long, a: [c_long; 6]) -> c_long {
+    // SAFETY: per the contract.
+    let r = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
+    if r == -1 {
+        // SAFETY: errno is this thread's.
+        -(unsafe { *libc::__errno_location() }) as c_long
+    } else {
+        r
+    }
+}
+
+/// The interposed `syscall(2)`.  Variadic in C; on x86-64 the six
+/// arguments any call can have are in their registers and on the stack
+/// whether or not the caller passed them, and unused ones are ignored by
+/// the kernel.
+#[allow(clippy::missing_safety_doc)] // the contract is the C one
+mod interpose {
+    use super::*;
+
+    #[no_mangle]
+    pub unsafe extern "C" fn syscall(
+        nr: c_long,
+        a1: c_long,
+        a2: c_long,
+        a3: c_long,
+        a4: c_long,
+        a5: c_long,
+        a6: c_long,
+    ) -> c_long {
+        if let Some(r) = crate::descriptors::raw(nr, [a1, a2, a3]) {
+            return r;
+        }
+        let f = next!("syscall" as fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long);
+        // SAFETY: the C contract: the arguments pass through.
+        unsafe { f(nr, a1, a2, a3, a4, a5, a6) }
+    }
+}

@@ -1,0 +1,229 @@
+//! uswap's file descriptors, kept out of the program's way.
+//!
+//! An instance holds descriptors of its own for as long as it runs: the
+//! userfaultfd, its swap files, a pidfd for batched discards, io_uring
+//! rings, the pipes that tell a forked child's end.  The kernel hands out
+//! the lowest free number, so in a process uswap shares with a program
+//! (`uswap run`) they would be 3, 4, 5...: the numbers a shell's `exec 4>`
+//! reuses and a daemon's `close_range(3, ~0U)` closes, after which
+//! uswap's writes would go to the program's file, or its faults fail.
+//!
+//! So, where a floor is set ([`keep_above`]; the preload library sets one,
+//! a program linking the library directly need not), every descriptor
+//! uswap makes is moved at once to the lowest free number at or above it
+//! (`F_DUPFD_CLOEXEC`), and remembered here with the identity of the file
+//! it names (device and inode).  The preload library's `close`,
+//! `close_range`, `closefrom`, `dup2` and `dup3` ask [`is_uswaps`] and
+//! leave such a descriptor alone; the identity makes an entry that
+//! outlived its descriptor harmless (a number reused for another file is
+//! not uswap's).  The table is a fixed array of atomics: no lock, no
+//! allocation, readable from any interposed call.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+
+/// The floor; 0: descriptors stay where the kernel put them.
+static FLOOR: AtomicI32 = AtomicI32::new(0);
+
+/// Descriptors remembered at once.  An instance has a handful, and one
+/// more per forked child it holds slots for; one past the table is still
+/// moved up, just not guarded.
+const ENTRIES: usize = 256;
+
+/// An entry: the descriptor (-1: free), and the device and inode of what
+/// it named when placed.
+struct Entry {
+    fd: AtomicI32,
+    dev: AtomicU64,
+    ino: AtomicU64,
+}
+
+static TABLE: [Entry; ENTRIES] = [const {
+    Entry {
+        fd: AtomicI32::new(-1),
+        dev: AtomicU64::new(0),
+        ino: AtomicU64::new(0),
+    }
+}; ENTRIES];
+
+/// Move every descriptor uswap makes from now on to `floor` or above
+/// (0: no placement).  Process-wide.
+pub fn keep_above(floor: i32) {
+    FLOOR.store(floor.max(0), Ordering::Relaxed);
+}
+
+/// The floor in force (0 when none).
+pub fn floor() -> i32 {
+    FLOOR.load(Ordering::Relaxed)
+}
+
+/// The identity of the file `fd` names, from the kernel (rustix's raw
+/// system call: no interposed `fstat`).
+fn identity(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: `fd` is only borrowed for the call; an invalid one is an
+    // error, not undefined behaviour, for the system call.
+    let fd = unsafe { rustix::fd::BorrowedFd::borrow_raw(fd) };
+    rustix::fs::fstat(fd).ok().map(|st| (st.st_dev, st.st_ino))
+}
+
+/// Move `fd` (owned by the caller, close-on-exec or not) to the floor or
+/// above, close-on-exec, and remember it.  Without a floor, or where the
+/// move fails (out of descriptors, a limit lowered under the floor), the
+/// descriptor stays where it is, still remembered.
+pub fn place_raw(fd: RawFd) -> RawFd {
+    let floor = floor();
+    if floor == 0 || fd < 0 {
+        return fd;
+    }
+    let mut at = fd;
+    if fd < floor {
+        // SAFETY: duplicates a descriptor the caller owns; the copy is
+        // the caller's now, the original is closed below.
+        let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, floor) };
+        if moved >= 0 {
+            // SAFETY: the original, which nothing else holds.
+            drop(unsafe { OwnedFd::from_raw_fd(fd) });
+            at = moved;
+        }
+    }
+    remember(at);
+    at
+}
+
+/// [`place_raw`] for an owned descriptor.
+pub(crate) fn place(fd: OwnedFd) -> OwnedFd {
+    // SAFETY: `place_raw` returns a descriptor the caller owns.
+    unsafe { OwnedFd::from_raw_fd(place_raw(fd.into_raw_fd())) }
+}
+
+/// [`place_raw`] for a file.
+pub(crate) fn place_file(f: File) -> File {
+    File::from(place(OwnedFd::from(f)))
+}
+
+/// Remember `fd` (again): after uswap put another file under a number it
+/// holds (`dup3` onto it, a forked child's fresh pidfd).
+pub(crate) fn remember(fd: RawFd) {
+    let Some((dev, ino)) = identity(fd) else {
+        return;
+    };
+    for e in &TABLE {
+        let cur = e.fd.load(Ordering::Acquire);
+        if cur == fd
+            || (cur == -1
+                && e.fd
+                    .compare_exchange(-1, -2, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok())
+        {
+            // -2: being written; never matches a descriptor.
+            e.dev.store(dev, Ordering::Relaxed);
+            e.ino.store(ino, Ordering::Relaxed);
+            e.fd.store(fd, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// Forget `fd`: uswap is about to close it.
+pub(crate) fn forget(fd: RawFd) {
+    if fd < 0 {
+        return;
+    }
+    for e in &TABLE {
+        if e.fd.load(Ordering::Acquire) == fd {
+            e.fd.store(-1, Ordering::Release);
+        }
+    }
+}
+
+/// Whether `fd` is one of uswap's: remembered, and still naming the file
+/// it named then.
+pub fn is_uswaps(fd: RawFd) -> bool {
+    if fd < 0 || floor() == 0 {
+        return false;
+    }
+    TABLE.iter().any(|e| {
+        e.fd.load(Ordering::Acquire) == fd
+            && identity(fd) == Some((e.dev.load(Ordering::Relaxed), e.ino.load(Ordering::Relaxed)))
+    })
+}
+
+/// uswap's descriptors in `[first, last]`, in ascending order, into
+/// `out`; returns how many.  For a `close_range` that must go around them.
+pub fn uswaps_in(first: RawFd, last: RawFd, out: &mut [RawFd; ENTRIES]) -> usize {
+    let mut n = 0;
+    for e in &TABLE {
+        let fd = e.fd.load(Ordering::Acquire);
+        if fd >= first && fd <= last && is_uswaps(fd) && !out[..n].contains(&fd) {
+            out[n] = fd;
+            n += 1;
+        }
+    }
+    out[..n].sort_unstable();
+    n
+}
+
+/// The most descriptors [`uswaps_in`] can return.
+pub const MAX: usize = ENTRIES;
+
+/// A descriptor of uswap's that is forgotten before it closes.
+#[derive(Debug)]
+pub(crate) struct Placed(OwnedFd);
+
+impl Placed {
+    /// Place `fd` ([`place`]) and own it.
+    pub fn new(fd: OwnedFd) -> Placed {
+        Placed(place(fd))
+    }
+}
+
+impl AsRawFd for Placed {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+impl Drop for Placed {
+    fn drop(&mut self) {
+        forget(self.0.as_raw_fd());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Placed descriptors land at the floor or above, are recognised while
+    /// they name what they named, and not once the number names another
+    /// file; without a floor nothing moves.  One test: the floor is
+    /// process-wide.
+    #[test]
+    fn placed_descriptors_are_above_the_floor_and_recognised() {
+        let open = || File::open("/proc/self/exe").unwrap();
+        let f = place_file(open());
+        assert!(!is_uswaps(f.as_raw_fd()), "no floor: nothing remembered");
+        keep_above(600);
+        let f = place_file(open());
+        let fd = f.as_raw_fd();
+        assert!(fd >= 600, "{fd}");
+        assert!(is_uswaps(fd));
+        let mut out = [0; MAX];
+        let n = uswaps_in(3, 10_000, &mut out);
+        assert_eq!(&out[..n], &[fd]);
+        assert_eq!(uswaps_in(0, fd - 1, &mut out), 0);
+        // The number reused for another file: not uswap's any more.
+        let other = File::open("/proc/self/cmdline").unwrap();
+        // SAFETY: replaces `fd` with a copy of `other` (both ours).
+        assert!(unsafe { libc::dup2(other.as_raw_fd(), fd) } == fd);
+        assert!(!is_uswaps(fd), "another file under the same number");
+        drop(f);
+        let p = Placed::new(OwnedFd::from(open()));
+        let pfd = p.as_raw_fd();
+        assert!(pfd >= 600 && is_uswaps(pfd));
+        drop(p);
+        assert!(!is_uswaps(pfd), "forgotten on drop");
+        keep_above(0);
+        assert!(!is_uswaps(pfd));
+    }
+}
