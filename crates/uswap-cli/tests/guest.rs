@@ -145,3 +145,65 @@ echo "${t: -3}|"
         assert!(stat(&err, "evictions") > 1000, "{mode:?}: {err}");
     }
 }
+
+/// Signal set-ups ordinary programs make, then touching a heap four times
+/// the budget (`programs/signals.c`): every signal blocked in main before
+/// starting workers, one of them in `sigwait` (a server's pattern); a
+/// handler installed with a full `sa_mask` reading swapped-out memory; an
+/// alternate signal stack from `malloc` under an `SA_ONSTACK` handler,
+/// raised after it could have gone out; SIGBUS blocked and sent with
+/// `raise`, which waits until it is unblocked (and the old mask says it
+/// was blocked).  In SIGBUS mode each killed the program before: a fault
+/// with SIGBUS blocked, a signal frame on a stack that was out.
+#[test]
+fn signal_masks_and_alternate_stacks_are_the_programs_own() {
+    for how in ["block_all", "handler_mask", "altstack", "pending"] {
+        same_under_uswap("signals", &["32", how], "8M", &Mode::all(), 5000);
+    }
+}
+
+const FAULTHANDLER: &str = r#"
+import faulthandler, hashlib, sys
+assert faulthandler.is_enabled()
+d = {i: ("%d-" % i) * 20 for i in range(int(sys.argv[1]))}
+print(hashlib.sha256("".join(d.values()).encode()).hexdigest())
+"#;
+
+/// `python3 -X faulthandler` (pytest turns it on too): faulthandler's
+/// alternate signal stack comes from the heap, and uswap's SIGBUS handler
+/// is delivered on it; it stays in while installed.  Killed with SIGSEGV
+/// at the first fault before.
+#[test]
+fn python_with_faulthandler_runs() {
+    let n = "200000";
+    let plain = Command::new(PYTHON)
+        .args(["-X", "faulthandler", "-c", FAULTHANDLER, n])
+        .output()
+        .unwrap();
+    assert!(plain.status.success());
+    for mode in Mode::all() {
+        let out = uswap_in(
+            mode,
+            &[
+                "run",
+                "--budget",
+                "16M",
+                "--swap",
+                "ram:256M",
+                "--stats",
+                "--",
+                PYTHON,
+                "-X",
+                "faulthandler",
+                "-c",
+                FAULTHANDLER,
+                n,
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
+        assert_eq!(out.stdout, plain.stdout, "{mode:?}: {err}");
+        assert!(stat(&err, "evictions") > 5000, "{mode:?}: {err}");
+    }
+}

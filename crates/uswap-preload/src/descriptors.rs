@@ -24,20 +24,16 @@
 //! is `syscalls.rs`'s.
 
 use libc::{c_int, c_uint};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::callers::ours;
 
 use uswap::descriptors::{is_uswaps, uswaps_in, MAX};
-
-/// This library's code: `[start, end)`.
-static OWN_TEXT: (AtomicUsize, AtomicUsize) = (AtomicUsize::new(0), AtomicUsize::new(0));
 
 /// Move uswap's descriptors out of the way from now on: the floor is 64
 /// under the soft descriptor limit (960 under the usual 1024), half of it
 /// under a limit below 128.
 pub(crate) fn start() {
-    let (lo, hi) = crate::heap::text_of(start as *const () as usize);
-    OWN_TEXT.1.store(hi, Ordering::Relaxed);
-    OWN_TEXT.0.store(lo, Ordering::Relaxed);
     // SAFETY: reads a limit into a local struct.
     let soft = unsafe {
         let mut rl: libc::rlimit = std::mem::zeroed();
@@ -49,12 +45,6 @@ pub(crate) fn start() {
     let soft = soft.min(1 << 20) as c_int;
     let floor = if soft >= 128 { soft - 64 } else { soft / 2 };
     uswap::descriptors::keep_above(floor.max(3));
-}
-
-/// Whether `caller`, a return address, is in this library's code.
-#[inline]
-fn ours(caller: usize) -> bool {
-    caller >= OWN_TEXT.0.load(Ordering::Relaxed) && caller < OWN_TEXT.1.load(Ordering::Relaxed)
 }
 
 fn set_errno(e: i32) {
@@ -111,25 +101,6 @@ fn close_around(first: c_uint, last: c_uint, flags: c_uint) -> c_int {
 #[allow(clippy::missing_safety_doc)] // the contract is the C one, above
 mod interpose {
     use super::*;
-
-    macro_rules! with_caller {
-        ($name:ident($($arg:ident: $ty:ty),*) -> $ret:ty, $reg:literal, $inner:ident) => {
-            #[cfg(target_arch = "x86_64")]
-            #[unsafe(naked)]
-            #[no_mangle]
-            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                // On entry the return address is at the top of the stack.
-                std::arch::naked_asm!(concat!("mov ", $reg, ", [rsp]"), "jmp {f}", f = sym $inner)
-            }
-
-            #[cfg(not(target_arch = "x86_64"))]
-            #[no_mangle]
-            pub unsafe extern "C" fn $name($($arg: $ty),*) -> $ret {
-                // SAFETY: the C contract; every caller counts as the program.
-                unsafe { $inner($($arg,)* 0) }
-            }
-        };
-    }
 
     with_caller!(close(fd: c_int) -> c_int, "rsi", close_from);
     with_caller!(dup2(old: c_int, new: c_int) -> c_int, "rdx", dup2_from);

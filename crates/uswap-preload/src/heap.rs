@@ -345,44 +345,13 @@ extern "C" {
 /// and `__tls_get_addr` (the loader).
 pub(crate) fn keep_runtime_blocks_out() {
     let found = [
-        text_of(__libc_malloc as *const () as usize),
-        text_of(__tls_get_addr as *const () as usize),
+        crate::callers::text_of(__libc_malloc as *const () as usize),
+        crate::callers::text_of(__tls_get_addr as *const () as usize),
     ];
     for (slot, &(lo, hi)) in RUNTIME_TEXT.iter().zip(&found) {
         slot.1.store(hi, Ordering::Relaxed);
         slot.0.store(lo, Ordering::Relaxed);
     }
-}
-
-/// The executable span `[start, end)` of the loaded object whose code
-/// holds `addr` ((0, 0) when none does).
-pub(crate) fn text_of(addr: usize) -> (usize, usize) {
-    unsafe extern "C" fn each(info: *mut libc::dl_phdr_info, _size: usize, data: *mut c_void) -> i32 {
-        // SAFETY: dl_iterate_phdr passes a valid info for each object,
-        // whose program headers it points to; `data` is our triple.
-        unsafe {
-            let info = &*info;
-            let found = &mut *data.cast::<(usize, usize, usize)>();
-            let headers = std::slice::from_raw_parts(info.dlpi_phdr, info.dlpi_phnum as usize);
-            let (mut lo, mut hi) = (usize::MAX, 0);
-            for h in headers
-                .iter()
-                .filter(|h| h.p_type == libc::PT_LOAD && h.p_flags & libc::PF_X != 0)
-            {
-                let start = info.dlpi_addr as usize + h.p_vaddr as usize;
-                lo = lo.min(start);
-                hi = hi.max(start + h.p_memsz as usize);
-            }
-            if (lo..hi).contains(&found.0) {
-                (found.1, found.2) = (lo, hi);
-            }
-        }
-        0
-    }
-    let mut found = (addr, 0usize, 0usize);
-    // SAFETY: walks the loaded objects with the callback above.
-    unsafe { libc::dl_iterate_phdr(Some(each), (&mut found as *mut (usize, usize, usize)).cast()) };
-    (found.1, found.2)
 }
 
 /// Whether `p`, a block the malloc family gave, came from glibc's

@@ -65,6 +65,8 @@ macro_rules! next {
     }};
 }
 
+#[macro_use]
+mod callers;
 mod calls;
 mod descriptors;
 mod heap;
@@ -163,6 +165,7 @@ fn start(c: Config) -> Result<(), String> {
     // region and be paged like the program's data.
     // SAFETY: mimalloc's initializer, idempotent.
     heap::mimalloc(|| unsafe { libmimalloc_sys::mi_process_init() });
+    callers::start();
     heap::keep_runtime_blocks_out();
     // Before the instance opens any: its descriptors go above the floor.
     descriptors::start();

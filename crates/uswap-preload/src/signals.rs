@@ -1,5 +1,8 @@
-//! The program's SIGBUS handler, kept behind uswap's: `sigaction` and
-//! `signal`, interposed on libc's.
+//! The program's signal set-up, kept from getting in the way of uswap's
+//! SIGBUS handler: `sigaction`, `signal`, `sigprocmask`,
+//! `pthread_sigmask` and `sigaltstack`, interposed on libc's.
+//!
+//! # The SIGBUS disposition
 //!
 //! In SIGBUS mode uswap serves faults in its own SIGBUS handler, which
 //! must stay first: a program that installs its own (Redis's crash
@@ -11,9 +14,70 @@
 //! a uswap fault (`uswap::pager::program_sigbus_action`).  Other signals,
 //! and SIGBUS where uswap's handler is not installed (handler-thread
 //! mode), go to libc unchanged.
+//!
+//! # Masks
+//!
+//! A thread that blocks SIGBUS cannot have a fault served in SIGBUS mode:
+//! the kernel kills the process at its first touch of a page that is out.
+//! Programs block every signal as a matter of course: a server before it
+//! starts its workers (`sigfillset` + `pthread_sigmask`, then `sigwait` in
+//! one thread), Python before `vfork`, a handler installed with a full
+//! `sa_mask`.  So in SIGBUS mode `sigprocmask` and `pthread_sigmask` never
+//! block SIGBUS (nor SIGSYS) on a program's thread, though they report it
+//! blocked where the program asked (`uswap::pager::program_sigmask`: a
+//! SIGBUS sent meanwhile waits until unblocked), and `sigaction` takes
+//! them out of every handler's `sa_mask`.  uswap's own calls, from this
+//! library's code, pass through.
+//!
+//! # Alternate stacks
+//!
+//! The kernel delivers a signal of an `SA_ONSTACK` handler (uswap's SIGBUS
+//! handler is one; Python's faulthandler installs others) onto the
+//! thread's alternate stack, and cannot if a page of it is out: it kills
+//! the thread with SIGSEGV instead.  An alternate stack in the paged heap
+//! (Python allocates faulthandler's with malloc) is pinned while it is
+//! installed: its pages stay in, writable, until the thread installs
+//! another, disables it, or ends.
+
+use std::cell::RefCell;
 
 use libc::{c_int, sighandler_t};
-use uswap::pager::program_sigbus_action;
+use uswap::pager::{program_sigbus_action, program_sigmask, serving_sigbus, Pinned, NEVER_BLOCKED};
+
+use crate::callers::ours;
+
+thread_local! {
+    /// The pin on this thread's alternate stack, while it is one in the
+    /// heap; let go when it is replaced, disabled, or the thread ends.
+    static ALT_STACK: RefCell<Option<Pinned<'static>>> = const { RefCell::new(None) };
+}
+
+/// `act` with [`NEVER_BLOCKED`] taken out of its mask, where uswap serves
+/// SIGBUS faults.
+fn unmasked(act: &libc::sigaction) -> libc::sigaction {
+    let mut a = *act;
+    if serving_sigbus() {
+        for s in NEVER_BLOCKED {
+            // SAFETY: a valid set, ours.
+            unsafe { libc::sigdelset(&mut a.sa_mask, s) };
+        }
+    }
+    a
+}
+
+/// Pin `[sp, sp + size)` where it is in the heap; None elsewhere.
+fn pin_stack(sp: *const libc::c_void, size: usize) -> Option<Pinned<'static>> {
+    let r = crate::RUNNING.get()?;
+    let base = r.region.as_ptr() as usize;
+    let end = base + r.region.len();
+    let lo = (sp as usize).max(base);
+    let hi = (sp as usize).saturating_add(size).min(end);
+    if lo >= hi {
+        return None;
+    }
+    // A span of the region (checked above): not refused.
+    r.region.pin(lo - base, hi - lo, true).ok()
+}
 
 /// The interposed calls.  Their callers are C programs: each function's
 /// contract is the C one (its manual page).
@@ -33,8 +97,72 @@ mod interpose {
             return 0;
         }
         let f = next!("sigaction" as fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int);
+        // SAFETY: the C contract: `act` is null or valid.
+        let Some(act) = (unsafe { act.as_ref() }) else {
+            // SAFETY: the C contract.
+            return unsafe { f(sig, act, old) };
+        };
+        let act = unmasked(act);
         // SAFETY: the C contract.
-        unsafe { f(sig, act, old) }
+        unsafe { f(sig, &act, old) }
+    }
+
+    with_caller!(sigprocmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int, "rcx", sigprocmask_from);
+    with_caller!(pthread_sigmask(how: c_int, set: *const libc::sigset_t, old: *mut libc::sigset_t) -> c_int, "rcx", pthread_sigmask_from);
+
+    unsafe extern "C" fn sigprocmask_from(
+        how: c_int,
+        set: *const libc::sigset_t,
+        old: *mut libc::sigset_t,
+        caller: usize,
+    ) -> c_int {
+        let f = next!("sigprocmask" as fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
+        if ours(caller) {
+            // SAFETY: the C contract.
+            return unsafe { f(how, set, old) };
+        }
+        // SAFETY: the C contract; `f` is libc's, with the same contract
+        // (its errno and -1 pass through).
+        unsafe { program_sigmask(how, set, old, |h, s, o| f(h, s, o)) }
+    }
+
+    unsafe extern "C" fn pthread_sigmask_from(
+        how: c_int,
+        set: *const libc::sigset_t,
+        old: *mut libc::sigset_t,
+        caller: usize,
+    ) -> c_int {
+        let f = next!("pthread_sigmask" as fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
+        if ours(caller) {
+            // SAFETY: the C contract.
+            return unsafe { f(how, set, old) };
+        }
+        // SAFETY: the C contract; `f` is libc's (an error number back).
+        unsafe { program_sigmask(how, set, old, |h, s, o| f(h, s, o)) }
+    }
+
+    /// `sigaltstack(2)`: an alternate stack in the heap is pinned while
+    /// installed.
+    #[no_mangle]
+    pub unsafe extern "C" fn sigaltstack(ss: *const libc::stack_t, old: *mut libc::stack_t) -> c_int {
+        let f = next!("sigaltstack" as fn(*const libc::stack_t, *mut libc::stack_t) -> c_int);
+        // SAFETY: the C contract: `ss` is null or valid.
+        let Some(new) = (unsafe { ss.as_ref() }) else {
+            // SAFETY: the C contract.
+            return unsafe { f(ss, old) };
+        };
+        let pin = if new.ss_flags & libc::SS_DISABLE == 0 {
+            pin_stack(new.ss_sp, new.ss_size)
+        } else {
+            None
+        };
+        // SAFETY: the C contract.
+        let rc = unsafe { f(ss, old) };
+        if rc == 0 {
+            // The old stack's pin goes, the new one's stays.
+            ALT_STACK.with(|a| *a.borrow_mut() = pin);
+        }
+        rc
     }
 
     /// `signal(2)`, glibc's: BSD semantics (`SA_RESTART`, the handler

@@ -646,6 +646,11 @@ pub(super) fn program_sigbus_action(
     true
 }
 
+/// Whether the SIGBUS handler is installed.
+pub(super) fn installed() -> bool {
+    INSTALL.is_completed()
+}
+
 /// Install the process-wide SIGBUS handler once; the action that was there
 /// before is the program's disposition.
 pub(super) fn install() {
@@ -986,6 +991,11 @@ fn pass_on(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void)
     let program = PROGRAM.load();
     // SAFETY: as in `on_sigbus`.
     let sent = unsafe { (*info).si_code } <= 0;
+    if sent && signals::held_for_program(sig) {
+        // Sent while the program's mask blocks it (a mask uswap keeps
+        // SIGBUS out of, `program_sigmask`): pending until it unblocks.
+        return;
+    }
     match program.sa_sigaction {
         libc::SIG_IGN if sent => {}
         libc::SIG_DFL | libc::SIG_IGN => default_action(sent),

@@ -87,6 +87,15 @@ pub use signals::starting_a_thread;
 pub fn program_sigbus_action(new: Option<&libc::sigaction>, old: Option<&mut libc::sigaction>) -> bool {
     entry::program_sigbus_action(new, old)
 }
+
+/// Whether uswap's SIGBUS handler serves faults in this process (an
+/// instance in SIGBUS mode was built): only then must SIGBUS never be
+/// blocked in a program's thread.
+pub fn serving_sigbus() -> bool {
+    entry::installed()
+}
+
+pub use signals::{program_sigmask, NEVER_BLOCKED};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 

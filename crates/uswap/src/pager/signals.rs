@@ -76,6 +76,109 @@ impl Drop for SignalsBlocked {
     }
 }
 
+/// Signals a program's thread never really blocks while uswap serves
+/// SIGBUS faults in the process: SIGBUS, through which its faults are
+/// served (the kernel kills a thread that faults with SIGBUS blocked),
+/// and SIGSYS, which a system-call guard may trap with the same way.
+pub const NEVER_BLOCKED: [i32; 2] = [libc::SIGBUS, libc::SIGSYS];
+
+thread_local! {
+    /// Of [`NEVER_BLOCKED`], bit i: the program's mask on this thread
+    /// blocks it (bits 0-1), and one was sent meanwhile (bits 2-3).  A
+    /// `Cell` with a const initializer: no allocation, no destructor.
+    static PROGRAM_MASK: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+}
+
+fn never_blocked_bit(sig: i32) -> Option<u8> {
+    NEVER_BLOCKED.iter().position(|&s| s == sig).map(|i| 1 << i)
+}
+
+/// `pthread_sigmask(how, set, old)` as a program sees it while uswap
+/// serves SIGBUS faults: `real` (libc's) is called with [`NEVER_BLOCKED`]
+/// taken out of `set`, so that a thread that blocks "every signal" (the
+/// `sigwait` pattern, a vfork child) can still have its faults served;
+/// what the program asked is remembered for the thread and shown in
+/// `old`, and a SIGBUS sent to it while it asked for it blocked waits
+/// until it unblocks it (then it is raised).  Where uswap serves no
+/// SIGBUS faults the call is `real`'s unchanged.
+///
+/// # Safety
+/// As `pthread_sigmask(3)`: `set` and `old` are null or valid.
+pub unsafe fn program_sigmask(
+    how: i32,
+    set: *const libc::sigset_t,
+    old: *mut libc::sigset_t,
+    real: impl FnOnce(i32, *const libc::sigset_t, *mut libc::sigset_t) -> i32,
+) -> i32 {
+    if !super::entry::installed() {
+        return real(how, set, old);
+    }
+    let before = PROGRAM_MASK.with(std::cell::Cell::get);
+    let mut asked = before & 0b11;
+    let mut set_copy: libc::sigset_t;
+    let mut set_arg = set;
+    if !set.is_null() {
+        // SAFETY: `set` is valid per the contract; the copy is ours.
+        set_copy = unsafe { *set };
+        for (i, &s) in NEVER_BLOCKED.iter().enumerate() {
+            // SAFETY: a valid set.
+            let member = unsafe { libc::sigismember(&set_copy, s) } == 1;
+            let bit = 1u8 << i;
+            match how {
+                libc::SIG_BLOCK if member => asked |= bit,
+                libc::SIG_UNBLOCK if member => asked &= !bit,
+                libc::SIG_SETMASK => asked = (asked & !bit) | if member { bit } else { 0 },
+                _ => {}
+            }
+            if how != libc::SIG_UNBLOCK {
+                // SAFETY: as above.
+                unsafe { libc::sigdelset(&mut set_copy, s) };
+            }
+        }
+        set_arg = &set_copy;
+    }
+    let rc = real(how, set_arg, old);
+    if rc != 0 {
+        return rc;
+    }
+    if !old.is_null() {
+        for (i, &s) in NEVER_BLOCKED.iter().enumerate() {
+            if before & (1 << i) != 0 {
+                // SAFETY: `old` was just filled in, valid per the contract.
+                unsafe { libc::sigaddset(old, s) };
+            }
+        }
+    }
+    let pending = before >> 2;
+    PROGRAM_MASK.with(|m| m.set(asked | ((pending & asked) << 2)));
+    for (i, &s) in NEVER_BLOCKED.iter().enumerate() {
+        if pending & (1 << i) != 0 && asked & (1 << i) == 0 {
+            // Sent while blocked, unblocked now: delivered, as the kernel
+            // would deliver a pending signal.
+            // SAFETY: sends a signal to this thread.
+            unsafe { libc::syscall(libc::SYS_tgkill, libc::getpid(), libc::gettid(), s) };
+        }
+    }
+    0
+}
+
+/// Whether signal `sig`, just sent to this thread, is one the program's
+/// mask blocks: then it is remembered as pending (and delivered when the
+/// program unblocks it) instead of acted on now.
+pub(super) fn held_for_program(sig: i32) -> bool {
+    let Some(bit) = never_blocked_bit(sig) else {
+        return false;
+    };
+    PROGRAM_MASK.with(|m| {
+        let v = m.get();
+        if v & bit == 0 {
+            return false;
+        }
+        m.set(v | (bit << 2));
+        true
+    })
+}
+
 /// Threads being started by uswap now (`spawn`): see
 /// [`starting_a_thread`].
 static STARTING: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
