@@ -511,6 +511,67 @@ fn pin_strs(v: *const *const libc::c_char) -> Vec<Pinned<'static>> {
     pins
 }
 
+/// Read every byte of the C string at `s` (a path, an argument) where it
+/// is in the heap: its pages come in, as the program's own read would
+/// bring them, and are not held.
+fn touch_str(s: *const libc::c_char) {
+    if !s.is_null() && chunk().is_some() && in_heap(s.cast(), 1) {
+        // SAFETY: a C string, per the caller's contract; strlen reads it.
+        std::hint::black_box(unsafe { libc::strlen(s) });
+    }
+}
+
+extern "C" {
+    static environ: *const *const libc::c_char;
+}
+
+/// The process's environment (`environ`), as `execv` passes it.
+fn current_environ() -> *const *const libc::c_char {
+    // SAFETY: libc's variable, read once.
+    unsafe { std::ptr::read_volatile(&raw const environ) }
+}
+
+/// [`touch_str`] for a NULL-terminated array of strings and the array.
+fn touch_strs(v: *const *const libc::c_char) {
+    if v.is_null() || chunk().is_none() {
+        return;
+    }
+    let mut i = 0;
+    loop {
+        // SAFETY: a NULL-terminated array, per the caller's contract.
+        let s = unsafe { std::ptr::read_volatile(v.add(i)) };
+        if s.is_null() {
+            return;
+        }
+        touch_str(s);
+        i += 1;
+    }
+}
+
+/// An `exec` of `path` with `argv` and `envp` (each may be null): their
+/// pages brought in, then `call`, again while it fails with EFAULT (a
+/// page taken out before the kernel read it), a few times.
+fn exec_touched(
+    path: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+    call: impl Fn() -> libc::c_int,
+) -> libc::c_int {
+    let mut tries = 0;
+    loop {
+        touch_str(path);
+        touch_strs(argv);
+        touch_strs(envp);
+        let rc = call();
+        // SAFETY: errno is this thread's.
+        let efault = rc == -1 && unsafe { *libc::__errno_location() } == libc::EFAULT;
+        tries += 1;
+        if !efault || chunk().is_none() || tries == 16 {
+            return rc;
+        }
+    }
+}
+
 /// Calls that take a path (and sometimes a buffer for the answer): the
 /// path, a heap string as often as not (Redis's file names, Python's
 /// `os.stat` argument), is read by the kernel.  `open` and `openat` are
@@ -576,12 +637,82 @@ mod paths {
     // `execve(2)` and its kin: the path, and every argument and
     // environment string with the arrays that hold them, read by the
     // kernel (a program's argument lists live in its heap: Python's
-    // `subprocess` builds them there).  `posix_spawn`'s child shares this
-    // memory until it `exec`s, reading them while this thread waits.
-    pinned_call!("execve", fn execve(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int,
-        paths [p], strs [argv, envp]);
-    pinned_call!("execv", fn execv(p: *const c_char, argv: *const *const c_char) -> c_int, paths [p], strs [argv]);
-    pinned_call!("execvp", fn execvp(p: *const c_char, argv: *const *const c_char) -> c_int, paths [p], strs [argv]);
+    // `subprocess` builds them there).  Brought in, not pinned: a
+    // successful exec never returns to let go of a pin, and the caller
+    // is often a vfork child, whose pins would be its parent's for good.
+    // A page taken out between the touch and the kernel's copy fails the
+    // call with EFAULT before it changes anything: touched and tried
+    // again.  `posix_spawn`'s child shares this memory until it `exec`s,
+    // reading them while this thread waits: pinned for the call.
+    #[no_mangle]
+    pub unsafe extern "C" fn execve(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+        let f = next!("execve" as fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
+        // SAFETY: the C contract: the arguments pass through.
+        exec_touched(p, argv, envp, || unsafe { f(p, argv, envp) })
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn execv(p: *const c_char, argv: *const *const c_char) -> c_int {
+        let f = next!("execv" as fn(*const c_char, *const *const c_char) -> c_int);
+        // SAFETY: the C contract: the arguments pass through.
+        exec_touched(p, argv, current_environ(), || unsafe { f(p, argv) })
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn execvp(p: *const c_char, argv: *const *const c_char) -> c_int {
+        let f = next!("execvp" as fn(*const c_char, *const *const c_char) -> c_int);
+        // SAFETY: the C contract: the arguments pass through.
+        exec_touched(p, argv, current_environ(), || unsafe { f(p, argv) })
+    }
+
+    // `system(3)` and `popen(3)`: libc spawns `sh -c COMMAND` with the
+    // environment (both may hold heap strings: a command built at run
+    // time, `putenv` of a heap string) and waits for the exec.
+    #[no_mangle]
+    pub unsafe extern "C" fn system(cmd: *const c_char) -> c_int {
+        let f = next!("system" as fn(*const c_char) -> c_int);
+        let _cmd = pin_str(cmd);
+        let _env = pin_strs(current_environ());
+        // SAFETY: the C contract: the argument passes through.
+        unsafe { f(cmd) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn popen(cmd: *const c_char, mode: *const c_char) -> *mut FILE {
+        let f = next!("popen" as fn(*const c_char, *const c_char) -> *mut FILE);
+        let _cmd = pin_str(cmd);
+        let _mode = pin_str(mode);
+        let _env = pin_strs(current_environ());
+        // SAFETY: the C contract: the arguments pass through.
+        unsafe { f(cmd, mode) }
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn execvpe(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+        let f = next!("execvpe" as fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
+        // SAFETY: the C contract: the arguments pass through.
+        exec_touched(p, argv, envp, || unsafe { f(p, argv, envp) })
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+        let f = next!("fexecve" as fn(c_int, *const *const c_char, *const *const c_char) -> c_int);
+        // SAFETY: the C contract: the arguments pass through.
+        exec_touched(std::ptr::null(), argv, envp, || unsafe { f(fd, argv, envp) })
+    }
+
+    #[no_mangle]
+    pub unsafe extern "C" fn execveat(
+        d: c_int,
+        p: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+        flags: c_int,
+    ) -> c_int {
+        let f = next!("execveat" as fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int);
+        // SAFETY: the C contract: the arguments pass through.
+        exec_touched(p, argv, envp, || unsafe { f(d, p, argv, envp, flags) })
+    }
     pinned_call!("posix_spawn", fn posix_spawn(pid: *mut libc::pid_t, p: *const c_char,
         fa: *const libc::posix_spawn_file_actions_t, at: *const libc::posix_spawnattr_t,
         argv: *const *mut c_char, envp: *const *mut c_char) -> c_int, paths [p], strs [argv, envp]);
