@@ -28,6 +28,26 @@ pub enum RunMode {
     Sigbus,
 }
 
+/// `--syscall-guard`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Guard {
+    On,
+    Off,
+}
+
+/// How many seccomp filters this process has: the program it becomes
+/// inherits them; the guard's own comes on top.
+fn seccomp_filters() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 fn parse_overrun(s: &str) -> Result<uswap::pager::Overrun, String> {
     s.parse().map_err(|e: uswap::pager::OverrunError| e.to_string())
 }
@@ -80,6 +100,15 @@ pub struct RunArgs {
     /// one line saying why.
     #[arg(long, default_value = "10%", value_parser = parse_overrun)]
     pub overrun: uswap::pager::Overrun,
+    /// In SIGBUS mode, a seccomp filter traps the system calls given a
+    /// heap buffer that the kernel could not read or write because it is
+    /// out, and uswap brings the buffer in and makes the call (so no call
+    /// fails with EFAULT; docs/DESIGN.md lists them).  It sets
+    /// no-new-privileges for an ordinary user: set-user-ID programs run
+    /// under it run without their privileges.  `off`: calls outside
+    /// those uswap run interposes may fail with EFAULT instead.
+    #[arg(long, value_enum, default_value_t = Guard::On)]
+    pub syscall_guard: Guard,
     /// The program and its arguments.
     #[arg(
         required = true,
@@ -249,6 +278,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         );
     if args.stats {
         cmd.env(uswap_env::STATS, "1");
+    }
+    if mode == RunMode::Sigbus && args.syscall_guard == Guard::On {
+        let mut random = [0u8; 8];
+        rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).context("getrandom")?;
+        let layout = uswap_env::GuardLayout::new(u64::from_ne_bytes(random), heap, seccomp_filters());
+        cmd.env(uswap_env::GUARD, layout.to_env());
     }
     // Only returns on failure.
     let e = cmd.exec();

@@ -221,14 +221,325 @@ fn vfork_children_exec_with_arguments_that_were_out() {
     for mode in Mode::all() {
         let out = uswap_in(
             mode,
-            &["run", "--budget", "16M", "--swap", "ram:256M", "--stats", "--", bin.to_str().unwrap(), "48", "30"],
+            &[
+                "run",
+                "--budget",
+                "16M",
+                "--swap",
+                "ram:256M",
+                "--stats",
+                "--",
+                bin.to_str().unwrap(),
+                "48",
+                "30",
+            ],
             &[],
         );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
         assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{mode:?}: {err}");
         let resident: f64 = number_after(&err, "resident now ");
-        assert!(resident <= 16.5, "{mode:?}: {resident} MiB resident at the end: {err}");
+        assert!(
+            resident <= 16.5,
+            "{mode:?}: {resident} MiB resident at the end: {err}"
+        );
         assert_eq!(stat(&err, "over budget"), 0, "{mode:?}: {err}");
     }
+}
+
+/// The guard's table of system calls that take a buffer (the preload
+/// library's own, compiled here too).
+#[allow(dead_code)]
+#[path = "../../uswap-preload/src/guard/table.rs"]
+mod table;
+
+/// Set in the child that `every_system_call_with_a_buffer_gets_it` runs
+/// under `uswap run`: the test's body is the child's.
+const CHILD: &str = "USWAP_GUEST_SYSCALLS";
+
+/// Every x86-64 system call that takes a buffer (the guard's table, 240
+/// calls), called from a program under `uswap run` in SIGBUS mode as an
+/// ordinary user with its buffers in the paged heap, first swapped out,
+/// then read back (clean: write-protected until written): each gives the
+/// answer it gives with buffers that never left memory, none `EFAULT`.
+/// Arguments are what makes each call harmless here (a temporary file or
+/// a non-blocking socket for its descriptor, lengths of 64, empty paths,
+/// zeroed structures): many calls then fail early with another error,
+/// but every one reads or writes its buffers as the kernel does.  Without
+/// the guard (`--syscall-guard off`) the same run must find calls that
+/// fail with EFAULT: the test can fail.
+#[test]
+fn every_system_call_with_a_buffer_gets_it() {
+    if std::env::var_os(CHILD).is_some() {
+        return syscalls_child();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let dir = open_dir(true);
+    for guard in ["on", "off"] {
+        let out = uswap_in(
+            Mode::Sigbus,
+            &[
+                "run",
+                "--budget",
+                "8M",
+                "--swap",
+                "ram:128M",
+                "--syscall-guard",
+                guard,
+                "--",
+                exe.to_str().unwrap(),
+                "--exact",
+                "every_system_call_with_a_buffer_gets_it",
+                "--nocapture",
+                "--test-threads",
+                "1",
+            ],
+            &[(CHILD, "1"), ("TMPDIR", dir.path().to_str().unwrap())],
+        );
+        let text = String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+        let differ: u32 = number_after(&text, "calls differ: ");
+        let calls: u32 = number_after(&text, "calls made: ");
+        assert!(calls as usize >= table::CALLS.len() - 4, "guard {guard}: {text}");
+        if guard == "on" {
+            assert!(out.status.success(), "guard on: {:?}: {text}", out.status);
+            assert_eq!(differ, 0, "guard on: {text}");
+        } else {
+            assert!(differ >= 20, "guard off: only {differ} calls failed: {text}");
+        }
+    }
+}
+
+/// The child's part: call every call of the table three ways, compare.
+fn syscalls_child() {
+    use table::{Buf, Len, CALLS};
+    // Calls that would end or stop this process, or trace it.
+    const SKIP: [&str; 4] = ["rt_sigsuspend", "ptrace", "seccomp", "reboot"];
+    const PAGE: usize = 4096;
+    let dir = std::env::var("TMPDIR").unwrap();
+    let path = std::ffi::CString::new(format!("{dir}/syscalls-{}", std::process::id())).unwrap();
+    // SAFETY: plain calls with valid arguments.
+    let (file, sock) = unsafe {
+        let f = libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CREAT, 0o600);
+        assert!(f >= 0);
+        assert_eq!(libc::write(f, [7u8; PAGE].as_ptr().cast(), PAGE), PAGE as isize);
+        let mut sv = [0; 2];
+        assert_eq!(
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_DGRAM | libc::SOCK_NONBLOCK,
+                0,
+                sv.as_mut_ptr()
+            ),
+            0
+        );
+        (f, sv[0])
+    };
+    let fd_first = [
+        "read",
+        "write",
+        "pread64",
+        "pwrite64",
+        "readv",
+        "writev",
+        "preadv",
+        "pwritev",
+        "preadv2",
+        "pwritev2",
+        "fstat",
+        "fstatfs",
+        "getdents",
+        "getdents64",
+        "ioctl",
+        "fcntl",
+        "fgetxattr",
+        "fsetxattr",
+        "flistxattr",
+        "fremovexattr",
+        "sendfile",
+        "copy_file_range",
+    ];
+    let socket_first = [
+        "connect",
+        "accept",
+        "accept4",
+        "sendto",
+        "recvfrom",
+        "sendmsg",
+        "recvmsg",
+        "sendmmsg",
+        "recvmmsg",
+        "bind",
+        "getsockname",
+        "getpeername",
+        "setsockopt",
+        "getsockopt",
+    ];
+    let sigset_size = |name: &str| {
+        name.starts_with("rt_sig")
+            || ["epoll_pwait", "epoll_pwait2", "ppoll", "signalfd", "signalfd4"].contains(&name)
+    };
+    /// One call's buffers, in the heap: the arguments' blocks.
+    struct Bufs {
+        blocks: Vec<Vec<u8>>,
+    }
+    // Build a call's arguments over `blocks` (allocated here: heap).
+    let build = |c: &table::Call, bufs: &mut Bufs| -> [i64; 6] {
+        let mut a = [0i64; 6];
+        if fd_first.contains(&c.name) {
+            a[0] = file as i64;
+            if c.name == "sendfile" || c.name == "copy_file_range" {
+                a[1] = 0;
+                a[2] = file as i64;
+            }
+        }
+        if socket_first.contains(&c.name) {
+            a[0] = sock as i64;
+        }
+        for &(i, b) in c.args {
+            let refs = match b {
+                Buf::Read(l) | Buf::Write(l) => match l {
+                    Len::Arg(j)
+                    | Len::ArgTimes(j, _)
+                    | Len::ArgPlus(j, _)
+                    | Len::Bits(j)
+                    | Len::PagesOf(j) => Some(j),
+                    _ => None,
+                },
+                Buf::Iov { count, .. } | Buf::MMsg { count, .. } => Some(count),
+                _ => None,
+            };
+            if let Some(j) = refs {
+                a[usize::from(j)] = if sigset_size(c.name) {
+                    8
+                } else if matches!(b, Buf::Iov { .. } | Buf::MMsg { .. }) {
+                    2
+                } else {
+                    64
+                };
+            }
+            let mut block = vec![0u8; 2 * PAGE];
+            let base = block.as_mut_ptr() as i64;
+            match b {
+                Buf::Iov { .. } => {
+                    // Two iovecs at the start, each over 64 bytes further in.
+                    let v = block.as_mut_ptr().cast::<libc::iovec>();
+                    // SAFETY: within the block.
+                    unsafe {
+                        *v = libc::iovec {
+                            iov_base: block.as_mut_ptr().add(PAGE).cast(),
+                            iov_len: 64,
+                        };
+                        *v.add(1) = libc::iovec {
+                            iov_base: block.as_mut_ptr().add(PAGE + 512).cast(),
+                            iov_len: 64,
+                        };
+                    }
+                }
+                Buf::Msg { .. } | Buf::MMsg { .. } => {
+                    // One (or two) msghdr, each with one iovec further in.
+                    let n = if matches!(b, Buf::MMsg { .. }) { 2 } else { 1 };
+                    for k in 0..n {
+                        // SAFETY: within the block (64-byte mmsghdr strides).
+                        unsafe {
+                            let m = block.as_mut_ptr().add(64 * k).cast::<libc::msghdr>();
+                            let iov = block.as_mut_ptr().add(1024 + 16 * k).cast::<libc::iovec>();
+                            *iov = libc::iovec {
+                                iov_base: block.as_mut_ptr().add(PAGE + 256 * k).cast(),
+                                iov_len: 64,
+                            };
+                            (*m).msg_iov = iov;
+                            (*m).msg_iovlen = 1;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            a[usize::from(i)] = base;
+            bufs.blocks.push(block);
+        }
+        match c.name {
+            // A wait on a word that is not the value: EAGAIN at once.
+            "futex" => a[2] = 1,
+            "futex_wait" => {
+                a[1] = 1;
+                a[2] = !0;
+                a[3] = 2 | 128;
+            }
+            // The descriptor limit, set to what it is: no change.
+            "setrlimit" | "prlimit64" => {
+                let (res, new) = if c.name == "setrlimit" { (0, 1) } else { (1, 2) };
+                a[res] = libc::RLIMIT_NOFILE as i64;
+                // SAFETY: getrlimit into the buffer (an rlimit, 16 bytes).
+                unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, a[new] as *mut libc::rlimit) };
+            }
+            "rt_sigaction" => a[0] = libc::SIGUSR2 as i64,
+            _ => {}
+        }
+        a
+    };
+    let call = |nr: i64, a: [i64; 6]| -> i64 {
+        // SAFETY: the call with arguments built above (harmless ones).
+        let r = unsafe { libc::syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) };
+        if r == -1 {
+            -(std::io::Error::last_os_error().raw_os_error().unwrap_or(0) as i64)
+        } else {
+            r
+        }
+    };
+    let calls: Vec<&table::Call> = CALLS.iter().filter(|c| !SKIP.contains(&c.name)).collect();
+    // Answers with buffers that never left memory.
+    let mut want = Vec::new();
+    for c in &calls {
+        let mut b = Bufs { blocks: Vec::new() };
+        let a = build(c, &mut b);
+        want.push(call(c.nr, a));
+    }
+    let churn = || {
+        let mut v = vec![1u8; 48 << 20];
+        for i in (0..v.len()).step_by(PAGE) {
+            v[i] = v[i].wrapping_add(1);
+        }
+        std::hint::black_box(&v);
+    };
+    let mut differ = 0;
+    let mut made = 0;
+    for state in ["swapped out", "clean"] {
+        // The calls' buffers, fresh, all built first, then pushed out.
+        let mut bufs: Vec<Bufs> = calls.iter().map(|_| Bufs { blocks: Vec::new() }).collect();
+        let args: Vec<[i64; 6]> = calls
+            .iter()
+            .zip(bufs.iter_mut())
+            .map(|(c, b)| build(c, b))
+            .collect();
+        churn();
+        if state == "clean" {
+            // Read back: in, write-protected until written.
+            let mut sum = 0u64;
+            for b in &bufs {
+                for block in &b.blocks {
+                    for i in (0..block.len()).step_by(64) {
+                        sum += u64::from(std::hint::black_box(block[i]));
+                    }
+                }
+            }
+            std::hint::black_box(sum);
+        }
+        for (k, c) in calls.iter().enumerate() {
+            let got = call(c.nr, args[k]);
+            made += 1;
+            let same = got == want[k]
+                // Calls whose success returns a fresh descriptor or a count
+                // that may differ: compare success with success.
+                || (got >= 0 && want[k] >= 0);
+            if !same || (got == -(libc::EFAULT as i64) && want[k] != got) {
+                differ += 1;
+                println!("{} ({state}): {got}, with buffers in memory {}", c.name, want[k]);
+            }
+        }
+    }
+    // SAFETY: the temporary file's name, ours.
+    unsafe { libc::unlink(path.as_ptr()) };
+    println!("calls made: {}", made / 2);
+    println!("calls differ: {differ}");
+    std::process::exit(if differ == 0 { 0 } else { 1 });
 }

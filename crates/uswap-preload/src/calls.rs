@@ -54,7 +54,7 @@ pub(crate) fn start(mode: FaultMode, budget_bytes: usize) {
 
 /// The chunk when pinning is on.
 #[inline]
-fn chunk() -> Option<usize> {
+pub(crate) fn chunk() -> Option<usize> {
     match CHUNK.load(Ordering::Acquire) {
         0 => None,
         c => Some(c),
@@ -199,7 +199,8 @@ macro_rules! pinned_call {
      $(, stores [$(($b:expr, $len:expr)),*])?
      $(, reads [$(($rb:expr, $rlen:expr)),*])?
      $(, iovs [$(($iov:ident, $cnt:ident, $st:expr)),*])?
-     $(, strs [$($a:ident),*])? $(,)?) => {
+     $(, strs [$($a:ident),*])?
+     $(, sys [$nr:expr $(, $sa:expr)*])? $(,)?) => {
         #[no_mangle]
         pub unsafe extern "C" fn $fname($($arg: $ty),*) -> $ret {
             let f = next!($name as fn($($ty),*) -> $ret);
@@ -209,10 +210,36 @@ macro_rules! pinned_call {
             // SAFETY: the C contract: `cnt` iovecs.
             let _iovs: &[Vec<Pinned<'static>>] = &[$($(unsafe { pin_iov($iov, $cnt, $st) }),*)?];
             let _strs: &[Vec<Pinned<'static>>] = &[$($(pin_strs($a.cast())),*)?];
+            $(
+                // SAFETY: the system call libc's function makes, with its
+                // arguments.
+                if let Some(r) = unsafe { direct($nr, [$($sa as libc::c_long),*]) } {
+                    return r as $ret;
+                }
+            )?
             // SAFETY: the C contract: the arguments pass through.
             unsafe { f($($arg),*) }
         }
     };
+}
+
+/// Under the system-call guard, system call `nr` with `args` (up to six)
+/// from its trampoline, in libc's convention (-1 and errno): the buffers
+/// are pinned already, and through libc the call would be trapped and
+/// pinned again, at the cost of a signal.  None without the guard: the
+/// caller calls libc.  Not a cancellation point, as libc's would be.
+///
+/// # Safety
+/// As the system call's.
+#[inline]
+unsafe fn direct<const N: usize>(nr: libc::c_long, args: [libc::c_long; N]) -> Option<libc::c_long> {
+    if !crate::guard::active() {
+        return None;
+    }
+    let mut a = [0; 6];
+    a[..N].copy_from_slice(&args);
+    // SAFETY: per the contract.
+    Some(crate::syscalls::libc_ret(unsafe { crate::syscalls::raw(nr, a) }))
 }
 
 /// The interposed calls.  Their callers are C programs: each function's
@@ -234,7 +261,10 @@ mod interpose {
             n,
             true,
             || regular_file(fd),
-            |at, len, _| unsafe { f(fd, at.cast_mut(), len) },
+            |at, len, _| unsafe {
+                direct(libc::SYS_read, [fd as _, at as _, len as _])
+                    .map_or_else(|| f(fd, at.cast_mut(), len), |r| r as ssize_t)
+            },
         )
     }
 
@@ -250,7 +280,11 @@ mod interpose {
             n,
             true,
             || regular_file(fd),
-            |at, len, done| unsafe { f(fd, at.cast_mut(), len, off + done as off_t) },
+            |at, len, done| unsafe {
+                let off = off + done as off_t;
+                direct(libc::SYS_pread64, [fd as _, at as _, len as _, off as _])
+                    .map_or_else(|| f(fd, at.cast_mut(), len, off), |r| r as ssize_t)
+            },
         )
     }
 
@@ -263,10 +297,12 @@ mod interpose {
     pinned_call!("__pread64_chk", fn __pread64_chk(fd: c_int, buf: *mut c_void, n: size_t, off: off_t, buflen: size_t) -> ssize_t,
         stores [(buf, n.min(buflen))]);
 
-    pinned_call!("readv", fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, iovs [(iov, cnt, true)]);
+    pinned_call!("readv", fn readv(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, iovs [(iov, cnt, true)],
+        sys [libc::SYS_readv, fd, iov, cnt]);
 
     pinned_call!("preadv", fn preadv(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t,
-        iovs [(iov, cnt, true)]);
+        iovs [(iov, cnt, true)],
+        sys [libc::SYS_preadv, fd, iov, cnt, off, 0]);
 
     #[no_mangle]
     pub unsafe extern "C" fn preadv64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
@@ -274,7 +310,8 @@ mod interpose {
         unsafe { preadv(fd, iov, cnt, off) }
     }
 
-    pinned_call!("recv", fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t, stores [(buf, n)]);
+    pinned_call!("recv", fn recv(fd: c_int, buf: *mut c_void, n: size_t, flags: c_int) -> ssize_t, stores [(buf, n)],
+        sys [libc::SYS_recvfrom, fd, buf, n, flags, 0, 0]);
 
     pinned_call!("__recv_chk", fn __recv_chk(fd: c_int, buf: *mut c_void, n: size_t, buflen: size_t, flags: c_int) -> ssize_t,
         stores [(buf, n.min(buflen))]);
@@ -301,6 +338,15 @@ mod interpose {
             (unsafe { *fromlen }) as usize
         };
         let _from = pin(from.cast(), room, true);
+        // SAFETY: the C contract (the system call libc's makes).
+        if let Some(r) = unsafe {
+            direct(
+                libc::SYS_recvfrom,
+                [fd as _, buf as _, n as _, flags as _, from as _, fromlen as _],
+            )
+        } {
+            return r as ssize_t;
+        }
         // SAFETY: the C contract.
         unsafe { f(fd, buf, n, flags, from, fromlen) }
     }
@@ -310,6 +356,10 @@ mod interpose {
         let f = next!("recvmsg" as fn(c_int, *mut msghdr, c_int) -> ssize_t);
         // SAFETY: the C contract: a valid msghdr.
         let _pinned = unsafe { pin_msg(msg, true) };
+        // SAFETY: the C contract.
+        if let Some(r) = unsafe { direct(libc::SYS_recvmsg, [fd as _, msg as _, flags as _]) } {
+            return r as ssize_t;
+        }
         // SAFETY: the C contract.
         unsafe { f(fd, msg, flags) }
     }
@@ -343,13 +393,16 @@ mod interpose {
     pinned_call!("__fread_unlocked_chk", fn __fread_unlocked_chk(buf: *mut c_void, buflen: size_t, size: size_t, n: size_t, fp: *mut FILE) -> size_t,
         stores [(buf, buflen.min(size.saturating_mul(n)))]);
 
-    pinned_call!("getrandom", fn getrandom(buf: *mut c_void, n: size_t, flags: u32) -> ssize_t, stores [(buf, n)]);
+    pinned_call!("getrandom", fn getrandom(buf: *mut c_void, n: size_t, flags: u32) -> ssize_t, stores [(buf, n)],
+        sys [libc::SYS_getrandom, buf, n, flags]);
 
     pinned_call!("poll", fn poll(fds: *mut libc::pollfd, n: libc::nfds_t, timeout: c_int) -> c_int,
-        stores [(fds, n as usize * std::mem::size_of::<libc::pollfd>())]);
+        stores [(fds, n as usize * std::mem::size_of::<libc::pollfd>())],
+        sys [libc::SYS_poll, fds, n, timeout]);
 
     pinned_call!("epoll_wait", fn epoll_wait(ep: c_int, events: *mut libc::epoll_event, max: c_int, timeout: c_int) -> c_int,
-        stores [(events, max.max(0) as usize * std::mem::size_of::<libc::epoll_event>())]);
+        stores [(events, max.max(0) as usize * std::mem::size_of::<libc::epoll_event>())],
+        sys [libc::SYS_epoll_wait, ep, events, max, timeout]);
 
     // ---- write family: the kernel reads the buffer.
 
@@ -357,7 +410,16 @@ mod interpose {
     pub unsafe extern "C" fn write(fd: c_int, buf: *const c_void, n: size_t) -> ssize_t {
         let f = next!("write" as fn(c_int, *const c_void, size_t) -> ssize_t);
         // SAFETY: the caller's buffer, in pieces.
-        chunked(buf, n, false, || true, |at, len, _| unsafe { f(fd, at, len) })
+        chunked(
+            buf,
+            n,
+            false,
+            || true,
+            |at, len, _| unsafe {
+                direct(libc::SYS_write, [fd as _, at as _, len as _])
+                    .map_or_else(|| f(fd, at, len), |r| r as ssize_t)
+            },
+        )
     }
 
     #[no_mangle]
@@ -369,7 +431,11 @@ mod interpose {
             n,
             false,
             || true,
-            |at, len, done| unsafe { f(fd, at, len, off + done as off_t) },
+            |at, len, done| unsafe {
+                let off = off + done as off_t;
+                direct(libc::SYS_pwrite64, [fd as _, at as _, len as _, off as _])
+                    .map_or_else(|| f(fd, at, len, off), |r| r as ssize_t)
+            },
         )
     }
 
@@ -379,10 +445,12 @@ mod interpose {
         unsafe { pwrite(fd, buf, n, off) }
     }
 
-    pinned_call!("writev", fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, iovs [(iov, cnt, false)]);
+    pinned_call!("writev", fn writev(fd: c_int, iov: *const iovec, cnt: c_int) -> ssize_t, iovs [(iov, cnt, false)],
+        sys [libc::SYS_writev, fd, iov, cnt]);
 
     pinned_call!("pwritev", fn pwritev(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t,
-        iovs [(iov, cnt, false)]);
+        iovs [(iov, cnt, false)],
+        sys [libc::SYS_pwritev, fd, iov, cnt, off, 0]);
 
     #[no_mangle]
     pub unsafe extern "C" fn pwritev64(fd: c_int, iov: *const iovec, cnt: c_int, off: off_t) -> ssize_t {
@@ -390,16 +458,22 @@ mod interpose {
         unsafe { pwritev(fd, iov, cnt, off) }
     }
 
-    pinned_call!("send", fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t, reads [(buf, n)]);
+    pinned_call!("send", fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t, reads [(buf, n)],
+        sys [libc::SYS_sendto, fd, buf, n, flags, 0, 0]);
 
     pinned_call!("sendto", fn sendto(fd: c_int, buf: *const c_void, n: size_t, flags: c_int, to: *const sockaddr, tolen: socklen_t) -> ssize_t,
-        reads [(buf, n), (to, tolen as usize)]);
+        reads [(buf, n), (to, tolen as usize)],
+        sys [libc::SYS_sendto, fd, buf, n, flags, to, tolen]);
 
     #[no_mangle]
     pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {
         let f = next!("sendmsg" as fn(c_int, *const msghdr, c_int) -> ssize_t);
         // SAFETY: the C contract: a valid msghdr.
         let _pinned = unsafe { pin_msg(msg, false) };
+        // SAFETY: the C contract.
+        if let Some(r) = unsafe { direct(libc::SYS_sendmsg, [fd as _, msg as _, flags as _]) } {
+            return r as ssize_t;
+        }
         // SAFETY: the C contract.
         unsafe { f(fd, msg, flags) }
     }
@@ -583,33 +657,47 @@ mod paths {
     use super::*;
     use libc::{c_char, c_int, c_uint, mode_t, size_t, ssize_t, DIR, FILE};
 
-    pinned_call!("open", fn open(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p]);
-    pinned_call!("open64", fn open64(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p]);
-    pinned_call!("openat", fn openat(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p]);
-    pinned_call!("openat64", fn openat64(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p]);
+    pinned_call!("open", fn open(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p],
+        sys [libc::SYS_openat, libc::AT_FDCWD, p, flags, mode]);
+    pinned_call!("open64", fn open64(p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p],
+        sys [libc::SYS_openat, libc::AT_FDCWD, p, flags, mode]);
+    pinned_call!("openat", fn openat(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p],
+        sys [libc::SYS_openat, d, p, flags, mode]);
+    pinned_call!("openat64", fn openat64(d: c_int, p: *const c_char, flags: c_int, mode: c_uint) -> c_int, paths [p],
+        sys [libc::SYS_openat, d, p, flags, mode]);
     pinned_call!("creat", fn creat(p: *const c_char, mode: mode_t) -> c_int, paths [p]);
     pinned_call!("fopen", fn fopen(p: *const c_char, m: *const c_char) -> *mut FILE, paths [p, m]);
     pinned_call!("fopen64", fn fopen64(p: *const c_char, m: *const c_char) -> *mut FILE, paths [p, m]);
     pinned_call!("opendir", fn opendir(p: *const c_char) -> *mut DIR, paths [p]);
     pinned_call!("stat", fn stat(p: *const c_char, st: *mut libc::stat) -> c_int,
-        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())],
+        sys [libc::SYS_newfstatat, libc::AT_FDCWD, p, st, 0]);
     pinned_call!("stat64", fn stat64(p: *const c_char, st: *mut libc::stat) -> c_int,
-        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())],
+        sys [libc::SYS_newfstatat, libc::AT_FDCWD, p, st, 0]);
     pinned_call!("lstat", fn lstat(p: *const c_char, st: *mut libc::stat) -> c_int,
-        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())],
+        sys [libc::SYS_newfstatat, libc::AT_FDCWD, p, st, libc::AT_SYMLINK_NOFOLLOW]);
     pinned_call!("lstat64", fn lstat64(p: *const c_char, st: *mut libc::stat) -> c_int,
-        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())],
+        sys [libc::SYS_newfstatat, libc::AT_FDCWD, p, st, libc::AT_SYMLINK_NOFOLLOW]);
     pinned_call!("fstatat", fn fstatat(d: c_int, p: *const c_char, st: *mut libc::stat, fl: c_int) -> c_int,
-        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())],
+        sys [libc::SYS_newfstatat, d, p, st, fl]);
     pinned_call!("fstatat64", fn fstatat64(d: c_int, p: *const c_char, st: *mut libc::stat, fl: c_int) -> c_int,
-        paths [p], stores [(st, std::mem::size_of::<libc::stat>())]);
+        paths [p], stores [(st, std::mem::size_of::<libc::stat>())],
+        sys [libc::SYS_newfstatat, d, p, st, fl]);
     pinned_call!("fstat", fn fstat(fd: c_int, st: *mut libc::stat) -> c_int,
-        paths [], stores [(st, std::mem::size_of::<libc::stat>())]);
+        paths [], stores [(st, std::mem::size_of::<libc::stat>())],
+        sys [libc::SYS_fstat, fd, st]);
     pinned_call!("fstat64", fn fstat64(fd: c_int, st: *mut libc::stat) -> c_int,
-        paths [], stores [(st, std::mem::size_of::<libc::stat>())]);
+        paths [], stores [(st, std::mem::size_of::<libc::stat>())],
+        sys [libc::SYS_fstat, fd, st]);
     pinned_call!("statx", fn statx(d: c_int, p: *const c_char, fl: c_int, mask: c_uint, st: *mut libc::statx) -> c_int,
-        paths [p], stores [(st, std::mem::size_of::<libc::statx>())]);
-    pinned_call!("access", fn access(p: *const c_char, m: c_int) -> c_int, paths [p]);
+        paths [p], stores [(st, std::mem::size_of::<libc::statx>())],
+        sys [libc::SYS_statx, d, p, fl, mask, st]);
+    pinned_call!("access", fn access(p: *const c_char, m: c_int) -> c_int, paths [p],
+        sys [libc::SYS_faccessat, libc::AT_FDCWD, p, m]);
     pinned_call!("faccessat", fn faccessat(d: c_int, p: *const c_char, m: c_int, fl: c_int) -> c_int, paths [p]);
     pinned_call!("rename", fn rename(a: *const c_char, b: *const c_char) -> c_int, paths [a, b]);
     pinned_call!("renameat", fn renameat(da: c_int, a: *const c_char, db: c_int, b: *const c_char) -> c_int,
@@ -645,7 +733,11 @@ mod paths {
     // again.  `posix_spawn`'s child shares this memory until it `exec`s,
     // reading them while this thread waits: pinned for the call.
     #[no_mangle]
-    pub unsafe extern "C" fn execve(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    pub unsafe extern "C" fn execve(
+        p: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> c_int {
         let f = next!("execve" as fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
         // SAFETY: the C contract: the arguments pass through.
         exec_touched(p, argv, envp, || unsafe { f(p, argv, envp) })
@@ -688,14 +780,22 @@ mod paths {
     }
 
     #[no_mangle]
-    pub unsafe extern "C" fn execvpe(p: *const c_char, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    pub unsafe extern "C" fn execvpe(
+        p: *const c_char,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> c_int {
         let f = next!("execvpe" as fn(*const c_char, *const *const c_char, *const *const c_char) -> c_int);
         // SAFETY: the C contract: the arguments pass through.
         exec_touched(p, argv, envp, || unsafe { f(p, argv, envp) })
     }
 
     #[no_mangle]
-    pub unsafe extern "C" fn fexecve(fd: c_int, argv: *const *const c_char, envp: *const *const c_char) -> c_int {
+    pub unsafe extern "C" fn fexecve(
+        fd: c_int,
+        argv: *const *const c_char,
+        envp: *const *const c_char,
+    ) -> c_int {
         let f = next!("fexecve" as fn(c_int, *const *const c_char, *const *const c_char) -> c_int);
         // SAFETY: the C contract: the arguments pass through.
         exec_touched(std::ptr::null(), argv, envp, || unsafe { f(fd, argv, envp) })
@@ -709,7 +809,10 @@ mod paths {
         envp: *const *const c_char,
         flags: c_int,
     ) -> c_int {
-        let f = next!("execveat" as fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int);
+        let f = next!(
+            "execveat"
+                as fn(c_int, *const c_char, *const *const c_char, *const *const c_char, c_int) -> c_int
+        );
         // SAFETY: the C contract: the arguments pass through.
         exec_touched(p, argv, envp, || unsafe { f(d, p, argv, envp, flags) })
     }

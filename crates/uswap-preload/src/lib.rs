@@ -69,6 +69,7 @@ macro_rules! next {
 mod callers;
 mod calls;
 mod descriptors;
+mod guard;
 mod heap;
 mod maps;
 mod signals;
@@ -84,6 +85,8 @@ struct Config {
     mode: FaultMode,
     overrun: uswap::pager::Overrun,
     stats: bool,
+    /// Where the heap goes, under the system-call guard.
+    guard: Option<env::GuardLayout>,
 }
 
 impl Config {
@@ -92,9 +95,23 @@ impl Config {
     fn read() -> Result<Option<Config>, String> {
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() };
+        let guard = match std::env::var(env::GUARD) {
+            Ok(g) => Some(
+                env::GuardLayout::parse(&g)
+                    .ok_or_else(|| format!("{}={g}: not a guard layout", env::GUARD))?,
+            ),
+            Err(_) => None,
+        };
         match std::env::var(env::PID) {
             Ok(pid) if pid.trim().parse::<i32>() == Ok(me) => {}
-            _ => return Ok(None),
+            _ => {
+                // A process of the run that is not paged: the guard's
+                // filter came with it through `exec`.
+                if let Some(g) = &guard {
+                    guard::start_inherited(g);
+                }
+                return Ok(None);
+            }
         }
         let budget = std::env::var(env::BUDGET).map_err(|_| format!("{} is not set", env::BUDGET))?;
         let num = |name: &str, v: &str| v.trim().parse::<u64>().map_err(|e| format!("{name}={v}: {e}"));
@@ -124,6 +141,7 @@ impl Config {
             mode,
             overrun,
             stats,
+            guard: guard.filter(|_| mode == FaultMode::Sigbus),
         }))
     }
 }
@@ -182,7 +200,14 @@ fn start(c: Config) -> Result<(), String> {
     }
     heap::find_libc_usable_size();
     let swap = builder.build().map_err(|e| e.to_string())?;
-    let region = swap.map(c.heap as usize).map_err(|e| e.to_string())?;
+    let region = match &c.guard {
+        None => swap.map(c.heap as usize),
+        Some(g) => swap.map_at(g.base as usize, c.heap as usize),
+    }
+    .map_err(|e| e.to_string())?;
+    if let Some(g) = &c.guard {
+        guard::place(g)?;
+    }
     let (start, len) = (region.as_ptr() as *mut c_void, region.len());
     if RUNNING
         .set(Running {
@@ -231,6 +256,9 @@ fn start(c: Config) -> Result<(), String> {
     // SAFETY: an option setter.
     heap::mimalloc(|| unsafe { mi_option_set(MI_OPTION_DISALLOW_OS_ALLOC, 1) });
     calls::start(c.mode, c.budget as usize);
+    if let Some(g) = &c.guard {
+        guard::start(g)?;
+    }
     maps::hold_across_fork();
     if c.stats {
         // A descriptor of its own: programs close stderr on the way out

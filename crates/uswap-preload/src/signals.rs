@@ -96,6 +96,13 @@ mod interpose {
         if sig == libc::SIGBUS && program_sigbus_action(unsafe { act.as_ref() }, unsafe { old.as_mut() }) {
             return 0;
         }
+        if sig == libc::SIGSYS {
+            // SAFETY: as above.
+            let (act, old) = unsafe { (act.as_ref(), old.as_mut()) };
+            if crate::guard::program_action(act, old) {
+                return 0;
+            }
+        }
         let f = next!("sigaction" as fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int);
         // SAFETY: the C contract: `act` is null or valid.
         let Some(act) = (unsafe { act.as_ref() }) else {
@@ -169,14 +176,19 @@ mod interpose {
     /// stays installed).
     #[no_mangle]
     pub unsafe extern "C" fn signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
-        if sig == libc::SIGBUS {
+        if sig == libc::SIGBUS || sig == libc::SIGSYS {
             // SAFETY: zeroed is a valid sigaction (empty mask).
             let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
             new.sa_sigaction = handler;
             new.sa_flags = libc::SA_RESTART;
             // SAFETY: as above.
             let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-            if program_sigbus_action(Some(&new), Some(&mut old)) {
+            let kept = if sig == libc::SIGBUS {
+                program_sigbus_action(Some(&new), Some(&mut old))
+            } else {
+                crate::guard::program_action(Some(&new), Some(&mut old))
+            };
+            if kept {
                 return old.sa_sigaction;
             }
         }

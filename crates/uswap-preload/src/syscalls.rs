@@ -37,6 +37,8 @@ std::arch::global_asm!(
     ".popsection",
 );
 
+type RawFn = unsafe extern "C" fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long;
+
 #[cfg(target_arch = "x86_64")]
 extern "C" {
     fn uswap_raw_syscall(
@@ -48,17 +50,55 @@ extern "C" {
         a5: c_long,
         a6: c_long,
     ) -> c_long;
+    fn uswap_raw_syscall_end();
+}
+
+/// The raw call's code, to copy: its start and length (through its
+/// `ret`, one byte past the end label).  Position-independent.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn raw_code() -> (*const u8, usize) {
+    let start = uswap_raw_syscall as *const u8;
+    (
+        start,
+        uswap_raw_syscall_end as *const () as usize - start as usize + 1,
+    )
+}
+
+/// Where, in the raw call's code, its `syscall` instruction returns to.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn raw_return_offset() -> usize {
+    uswap_raw_syscall_end as *const () as usize - uswap_raw_syscall as *const () as usize
 }
 
 /// System call `nr` with `a`: the kernel's answer as it gives it (a
-/// negative errno on failure; errno is not touched).
+/// negative errno on failure; errno is not touched).  From the guard's
+/// trampoline when there is one (the one place its filter lets any call
+/// through), else from this library's copy of the same code.
 ///
 /// # Safety
 /// As the system call's: the arguments must be what it takes.
 #[cfg(target_arch = "x86_64")]
 pub(crate) unsafe fn raw(nr: c_long, a: [c_long; 6]) -> c_long {
-    // SAFETY: per the contract; the function is the instruction above.
-    unsafe { uswap_raw_syscall(nr, a[0], a[1], a[2], a[3], a[4], a[5]) }
+    let t = crate::guard::TRAMPOLINE.load(std::sync::atomic::Ordering::Acquire);
+    let f: RawFn = if t.is_null() {
+        uswap_raw_syscall
+    } else {
+        // SAFETY: the trampoline page holds a copy of that function.
+        unsafe { std::mem::transmute::<*mut libc::c_void, RawFn>(t) }
+    };
+    // SAFETY: per the contract; `f` is the code above.
+    unsafe { f(nr, a[0], a[1], a[2], a[3], a[4], a[5]) }
+}
+
+/// libc's convention for a raw answer: -1 with errno set on failure.
+pub(crate) fn libc_ret(r: c_long) -> c_long {
+    if (-4095..0).contains(&r) {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = -r as i32 };
+        -1
+    } else {
+        r
+    }
 }
 
 /// Elsewhere libc's, with its errno turned back into the kernel's form.

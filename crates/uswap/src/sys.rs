@@ -73,6 +73,33 @@ impl Mapping {
         })
     }
 
+    /// `len` bytes (rounded up to pages) at exactly `addr` (page aligned),
+    /// where nothing is mapped yet (`MAP_FIXED_NOREPLACE`): `EEXIST` says
+    /// something is.
+    pub fn new_at(addr: u64, len: usize) -> io::Result<Mapping> {
+        let len = len.div_ceil(PAGE_SIZE) * PAGE_SIZE;
+        if len == 0 || !addr.is_multiple_of(PAGE_SIZE as u64) {
+            return Err(io::Error::from(io::ErrorKind::InvalidInput));
+        }
+        // SAFETY: a fresh anonymous mapping at an address nothing else
+        // holds (the kernel refuses one that is taken).
+        let p = unsafe {
+            mm::mmap_anonymous(
+                addr as *mut _,
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::PRIVATE | MapFlags::NORESERVE | MapFlags::FIXED_NOREPLACE,
+            )
+        }?;
+        if p as u64 != addr {
+            // A kernel before 4.17 takes the flag for a hint.
+            // SAFETY: the mapping just made, nobody else's.
+            let _ = unsafe { mm::munmap(p, len) };
+            return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        Ok(Mapping { addr, len })
+    }
+
     pub fn addr(&self) -> u64 {
         self.addr
     }

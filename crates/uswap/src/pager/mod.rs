@@ -597,7 +597,15 @@ impl Swap {
     /// Map a region of `len` bytes (rounded up to pages), zero-filled, whose
     /// pages are swapped as needed.
     pub fn map(&self, len: usize) -> Result<Region, PagerError> {
-        self.map_with(len, false)
+        self.map_with(len, false, None)
+    }
+
+    /// [`map`](Self::map) at exactly `addr` (page aligned), where nothing
+    /// is mapped yet: a region whose place is known in advance (`uswap
+    /// run` puts the heap where its system-call guard looks for it).  An
+    /// address taken is an [`PagerError::Mmap`] with `EEXIST`.
+    pub fn map_at(&self, addr: usize, len: usize) -> Result<Region, PagerError> {
+        self.map_with(len, false, Some(addr as u64))
     }
 
     /// Map a region of `len` bytes (rounded up to 2 MB) paged in and out in
@@ -606,10 +614,10 @@ impl Swap {
     /// give one.  When no cluster is wholly free a unit goes out as 512
     /// single pages (counted as `huge_fallbacks`).
     pub fn map_huge(&self, len: usize) -> Result<Region, PagerError> {
-        self.map_with(len.div_ceil(page::UNIT_BYTES) * page::UNIT_BYTES, true)
+        self.map_with(len.div_ceil(page::UNIT_BYTES) * page::UNIT_BYTES, true, None)
     }
 
-    fn map_with(&self, len: usize, huge: bool) -> Result<Region, PagerError> {
+    fn map_with(&self, len: usize, huge: bool, at: Option<u64>) -> Result<Region, PagerError> {
         let inner = &self.inner;
         if !inner.same_process() {
             return Err(PagerError::Forked {
@@ -662,7 +670,10 @@ impl Swap {
             start
         };
         let align = if huge { page::UNIT_BYTES } else { PAGE_SIZE };
-        let map = match Mapping::new(pages * PAGE_SIZE, align) {
+        let map = match at.map_or_else(
+            || Mapping::new(pages * PAGE_SIZE, align),
+            |a| Mapping::new_at(a, pages * PAGE_SIZE),
+        ) {
             Ok(m) => m,
             Err(source) => {
                 inner.free_ids(id_base, pages as u32);
