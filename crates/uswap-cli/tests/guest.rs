@@ -543,3 +543,16 @@ fn syscalls_child() {
     println!("calls differ: {differ}");
     std::process::exit(if differ == 0 { 0 } else { 1 });
 }
+
+/// System calls given heap buffers that are out, as programs make them
+/// (`programs/buffers.c`): pipe, uname, nanosleep, waitpid's status, an
+/// `fflush` of a `setvbuf` buffer (the write is libc's own), `system`
+/// with a command built at run time and after `putenv` of a heap string,
+/// preadv and the raw preadv2, getdents64, readlink, getrandom,
+/// socketpair and recvmmsg.  In SIGBUS mode most failed with EFAULT.
+#[test]
+fn calls_given_buffers_that_are_out_work() {
+    let dir = open_dir(true);
+    let d = dir.path().to_str().unwrap();
+    same_under_uswap("buffers", &["16", d], "4M", &Mode::all(), 2000);
+}
