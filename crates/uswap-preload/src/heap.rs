@@ -384,6 +384,11 @@ unsafe fn free_block(p: *mut c_void) {
         // SAFETY: a block of glibc's allocator (`libc_block`).
         unsafe { __libc_free(p) }
     } else {
+        if crate::maps::any_protected() {
+            // Protection the program gave it goes with it.
+            // SAFETY: a live block of mimalloc's.
+            crate::maps::freeing(p as usize, unsafe { mimalloc(|| mi_malloc_usable_size(p)) });
+        }
         // SAFETY: a block of mimalloc's, or null.
         unsafe { mimalloc(|| mi_free(p)) }
     }

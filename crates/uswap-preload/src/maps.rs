@@ -14,11 +14,20 @@
 //! move, moves into a new block (copied, the old one unmapped), and
 //! refuses to grow in place (ENOMEM, as the kernel does where the next
 //! pages are taken); `madvise(MADV_DONTNEED | MADV_FREE)` discards; other
-//! advice and `mprotect` reach the kernel (pages `mprotect`ed read-only are
-//! left resident, as uswap leaves such pages). `madvise(MADV_DONTNEED)`
+//! advice reaches the kernel. `madvise(MADV_DONTNEED)`
 //! on heap memory that `malloc` gave (a program trimming its own
 //! allocator's memory) discards too: the kernel's call would miss the
 //! pages uswap holds.
+//!
+//! What the program does to memory served so outlives none of it: a
+//! block it changed the protection of (`mprotect`: a guard page under a
+//! fiber stack, code a JIT made executable) or mapped something over
+//! (`mmap` with `MAP_FIXED`: a file) is put back fresh when unmapped
+//! (`Region::restore`: anonymous, readable and writable, zero), before
+//! it is served again; pages a file is mapped over are discarded first,
+//! so that uswap never takes the file's pages for its own.  Heap memory
+//! `malloc` gave that the program protects is put back to readable and
+//! writable when it is freed.
 //!
 //! Calls mimalloc itself makes (its metadata) go to the kernel: see
 //! `heap::in_mimalloc`; so do those of threads whose blocks come from
@@ -36,20 +45,98 @@ use crate::RUNNING;
 
 const PAGE: usize = uswap::PAGE_SIZE;
 
-/// Blocks served as mappings: start -> (length, bytes unmapped so far).
-/// A `BTreeMap` (allocated by glibc's malloc, as all of this library's
-/// memory) under a lock: `mmap` and `munmap` are not hot paths.
-static SERVED: Mutex<BTreeMap<usize, (usize, usize)>> = Mutex::new(BTreeMap::new());
+/// A block served as a mapping.
+#[derive(Clone, Copy, Debug)]
+struct Served {
+    len: usize,
+    /// Bytes unmapped so far: the block is freed once all of it is.
+    unmapped: usize,
+    /// The program changed its protection or mapped something over it:
+    /// put back fresh as it is unmapped.
+    altered: bool,
+}
 
-fn served() -> std::sync::MutexGuard<'static, BTreeMap<usize, (usize, usize)>> {
+/// Blocks served as mappings, by start.  A `BTreeMap` (allocated by
+/// glibc's malloc, as all of this library's memory) under a lock: `mmap`
+/// and `munmap` are not hot paths.
+static SERVED: Mutex<BTreeMap<usize, Served>> = Mutex::new(BTreeMap::new());
+
+fn served() -> std::sync::MutexGuard<'static, BTreeMap<usize, Served>> {
     SERVED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Heap memory `malloc` gave whose protection the program changed:
+/// start -> end, page aligned.  Put back to read-write when freed.
+static PROTECTED: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+/// Whether `PROTECTED` holds anything: `free` looks only then.
+static ANY_PROTECTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn protected() -> std::sync::MutexGuard<'static, BTreeMap<usize, usize>> {
+    PROTECTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether any heap memory `malloc` gave is protected: only then does
+/// `free` look (one load on its path).
+#[inline]
+pub(crate) fn any_protected() -> bool {
+    ANY_PROTECTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A heap block of `len` bytes at `p` is being freed: whatever of it the
+/// program protected becomes readable and writable again, as mimalloc
+/// will hand it out.
+pub(crate) fn freeing(p: usize, len: usize) {
+    let lo = p / PAGE * PAGE;
+    let hi = (p + len).next_multiple_of(PAGE);
+    let mut map = protected();
+    let hits: Vec<(usize, usize)> = map
+        .range(..hi)
+        .filter(|&(_, &e)| e > lo)
+        .map(|(&s, &e)| (s, e))
+        .collect();
+    for (s, e) in hits {
+        map.remove(&s);
+        let (a, b) = (s.max(lo), e.min(hi));
+        // SAFETY: heap pages of the block being freed, made usable again.
+        unsafe { libc::syscall(libc::SYS_mprotect, a, b - a, libc::PROT_READ | libc::PROT_WRITE) };
+        if s < a {
+            map.insert(s, a);
+        }
+        if e > b {
+            map.insert(b, e);
+        }
+    }
+    ANY_PROTECTED.store(!map.is_empty(), std::sync::atomic::Ordering::Release);
+}
+
+/// Mark what of `[a, a + len)` is served as altered; what is not (memory
+/// `malloc` gave), when `protect`, as protected.
+fn alter(a: usize, len: usize, protect: bool) {
+    let end = a.saturating_add(len);
+    let mut map = served();
+    let mut covered = false;
+    let starts: Vec<usize> = map.range(..end).map(|(&s, _)| s).collect();
+    for s in starts {
+        let b = map.get_mut(&s).expect("listed above");
+        if s + b.len > a {
+            b.altered = true;
+            covered |= s <= a && s + b.len >= end;
+        }
+    }
+    drop(map);
+    if protect && !covered {
+        let (lo, hi) = (a / PAGE * PAGE, end.next_multiple_of(PAGE));
+        protected().insert(lo, hi);
+        ANY_PROTECTED.store(true, std::sync::atomic::Ordering::Release);
+    }
 }
 
 /// The lock of `SERVED`, held across a fork by the forking thread, so
 /// that a child never inherits it held by a thread it does not have.
-static FORK_GUARD: std::sync::atomic::AtomicPtr<
-    std::sync::MutexGuard<'static, BTreeMap<usize, (usize, usize)>>,
-> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+static FORK_GUARD: std::sync::atomic::AtomicPtr<std::sync::MutexGuard<'static, BTreeMap<usize, Served>>> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 /// Take `SERVED`'s lock before every fork, let go after it on both sides.
 pub(crate) fn hold_across_fork() {
@@ -92,9 +179,9 @@ fn discard(r: &crate::Running, base: usize, addr: usize, len: usize) {
 }
 
 /// The served block holding `addr`, if any: (start, length).
-fn block_of(map: &BTreeMap<usize, (usize, usize)>, addr: usize) -> Option<(usize, usize)> {
-    let (&start, &(len, _)) = map.range(..=addr).next_back()?;
-    (addr < start + len).then_some((start, len))
+fn block_of(map: &BTreeMap<usize, Served>, addr: usize) -> Option<(usize, usize)> {
+    let (&start, b) = map.range(..=addr).next_back()?;
+    (addr < start + b.len).then_some((start, b.len))
 }
 
 /// The system call itself.
@@ -126,7 +213,14 @@ fn serve(len: usize) -> Option<*mut c_void> {
     }
     // A fresh mapping reads as zeros; a reused block may not.
     discard(r, base, p as usize, len);
-    served().insert(p as usize, (len, 0));
+    served().insert(
+        p as usize,
+        Served {
+            len,
+            unmapped: 0,
+            altered: false,
+        },
+    );
     Some(p)
 }
 
@@ -146,6 +240,21 @@ mod interpose {
         fd: i32,
         off: i64,
     ) -> *mut c_void {
+        if flags & libc::MAP_FIXED != 0 && !in_mimalloc() {
+            if let Some((base, end, r)) = heap() {
+                let a = addr as usize;
+                if a < end && a.saturating_add(len) > base {
+                    // Something mapped over heap memory: its pages are
+                    // uswap's no more (dropped first, so that no eviction
+                    // takes the new mapping's pages for the region's),
+                    // and a served block under it is put back fresh at
+                    // its unmapping.
+                    let (lo, hi) = (a.max(base), a.saturating_add(len).min(end));
+                    discard(r, base, lo, hi - lo);
+                    alter(lo, hi - lo, false);
+                }
+            }
+        }
         if servable(addr, len, prot, flags, fd) {
             if let Some(p) = serve(len) {
                 return p;
@@ -187,10 +296,19 @@ mod interpose {
                     return -1;
                 };
                 let hi = (a + len).min(start + blen);
-                discard(r, base, a, hi - a);
                 let entry = map.get_mut(&start).expect("found above");
-                entry.1 += hi - a;
-                if entry.1 >= blen {
+                if entry.altered {
+                    // Back to fresh region memory: the program's
+                    // protection and anything it mapped there go.
+                    let (lo, top) = (a / PAGE * PAGE, hi.next_multiple_of(PAGE));
+                    if r.region.restore(lo - base, top - lo).is_err() {
+                        discard(r, base, a, hi - a);
+                    }
+                } else {
+                    discard(r, base, a, hi - a);
+                }
+                entry.unmapped += hi - a;
+                if entry.unmapped >= blen {
                     map.remove(&start);
                     drop(map);
                     // SAFETY: a block `serve` allocated, unmapped whole.
@@ -247,6 +365,24 @@ mod interpose {
         }
         // SAFETY: the caller's request, to the kernel.
         unsafe { libc::syscall(libc::SYS_mremap, old, old_len, new_len, flags, new_addr) as *mut c_void }
+    }
+
+    /// `mprotect(2)`: reaches the kernel; on heap memory, remembered so
+    /// that the memory is put back when the program gives it up.
+    #[no_mangle]
+    pub unsafe extern "C" fn mprotect(addr: *mut c_void, len: usize, prot: i32) -> i32 {
+        let a = addr as usize;
+        if let Some((base, end, _)) = heap() {
+            if a < end
+                && a.saturating_add(len) > base
+                && !in_mimalloc()
+                && prot != libc::PROT_READ | libc::PROT_WRITE
+            {
+                alter(a.max(base), a.saturating_add(len).min(end) - a.max(base), true);
+            }
+        }
+        // SAFETY: the caller's request, to the kernel.
+        unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as i32 }
     }
 
     /// `madvise(2)`.

@@ -877,6 +877,56 @@ impl Region {
         false
     }
 
+    /// Put `bytes` bytes at `offset` (page aligned) back as the region's
+    /// own, fresh: whatever the program mapped over them (`mmap` with
+    /// `MAP_FIXED`) or changed their protection to (`mprotect`) is
+    /// replaced by private anonymous memory, readable and writable,
+    /// registered again, its pages discarded (they read as zeros).  For a
+    /// library that serves a program's mappings from a region and gets one
+    /// back (`munmap`).  Small-page regions only.
+    pub fn restore(&self, offset: usize, bytes: usize) -> Result<(), PagerError> {
+        let huge = self.inner.states[self.id_base as usize].load(Ordering::Acquire) & page::UNIT != 0;
+        if huge
+            || !offset.is_multiple_of(PAGE_SIZE)
+            || !bytes.is_multiple_of(PAGE_SIZE)
+            || offset.checked_add(bytes).is_none_or(|end| end > self.len())
+        {
+            return Err(PagerError::Range {
+                offset,
+                bytes,
+                len: self.len(),
+            });
+        }
+        let addr = self.map.addr() + offset as u64;
+        // SAFETY: a range of this region (checked above), replaced by
+        // fresh memory: its contents are the caller's to drop, and nothing
+        // of uswap's lives there.
+        let p = unsafe {
+            rustix::mm::mmap_anonymous(
+                addr as *mut _,
+                bytes,
+                rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE,
+                rustix::mm::MapFlags::PRIVATE | rustix::mm::MapFlags::NORESERVE | rustix::mm::MapFlags::FIXED,
+            )
+        }
+        .map_err(|e| PagerError::Mmap {
+            bytes,
+            source: e.into(),
+        })?;
+        debug_assert_eq!(p as u64, addr);
+        self.inner.uffd.register(
+            addr,
+            bytes as u64,
+            RegisterMode {
+                missing: true,
+                wp: true,
+            },
+        )?;
+        // Registered, then discarded: a page the kernel filled in before
+        // the registration goes too, and every state reads NEVER.
+        self.discard(offset, bytes)
+    }
+
     /// Discard `bytes` bytes at `offset` (page aligned): those pages read
     /// as zeros from now on and give up their memory, their slots and
     /// their swap-cache frames.  This is `madvise(MADV_DONTNEED)` for a
