@@ -570,3 +570,35 @@ fn mapped_memory_comes_back_fresh_after_munmap() {
     let d = dir.path().to_str().unwrap();
     same_under_uswap("protect", &["32", d], "8M", &Mode::all(), 2000);
 }
+
+/// A program that forks once (runs a command) after writing a heap twice
+/// the budget, then reads it in passes (`programs/forkchurn.c`): the fork
+/// made every page it had then shared, which `UFFDIO_MOVE` refuses until
+/// the page is written again; such pages stayed resident as unevictable
+/// (each pass went through direct reclaim, three times as slow).  Now the
+/// refused runs are made the program's own again and evicted: none is
+/// left unevictable.  With twenty forks too.
+#[test]
+fn a_program_that_forked_pages_as_one_that_did_not() {
+    let dir = open_dir(false);
+    let bin = compile("forkchurn", dir.path());
+    let bin = bin.to_str().unwrap();
+    let plain = Command::new(bin).args(["48", "3", "1"]).output().unwrap();
+    assert!(plain.status.success());
+    for mode in Mode::all() {
+        for forks in ["1", "20"] {
+            let out = uswap_in(
+                mode,
+                &[
+                    "run", "--budget", "24M", "--swap", "ram:256M", "--stats", "--", bin, "48", "3", forks,
+                ],
+                &[],
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(out.status.success(), "{mode:?} {forks}: {:?}: {err}", out.status);
+            assert_eq!(out.stdout, plain.stdout, "{mode:?} {forks}: {err}");
+            assert_eq!(stat(&err, "unevictable"), 0, "{mode:?} {forks}: {err}");
+            assert!(stat(&err, "unshared after a fork") > 0, "{mode:?} {forks}: {err}");
+        }
+    }
+}

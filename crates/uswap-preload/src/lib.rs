@@ -319,7 +319,7 @@ extern "C" fn print_stats() {
          faults {} (zero fills {}, swap-ins {}, swap-cache hits {}, write-protect {}), {:.3} s serving them; \
          pages read ahead {}, zero pages filled around {}\n  \
          evictions {} (clean drops {}, written {}, zero pages {}); swap IO: {:.1} MiB written, {:.1} MiB read\n  \
-         resident now {:.1} MiB, at most {:.1} MiB; direct reclaim {}, over budget {}\n",
+         resident now {:.1} MiB, at most {:.1} MiB; direct reclaim {}, over budget {}; unevictable {}, unshared after a fork {}\n",
         mib(r.swap.budget_pages() as u64),
         r.region.len() as f64 / (1 << 20) as f64,
         match (r.mode, r.swap.user_mode_only()) {
@@ -345,6 +345,8 @@ extern "C" fn print_stats() {
         mib(r.swap.peak_resident_pages() as u64),
         c("direct_reclaim"),
         c("budget_overrun"),
+        c("unevictable"),
+        c("evict_unshared"),
     );
     let mut text = text;
     if st.gauges.contains_key("store_orig_bytes") {

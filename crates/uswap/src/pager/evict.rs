@@ -448,6 +448,23 @@ fn stage_run(
                 Err((_, e)) => err = e,
             }
         }
+        let claim_s = claims[idx[s] as usize].as_ref().expect("claimed");
+        if err.errno() == Some(libc::EBUSY)
+            && claim_s.found() & page::SEALED == 0
+            && inner.shared_after_fork()
+        {
+            // Shared since a fork (see `unshare`): the rest of the run is
+            // made this process's own again and comes back next pass.
+            for j in s..m {
+                inner.backing.swap_cache.delete(slots[j]);
+                inner.free_slot(slots[j]);
+                pool.put(frame(j));
+                drop(claims[idx[j] as usize].take());
+                out.keep(ids[idx[j] as usize], false);
+            }
+            unshare(inner, addr(s), (m - s) as u64 * PAGE);
+            return;
+        }
         // Page `s` will not move: undo its slot and frame, and say why.
         inner.backing.swap_cache.delete(slots[s]);
         inner.free_slot(slots[s]);
@@ -457,6 +474,36 @@ fn stage_run(
         out.settle(ids[idx[s] as usize], how);
         s += 1;
     }
+}
+
+/// Make the dirty pages `[addr, addr + len)` (unclaimed) this process's
+/// own again, so that `UFFDIO_MOVE` takes them.
+///
+/// A fork shares every private page with the child and clears the
+/// kernel's mark that a page is this process's alone (`PageAnonExclusive`),
+/// which `UFFDIO_MOVE` requires (`EBUSY` otherwise); the mark does not come
+/// back when the child exits or execs, only at the next write fault, which
+/// copies the page if the child still maps it and keeps it if not.  A
+/// parent that forks once (`system`, a shell's command) kept every dirty
+/// page it had then resident, over the budget, until it wrote each again.
+/// `MADV_POPULATE_WRITE` takes that write fault for the whole run in one
+/// call, as a write of the program's would, without touching the bytes.
+/// The pages are not claimed meanwhile: a page the program discarded
+/// since is a fault like any other (served, or EFAULT in SIGBUS mode),
+/// and one a device has pinned for writing is the process's own already
+/// (the kernel unshares before it pins), stays refused by the next move,
+/// and is reported then.
+fn unshare(inner: &Inner, addr: u64, len: u64) {
+    inner.counters.evict_unshared.inc();
+    // SAFETY: advice on pages of a region, which leaves their contents
+    // as they are (a write fault that writes nothing).
+    let _ = unsafe {
+        rustix::mm::madvise(
+            addr as *mut _,
+            len as usize,
+            rustix::mm::Advice::LinuxPopulateWrite,
+        )
+    };
 }
 
 /// A dirty page is in its staging frame now, cached under slot `e`; the

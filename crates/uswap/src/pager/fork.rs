@@ -40,10 +40,13 @@
 //!   page of the child stays resident, counted as swap full) and frees
 //!   none.
 //!
-//! While a child lives, a page the two share is refused by `UFFDIO_MOVE`
-//! (`EBUSY`): dirty shared pages stay resident on both sides until one
-//! side writes its copy (copy-on-write gives it a page of its own) or the
-//! child goes, as unevictable.  Children made without `fork(3)` (a raw
+//! After a fork, a page the two shared is refused by `UFFDIO_MOVE`
+//! (`EBUSY`) until its next write fault, whether or not the child still
+//! lives: the fork clears the kernel's mark that the page is this
+//! process's alone, and only a write fault sets it again.  Eviction takes
+//! that fault itself for a refused run (`MADV_POPULATE_WRITE`, evict.rs's
+//! `unshare`: the page is kept if the child is gone, copied if not) and
+//! moves it on the next pass.  Children made without `fork(3)` (a raw
 //! `clone(2)`) are not adopted: their inherited instance stays inert
 //! (`Inner::same_process`), and their copy of a region reads missing pages
 //! as zeros; `vfork` and `posix_spawn` share the parent's memory and need
@@ -127,7 +130,9 @@ extern "C" fn parent() {
     );
     for inner in instances() {
         // Pages shared with the child are refused by UFFDIO_MOVE (EBUSY)
-        // from now on, as pinned ones are: expected, not worth a line.
+        // until written again, after the child is gone too: eviction makes
+        // them the process's own first (evict.rs, `unshare`).
+        inner.forked.store(true, Ordering::Relaxed);
         inner.reports.pinned.store(true, Ordering::Relaxed);
         if inner.has_file_device() {
             inner.backing.hold.activate(r);

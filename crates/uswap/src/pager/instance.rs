@@ -48,6 +48,9 @@ pub(crate) struct Counters {
     pub swapout_retries: Arc<Counter>,
     /// Sealed pages copied out and dropped in a batch (evict.rs).
     pub evict_copies: Arc<Counter>,
+    /// Runs of pages a fork had shared, made the process's own again
+    /// before their eviction (evict.rs, `unshare`).
+    pub evict_unshared: Arc<Counter>,
     pub swapin_retries: Arc<Counter>,
     pub readahead: Arc<Counter>,
     pub fault_around: Arc<Counter>,
@@ -87,6 +90,7 @@ impl Counters {
             discarded: r.counter("discarded"),
             swapout_retries: r.counter("swapout_retries"),
             evict_copies: r.counter("evict_copies"),
+            evict_unshared: r.counter("evict_unshared"),
             swapin_retries: r.counter("swapin_retries"),
             readahead: r.counter("readahead"),
             fault_around: r.counter("fault_around"),
@@ -145,6 +149,10 @@ pub(crate) struct Inner {
     pub spawn: Spawn,
     /// Which once-only lines have been said.
     pub reports: Reports,
+    /// This process has forked since the instance was built: a page
+    /// `UFFDIO_MOVE` refuses as shared may be one the fork shared
+    /// (evict.rs, `unshare`).
+    pub forked: AtomicBool,
     /// Test hooks: failures to inject into the userfaultfd calls.
     #[cfg(test)]
     pub inject: Inject,
@@ -654,6 +662,11 @@ impl Inner {
                 format_args!("uswap: the page at {addr:#x} cannot be evicted: UFFDIO_MOVE failed with errno {}; pages like it stay resident, counted as unevictable", e.unwrap_or(0)),
             ),
         }
+    }
+
+    /// Whether this process has forked since the instance was built.
+    pub fn shared_after_fork(&self) -> bool {
+        self.forked.load(Ordering::Relaxed)
     }
 
     /// Whether this is the process the instance serves (false in a child

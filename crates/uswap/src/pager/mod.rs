@@ -552,6 +552,7 @@ impl SwapBuilder {
             shutdown: AtomicBool::new(false),
             users: AtomicUsize::new(1),
             reports: Reports::default(),
+            forked: AtomicBool::new(false),
             #[cfg(test)]
             inject: Inject::default(),
             registry,
