@@ -193,8 +193,82 @@ fn default_swap(budget: u64) -> anyhow::Result<(String, u64)> {
             dir.display()
         );
     }
-    let path = dir.join(format!("uswap-run-{}.swap", std::process::id()));
-    device_line(&format!("file:{}:{bytes}", path.display()))
+    // The directory itself: the file is made there with no name, so that
+    // nothing another user put there can stand in its way.
+    device_line(&format!("file:{}:{bytes}", dir.display()))
+}
+
+/// Where `program` is: itself with a slash, else the first executable of
+/// that name on `PATH`, as `exec` finds it.
+fn resolve(program: &std::ffi::OsStr) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let p = Path::new(program);
+    if program.as_encoded_bytes().contains(&b'/') {
+        return Some(p.to_path_buf());
+    }
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(p))
+        .find(|c| std::fs::metadata(c).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0))
+}
+
+/// Whether the ELF file at `path` has no program interpreter: statically
+/// linked, so the loader (and with it `LD_PRELOAD`) never runs.  A script
+/// is judged by its interpreter.  None when it cannot be read as either.
+fn statically_linked(path: &Path, depth: u32) -> Option<bool> {
+    use std::io::Read;
+    let mut f = std::fs::File::open(path).ok()?;
+    let mut head = [0u8; 256];
+    let n = f.read(&mut head).ok()?;
+    if head[..n].starts_with(b"#!") && depth < 4 {
+        let line = head[2..n].split(|&b| b == b'\n').next()?;
+        let interp = std::str::from_utf8(line).ok()?.split_whitespace().next()?;
+        return statically_linked(Path::new(interp), depth + 1);
+    }
+    if n < 64 || &head[..4] != b"\x7fELF" || head[4] != 2 {
+        return None;
+    }
+    let u16_at = |b: &[u8], o: usize| u16::from_le_bytes([b[o], b[o + 1]]);
+    let phoff = u64::from_le_bytes(head[32..40].try_into().ok()?);
+    let (phentsize, phnum) = (u16_at(&head, 54) as u64, u16_at(&head, 56) as u64);
+    let mut ph = vec![0u8; (phentsize * phnum) as usize];
+    std::os::unix::fs::FileExt::read_exact_at(&f, &mut ph, phoff).ok()?;
+    const PT_INTERP: u32 = 3;
+    let interp = ph
+        .chunks_exact(phentsize as usize)
+        .any(|h| u32::from_le_bytes([h[0], h[1], h[2], h[3]]) == PT_INTERP);
+    Some(!interp)
+}
+
+/// One line on stderr, before the `exec`, when the program is one the
+/// preload library cannot enter (statically linked) or that runs with
+/// privileges (set-user-ID or set-group-ID): what happens to it.  (A
+/// set-user-ID program the paged program runs later, under the
+/// system-call guard's no-new-privileges, runs without its privileges.)
+fn name_the_program(program: &std::ffi::OsStr) {
+    use std::os::unix::fs::MetadataExt;
+    let Some(path) = resolve(program) else {
+        return;
+    };
+    let shown = path.display();
+    if statically_linked(&path, 0) == Some(true) {
+        eprintln!(
+            "uswap run: {shown} is statically linked: uswap's library cannot be loaded into it, so it runs unpaged (none of its memory counts against the budget)"
+        );
+        return;
+    }
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return;
+    };
+    // Set-user-ID (0o4000) to another user, or set-group-ID (0o2000) to
+    // another group: the exec changes who the program is.
+    let elevates = (meta.mode() & 0o4000 != 0 && meta.uid() != rustix::process::getuid().as_raw())
+        || (meta.mode() & 0o2000 != 0 && meta.gid() != rustix::process::getgid().as_raw());
+    if !elevates {
+        return;
+    }
+    eprintln!(
+        "uswap run: {shown} is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it, so it runs unpaged, with its privileges"
+    );
 }
 
 /// The preload library beside this executable.
@@ -258,6 +332,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         RunMode::Auto => RunMode::Sigbus,
         m => m,
     };
+    name_the_program(&args.program[0]);
     let mut cmd = std::process::Command::new(&args.program[0]);
     cmd.args(&args.program[1..])
         .env("LD_PRELOAD", preload)

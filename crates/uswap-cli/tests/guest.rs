@@ -602,3 +602,139 @@ fn a_program_that_forked_pages_as_one_that_did_not() {
         }
     }
 }
+
+/// The malloc family behaves as glibc's (`programs/alloc.c`): aligned
+/// allocations at every power of two up to 64 MiB (NULL past 64 KiB
+/// before), ENOMEM in errno on failure (0 before), `realloc(p, 0)` frees
+/// and returns NULL.
+#[test]
+fn the_allocator_behaves_as_glibcs() {
+    let dir = open_dir(false);
+    let bin = compile("alloc", dir.path());
+    for mode in Mode::all() {
+        let out = uswap_in(
+            mode,
+            &[
+                "run",
+                "--budget",
+                "64M",
+                "--swap",
+                "ram:1G",
+                "--",
+                bin.to_str().unwrap(),
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success(),
+            "{mode:?}: {:?}: {}{err}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{mode:?}: {err}");
+    }
+}
+
+/// `mlockall(MCL_CURRENT | MCL_FUTURE)` and one `send` of a buffer four
+/// times the budget over a stream socket (`programs/locks.c`): uswap's
+/// memory stays unlocked (mlockall faulted the whole heap region in,
+/// 260 MB resident on a 16 MiB budget) and the send goes a chunk at a
+/// time (it pinned the whole buffer: 128 MiB resident); the resident set
+/// stays within the budget's reach.
+#[test]
+fn mlockall_and_long_sends_keep_to_the_budget() {
+    let dir = open_dir(false);
+    let bin = compile("locks", dir.path());
+    let bin = bin.to_str().unwrap();
+    let plain = Command::new(bin).arg("64").output().unwrap();
+    assert!(plain.status.success());
+    for mode in Mode::all() {
+        let out = uswap_in(
+            mode,
+            &[
+                "run", "--budget", "16M", "--swap", "ram:512M", "--stats", "--", bin, "64",
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
+        assert_eq!(out.stdout, plain.stdout, "{mode:?}: {err}");
+        let peak: f64 = number_after(&err, "at most ");
+        assert!(peak < 24.0, "{mode:?}: {peak} MiB resident at the peak: {err}");
+    }
+}
+
+/// A statically linked program (the preload library cannot enter it) and
+/// a set-user-ID one (the loader ignores `LD_PRELOAD` for it) are named
+/// in one line each before they run, unpaged; they ran without a word.
+#[test]
+fn static_and_set_user_id_programs_are_named() {
+    let dir = open_dir(false);
+    let src = dir.path().join("st.c");
+    std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
+    let st = dir.path().join("static");
+    let cc = Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(&st)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(
+        cc.status.success(),
+        "cc -static: {}",
+        String::from_utf8_lossy(&cc.stderr)
+    );
+    let out = uswap(&["run", "--budget", "64M", "--", st.to_str().unwrap()], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("is statically linked") && err.contains("runs unpaged"),
+        "{err}"
+    );
+    if root() {
+        use std::os::unix::fs::PermissionsExt;
+        // A program set-user-ID to another user than the one running it.
+        let su = dir.path().join("su-true");
+        std::fs::copy("/bin/true", &su).unwrap();
+        std::os::unix::fs::chown(&su, Some(NOBODY), None).unwrap();
+        std::fs::set_permissions(&su, std::fs::Permissions::from_mode(0o4755)).unwrap();
+        let out = uswap(&["run", "--budget", "64M", "--", su.to_str().unwrap()], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "{err}");
+        assert!(
+            err.contains("set-user-ID") && err.contains("runs unpaged"),
+            "{err}"
+        );
+    }
+}
+
+/// The default swap file is made with no name in `$TMPDIR`: a file
+/// another user put there under any name (the name the default used to
+/// be, `uswap-run-PID.swap`, stopped uswap run from starting) stands in
+/// nothing's way, and nothing is left there after.
+#[test]
+fn the_default_swap_file_cannot_be_blocked() {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = open_dir(true);
+    // Files of another user's (root's, when the run is nobody's) under
+    // the names the default used to take, for the next few pids.
+    // SAFETY: getpid has no preconditions.
+    let me = unsafe { libc::getpid() } as u32;
+    for pid in me..me + 200 {
+        let f = tmp.path().join(format!("uswap-run-{pid}.swap"));
+        std::fs::write(&f, b"planted").unwrap();
+        std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let before = std::fs::read_dir(tmp.path()).unwrap().count();
+    let out = uswap_in(
+        Mode::Sigbus,
+        &["run", "--budget", "16M", "--", "/bin/true"],
+        &[("TMPDIR", tmp.path().to_str().unwrap())],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), before, "{err}");
+}

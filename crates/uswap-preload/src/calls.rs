@@ -133,6 +133,23 @@ fn chunked(
     }
 }
 
+/// Whether `fd` is a stream socket: a send there may be cut anywhere.
+fn stream_socket(fd: i32) -> bool {
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt into a local int.
+    let ok = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            (&mut ty as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    } == 0;
+    ok && ty == libc::SOCK_STREAM
+}
+
 /// Whether `fd` is a regular file: a read there that filled a chunk may
 /// go on to the next without waiting for anything.
 fn regular_file(fd: i32) -> bool {
@@ -458,12 +475,43 @@ mod interpose {
         unsafe { pwritev(fd, iov, cnt, off) }
     }
 
-    pinned_call!("send", fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t, reads [(buf, n)],
-        sys [libc::SYS_sendto, fd, buf, n, flags, 0, 0]);
+    #[no_mangle]
+    pub unsafe extern "C" fn send(fd: c_int, buf: *const c_void, n: size_t, flags: c_int) -> ssize_t {
+        // SAFETY: the same call with no address.
+        unsafe { sendto(fd, buf, n, flags, std::ptr::null(), 0) }
+    }
 
-    pinned_call!("sendto", fn sendto(fd: c_int, buf: *const c_void, n: size_t, flags: c_int, to: *const sockaddr, tolen: socklen_t) -> ssize_t,
-        reads [(buf, n), (to, tolen as usize)],
-        sys [libc::SYS_sendto, fd, buf, n, flags, to, tolen]);
+    /// `sendto(2)`: on a stream socket a long buffer goes a chunk at a
+    /// time, as `write` does (a stream takes any split); a datagram is
+    /// one message, pinned whole.
+    #[no_mangle]
+    pub unsafe extern "C" fn sendto(
+        fd: c_int,
+        buf: *const c_void,
+        n: size_t,
+        flags: c_int,
+        to: *const sockaddr,
+        tolen: socklen_t,
+    ) -> ssize_t {
+        let f =
+            next!("sendto" as fn(c_int, *const c_void, size_t, c_int, *const sockaddr, socklen_t) -> ssize_t);
+        let _to = pin(to.cast(), tolen as usize, false);
+        let one = |at: *const c_void, len: usize| -> ssize_t {
+            // SAFETY: the C contract, on a piece of the caller's buffer.
+            unsafe {
+                direct(
+                    libc::SYS_sendto,
+                    [fd as _, at as _, len as _, flags as _, to as _, tolen as _],
+                )
+                .map_or_else(|| f(fd, at, len, flags, to, tolen), |r| r as ssize_t)
+            }
+        };
+        if chunk().is_some_and(|c| n > c) && stream_socket(fd) {
+            return chunked(buf, n, false, || true, |at, len, _| one(at, len));
+        }
+        let _buf = pin(buf, n, false);
+        one(buf, n)
+    }
 
     #[no_mangle]
     pub unsafe extern "C" fn sendmsg(fd: c_int, msg: *const msghdr, flags: c_int) -> ssize_t {

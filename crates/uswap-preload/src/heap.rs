@@ -94,7 +94,7 @@ mod interpose {
             if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_malloc(size);
             }
-            mimalloc(|| mi_malloc(size))
+            enomem_if_null(mimalloc(|| mi_malloc(size)))
         }
     }
 
@@ -105,7 +105,7 @@ mod interpose {
             if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_calloc(n, size);
             }
-            mimalloc(|| mi_calloc(n, size))
+            enomem_if_null(mimalloc(|| mi_calloc(n, size)))
         }
     }
 
@@ -117,7 +117,15 @@ mod interpose {
             if libc_block(p) || (p.is_null() && (to_libc() || from_libc(caller) || starting_a_thread())) {
                 return __libc_realloc(p, size);
             }
-            mimalloc(|| mi_realloc(p, size))
+            if !p.is_null() && size == 0 {
+                // glibc's: the block is freed, and nothing comes back.
+                free_block(p);
+                return std::ptr::null_mut();
+            }
+            if let Some(q) = realloc_big_aligned(p, size) {
+                return q;
+            }
+            enomem_if_null(mimalloc(|| mi_realloc(p, size)))
         }
     }
 
@@ -135,7 +143,17 @@ mod interpose {
                     }
                 };
             }
-            mimalloc(|| mi_reallocarray(p, n, size))
+            if !p.is_null() && n.checked_mul(size) == Some(0) {
+                free_block(p);
+                return std::ptr::null_mut();
+            }
+            match n
+                .checked_mul(size)
+                .and_then(|bytes| realloc_big_aligned(p, bytes))
+            {
+                Some(q) => q,
+                None => enomem_if_null(mimalloc(|| mi_reallocarray(p, n, size))),
+            }
         }
     }
 
@@ -161,6 +179,14 @@ mod interpose {
             if to_libc() {
                 return libc_posix_memalign(out, align, size);
             }
+            if align > MI_ALIGN_MAX && align.is_power_of_two() {
+                let p = big_aligned(align, size);
+                if p.is_null() {
+                    return libc::ENOMEM;
+                }
+                *out = p;
+                return 0;
+            }
             mimalloc(|| mi_posix_memalign(out, align, size))
         }
     }
@@ -173,7 +199,10 @@ mod interpose {
             if to_libc() {
                 return __libc_memalign(align, size);
             }
-            mimalloc(|| mi_memalign(align, size))
+            if align > MI_ALIGN_MAX && align.is_power_of_two() {
+                return big_aligned(align, size);
+            }
+            enomem_if_null(mimalloc(|| mi_memalign(align, size)))
         }
     }
 
@@ -185,7 +214,10 @@ mod interpose {
             if to_libc() {
                 return __libc_memalign(align, size);
             }
-            mimalloc(|| mi_aligned_alloc(align, size))
+            if align > MI_ALIGN_MAX && align.is_power_of_two() {
+                return big_aligned(align, size);
+            }
+            enomem_if_null(mimalloc(|| mi_aligned_alloc(align, size)))
         }
     }
 
@@ -220,6 +252,9 @@ mod interpose {
         unsafe {
             if libc_block(p) {
                 return libc_usable_size(p);
+            }
+            if let Some(base) = big_aligned_base(p as usize, false) {
+                return mimalloc(|| mi_malloc_usable_size(base as *const c_void)) - (p as usize - base);
             }
             mimalloc(|| mi_malloc_usable_size(p))
         }
@@ -384,6 +419,7 @@ unsafe fn free_block(p: *mut c_void) {
         // SAFETY: a block of glibc's allocator (`libc_block`).
         unsafe { __libc_free(p) }
     } else {
+        let p = big_aligned_base(p as usize, true).map_or(p, |base| base as *mut c_void);
         if crate::maps::any_protected() {
             // Protection the program gave it goes with it.
             // SAFETY: a live block of mimalloc's.
@@ -391,6 +427,88 @@ unsafe fn free_block(p: *mut c_void) {
         }
         // SAFETY: a block of mimalloc's, or null.
         unsafe { mimalloc(|| mi_free(p)) }
+    }
+}
+
+/// A failed allocation says why, as glibc's does: mimalloc may leave
+/// errno as it was.
+#[inline]
+fn enomem_if_null(p: *mut c_void) -> *mut c_void {
+    if p.is_null() {
+        // SAFETY: errno is this thread's.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+    }
+    p
+}
+
+/// The largest alignment mimalloc serves from its arenas (its arena
+/// slice); past it, it asks the OS, which it may not under `uswap run`.
+const MI_ALIGN_MAX: usize = 64 << 10;
+
+/// Blocks of an alignment past [`MI_ALIGN_MAX`] (a 2 MiB-aligned buffer
+/// for huge pages, a 1 MiB-aligned arena of another allocator): an
+/// over-allocation of mimalloc's, aligned inside.  Aligned start -> the
+/// block mimalloc gave.  Rare: a map under a lock, looked at by `free`
+/// only while it holds any.
+static BIG_ALIGNED: std::sync::Mutex<std::collections::BTreeMap<usize, usize>> =
+    std::sync::Mutex::new(std::collections::BTreeMap::new());
+static ANY_BIG_ALIGNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn big_aligned_map() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<usize, usize>> {
+    BIG_ALIGNED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `size` bytes aligned to `align` (a power of two past mimalloc's own).
+fn big_aligned(align: usize, size: usize) -> *mut c_void {
+    let Some(total) = size.max(1).checked_add(align) else {
+        return enomem_if_null(std::ptr::null_mut());
+    };
+    // SAFETY: an allocation call.
+    let p = unsafe { mimalloc(|| mi_malloc(total)) };
+    if p.is_null() {
+        return enomem_if_null(p);
+    }
+    let a = (p as usize).next_multiple_of(align);
+    let mut map = big_aligned_map();
+    map.insert(a, p as usize);
+    ANY_BIG_ALIGNED.store(true, Ordering::Release);
+    a as *mut c_void
+}
+
+/// The mimalloc block under big-aligned `p`, if it is one (`take`: and
+/// forget it, it is being freed).
+#[inline]
+fn big_aligned_base(p: usize, take: bool) -> Option<usize> {
+    if !ANY_BIG_ALIGNED.load(Ordering::Acquire) {
+        return None;
+    }
+    let mut map = big_aligned_map();
+    if take {
+        let base = map.remove(&p);
+        ANY_BIG_ALIGNED.store(!map.is_empty(), Ordering::Release);
+        base
+    } else {
+        map.get(&p).copied()
+    }
+}
+
+/// `realloc` of a big-aligned block: a plain block of `size` with its
+/// bytes (its alignment is not kept, as glibc's `realloc` keeps none).
+fn realloc_big_aligned(p: *mut c_void, size: usize) -> Option<*mut c_void> {
+    let base = big_aligned_base(p as usize, false)?;
+    // SAFETY: the live block's usable size; then a fresh block, the old
+    // bytes copied (the smaller of the two sizes), the old one freed.
+    unsafe {
+        let have = mimalloc(|| mi_malloc_usable_size(base as *const c_void)) - (p as usize - base);
+        let q = mimalloc(|| mi_malloc(size));
+        if q.is_null() {
+            return Some(enomem_if_null(q));
+        }
+        std::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), have.min(size));
+        free_block(p);
+        Some(q)
     }
 }
 

@@ -184,6 +184,44 @@ fn block_of(map: &BTreeMap<usize, Served>, addr: usize) -> Option<(usize, usize)
     (addr < start + b.len).then_some((start, b.len))
 }
 
+/// The mappings `/proc/self/maps` lists: (start, end, its line).
+fn vmas(maps: &str) -> impl Iterator<Item = (u64, u64, &str)> {
+    maps.lines().filter_map(|line| {
+        let (a, b) = line.split_whitespace().next()?.split_once('-')?;
+        Some((
+            u64::from_str_radix(a, 16).ok()?,
+            u64::from_str_radix(b, 16).ok()?,
+            line,
+        ))
+    })
+}
+
+/// Whether this process may lock all of the program's mappings (listed
+/// in `maps`, less uswap's `own`): it is privileged (`CAP_IPC_LOCK`,
+/// taken for root's), or their size is within `RLIMIT_MEMLOCK`, the
+/// kernel's check for `mlockall(MCL_CURRENT)`.
+fn may_lock(maps: &str, own: &[(u64, u64)]) -> bool {
+    // SAFETY: reads a limit into a local struct; geteuid has no
+    // preconditions.
+    let (limit, root) = unsafe {
+        let mut rl: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_MEMLOCK, &mut rl);
+        (rl.rlim_cur, libc::geteuid() == 0)
+    };
+    if root || limit == libc::RLIM_INFINITY {
+        return true;
+    }
+    let mut total = 0u64;
+    for (lo, hi, _) in vmas(maps) {
+        let theirs: u64 = own
+            .iter()
+            .map(|&(s, l)| (s + l).min(hi).saturating_sub(s.max(lo)))
+            .sum();
+        total += (hi - lo).saturating_sub(theirs);
+    }
+    total <= limit
+}
+
 /// The system call itself.
 unsafe fn sys_mmap(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32, off: i64) -> *mut c_void {
     // SAFETY: the caller's arguments, to the kernel.
@@ -383,6 +421,82 @@ mod interpose {
         }
         // SAFETY: the caller's request, to the kernel.
         unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) as i32 }
+    }
+
+    /// `mlockall(2)`: everything but uswap's memory.  Locking that would
+    /// fault every page of it in and keep it: the heap region (as large
+    /// as the budget and the swap together), the metadata tables, a RAM
+    /// device, the compressed store.  `MCL_CURRENT` locks each other
+    /// mapping, as `mlockall` would; `MCL_FUTURE` is the kernel's, on
+    /// fault (`MCL_ONFAULT`), so that what uswap maps later is not filled
+    /// at once (the program's own later mappings are locked as they are
+    /// touched, not at their `mmap`).
+    #[no_mangle]
+    pub unsafe extern "C" fn mlockall(flags: i32) -> i32 {
+        if heap().is_none() {
+            // SAFETY: the caller's request, to the kernel.
+            return unsafe { libc::syscall(libc::SYS_mlockall, flags) as i32 };
+        }
+        let onfault = flags & libc::MCL_ONFAULT;
+        let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+            set_errno(libc::ENOMEM);
+            return -1;
+        };
+        let own = uswap::sys::own_memory();
+        if flags & libc::MCL_CURRENT != 0 && !may_lock(&maps, &own) {
+            // As the kernel answers, before it changes anything: the
+            // program's memory is past RLIMIT_MEMLOCK.
+            set_errno(libc::ENOMEM);
+            return -1;
+        }
+        if flags & libc::MCL_FUTURE != 0 {
+            // SAFETY: as above, for future mappings only.
+            if unsafe { libc::syscall(libc::SYS_mlockall, libc::MCL_FUTURE | libc::MCL_ONFAULT) } != 0 {
+                return -1;
+            }
+        }
+        if flags & libc::MCL_CURRENT == 0 {
+            return 0;
+        }
+        let lock_flags = if onfault != 0 { libc::MLOCK_ONFAULT } else { 0 };
+        let mut rc = 0;
+        for (lo, hi, line) in vmas(&maps) {
+            // Inaccessible mappings (guards, reservations) hold no pages
+            // to lock; the kernel's call lets them be.
+            if line
+                .split_whitespace()
+                .nth(1)
+                .is_some_and(|p| p.starts_with("---"))
+            {
+                continue;
+            }
+            // This mapping, less uswap's ranges in it.
+            let mut at = lo;
+            let mut pieces = Vec::new();
+            for &(s, l) in own.iter().filter(|&&(s, l)| s < hi && s + l > lo) {
+                if s > at {
+                    pieces.push((at, s));
+                }
+                at = at.max(s + l);
+            }
+            if at < hi {
+                pieces.push((at, hi));
+            }
+            for (a, b) in pieces {
+                // SAFETY: locks part of a mapping of this process.
+                if unsafe { libc::syscall(libc::SYS_mlock2, a, b - a, lock_flags) } != 0 {
+                    let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                    // The limit (RLIMIT_MEMLOCK: ENOMEM, EAGAIN) and
+                    // permission are the caller's to hear of; what cannot
+                    // be locked at all (the vsyscall page) is skipped.
+                    if !line.ends_with("[vsyscall]") {
+                        set_errno(e);
+                        rc = -1;
+                    }
+                }
+            }
+        }
+        rc
     }
 
     /// `madvise(2)`.

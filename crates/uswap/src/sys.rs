@@ -12,11 +12,56 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::ioctl::{self, opcode};
 use rustix::mm::{self, Advice, MapFlags, ProtFlags};
 
 use crate::PAGE_SIZE;
+
+/// uswap's own memory: every [`Mapping`] (regions, frames, RAM devices,
+/// stores, thread stacks) and every large metadata table, as
+/// `(start, length)`, so that a library sharing the process with a
+/// program can keep the program's whole-process calls off it
+/// (`mlockall(MCL_CURRENT)` would fault every page of it in and lock
+/// it).  A fixed table of atomics: a range past its room is not listed.
+static OWN: [(AtomicU64, AtomicU64); 1024] = [const { (AtomicU64::new(0), AtomicU64::new(0)) }; 1024];
+
+/// List `[addr, addr + len)` as uswap's own.
+pub(crate) fn remember_memory(addr: u64, len: u64) {
+    if len == 0 {
+        return;
+    }
+    for (a, l) in &OWN {
+        if a.compare_exchange(0, addr, Ordering::AcqRel, Ordering::Relaxed)
+            .is_ok()
+        {
+            l.store(len, Ordering::Release);
+            return;
+        }
+    }
+}
+
+/// Unlist the range that starts at `addr`.
+pub(crate) fn forget_memory(addr: u64) {
+    for (a, l) in &OWN {
+        if a.load(Ordering::Acquire) == addr {
+            l.store(0, Ordering::Release);
+            a.store(0, Ordering::Release);
+        }
+    }
+}
+
+/// uswap's own memory ranges, sorted by start.
+pub fn own_memory() -> Vec<(u64, u64)> {
+    let mut v: Vec<(u64, u64)> = OWN
+        .iter()
+        .map(|(a, l)| (a.load(Ordering::Acquire), l.load(Ordering::Acquire)))
+        .filter(|&(a, l)| a != 0 && l != 0)
+        .collect();
+    v.sort_unstable();
+    v
+}
 
 /// An anonymous private mapping, unmapped on drop.  A forked child
 /// inherits a copy, as it does any private memory (the pager adopts it
@@ -67,6 +112,7 @@ impl Mapping {
                 let _ = mm::munmap((aligned + len) as *mut _, end - (aligned + len));
             }
         }
+        remember_memory(aligned as u64, len as u64);
         Ok(Mapping {
             addr: aligned as u64,
             len,
@@ -97,6 +143,7 @@ impl Mapping {
             let _ = unsafe { mm::munmap(p, len) };
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
         }
+        remember_memory(addr, len as u64);
         Ok(Mapping { addr, len })
     }
 
@@ -161,6 +208,7 @@ impl Mapping {
     /// Leave the range mapped when this value goes: it is not ours any
     /// more (the program unmapped it and something else sits there).
     pub fn forget(&mut self) {
+        forget_memory(self.addr);
         self.len = 0;
     }
 }
@@ -170,6 +218,7 @@ impl Drop for Mapping {
         if self.len == 0 {
             return;
         }
+        forget_memory(self.addr);
         // SAFETY: unmaps exactly the range this Mapping owns; `&mut self`
         // means no reference into it is live.
         let _ = unsafe { mm::munmap(self.addr as *mut _, self.len) };
@@ -212,6 +261,7 @@ pub fn map_stacks(count: u64, size: u64, guard: u64) -> Option<u64> {
             )
         };
     }
+    remember_memory(p as u64, len as u64);
     Some(p as u64)
 }
 

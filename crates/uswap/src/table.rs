@@ -54,6 +54,11 @@ pub(crate) fn zeroed<T: Zeroed>(n: usize, what: &'static str) -> Result<Box<[T]>
     if p.is_null() {
         return Err(too_big());
     }
+    if layout.size() >= 1 << 20 {
+        // A table this large is a mapping of its own: uswap's memory.
+        // (Listed for good: an instance's tables live as long as it.)
+        crate::sys::remember_memory(p as u64, layout.size() as u64);
+    }
     // SAFETY: `p` is a fresh allocation of exactly `Layout::array::<T>(n)`
     // from the global allocator, which is what `Box<[T]>` frees with; its
     // bytes are zero, a valid `T` by `Zeroed`.

@@ -389,41 +389,54 @@ fn read<T: Copy>(at: u64) -> T {
     unsafe { std::ptr::read_unaligned(at as *const T) }
 }
 
-/// The calls whose transfer may be cut short (a short read or write is
-/// theirs to return): their length is cut to the pinning chunk, so that
-/// a huge buffer is not pinned whole.
-const SHORTENABLE: [i64; 8] = [
-    libc::SYS_read,
-    libc::SYS_write,
-    libc::SYS_pread64,
-    libc::SYS_pwrite64,
-    libc::SYS_getrandom,
-    libc::SYS_getdents64,
-    libc::SYS_recvfrom,
-    libc::SYS_sendto,
+/// Calls that may return less than asked (`getrandom` past 256 bytes,
+/// `getdents64`): a buffer past the pinning chunk is cut to it, so that
+/// it is not pinned whole.
+const SHORTENABLE: [i64; 2] = [libc::SYS_getrandom, libc::SYS_getdents64];
+
+/// Calls whose buffer past the pinning chunk is transferred a chunk at a
+/// time, as `calls.rs`'s `read` and `write` do, whole: (number, buffer
+/// argument, length argument, offset argument or 6, stores).
+const CHUNKED: [(i64, usize, usize, usize, bool); 4] = [
+    (libc::SYS_read, 1, 2, 6, true),
+    (libc::SYS_write, 1, 2, 6, false),
+    (libc::SYS_pread64, 1, 2, 3, true),
+    (libc::SYS_pwrite64, 1, 2, 3, false),
 ];
 
 /// Make trapped call `nr` with `args`, its buffers pinned, under the
 /// interrupted `mask`: the kernel's answer.
 fn serve(nr: i64, mut args: [i64; 6], mask: &libc::sigset_t) -> i64 {
+    let chunk = crate::calls::chunk().unwrap_or(usize::MAX) as i64;
+    if let Some(&(_, buf, len, off, store)) = CHUNKED.iter().find(|c| c.0 == nr) {
+        if args[len] > chunk && guarded(args[buf] as u64) {
+            return chunked(nr, args, (buf, len, off, store), chunk, mask);
+        }
+    }
     let mut pins = PinSet::new();
     if let Some(call) = table::lookup(nr) {
         if SHORTENABLE.contains(&nr) {
             let (buf, len) = if nr == libc::SYS_getrandom { (0, 1) } else { (1, 2) };
             if guarded(args[buf] as u64) {
-                if let Some(chunk) = crate::calls::chunk() {
-                    args[len] = args[len].min(chunk as i64);
-                }
+                args[len] = args[len].min(chunk);
             }
         }
         for &(i, b) in call.args {
             pin_arg(&mut pins, b, args[usize::from(i)] as u64, &args);
         }
     }
+    let r = call_unmasked(nr, args, mask);
+    drop(pins);
+    r
+}
+
+/// The call itself, from the trampoline, under the interrupted code's
+/// `mask` (the kernel's 8-byte set is the first word of libc's): a
+/// blocking call stays interruptible by the program's signals.
+fn call_unmasked(nr: i64, args: [i64; 6], mask: &libc::sigset_t) -> i64 {
     let mut saved = [0u64; 1];
-    // SAFETY: this thread's mask, set to the interrupted code's for the
-    // call (the kernel's 8-byte set is the first word of libc's) and
-    // restored after; then the call itself, from the trampoline.
+    // SAFETY: this thread's mask, set for the call and restored after;
+    // the call with the program's own arguments.
     unsafe {
         crate::syscalls::raw(
             libc::SYS_rt_sigprocmask,
@@ -441,8 +454,52 @@ fn serve(nr: i64, mut args: [i64; 6], mask: &libc::sigset_t) -> i64 {
             libc::SYS_rt_sigprocmask,
             [libc::SIG_SETMASK as i64, saved.as_ptr() as i64, 0, 8, 0, 0],
         );
-        drop(pins);
         r
+    }
+}
+
+/// A `read`, `write`, `pread64` or `pwrite64` of a heap buffer longer than
+/// the pinning chunk, a chunk at a time, each pinned for its piece, as
+/// one call would: the bytes moved, or the first piece's error.  Reads go
+/// on past a full chunk only on regular files, where more is there (a
+/// pipe's reader would wait for data the single call would not have);
+/// writes go on until done or cut short.
+fn chunked(
+    nr: i64,
+    args: [i64; 6],
+    (buf, len, off, store): (usize, usize, usize, bool),
+    chunk: i64,
+    mask: &libc::sigset_t,
+) -> i64 {
+    let go_on = !store || {
+        // SAFETY: zeroed is a valid stat.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstat of the call's descriptor into a local.
+        let r =
+            unsafe { crate::syscalls::raw(libc::SYS_fstat, [args[0], &mut st as *mut _ as i64, 0, 0, 0, 0]) };
+        r == 0 && st.st_mode & libc::S_IFMT == libc::S_IFREG
+    };
+    let mut done = 0i64;
+    loop {
+        let piece = (args[len] - done).min(chunk);
+        let mut a = args;
+        a[buf] += done;
+        a[len] = piece;
+        if off < 6 {
+            a[off] += done;
+        }
+        let r = {
+            let mut pins = PinSet::new();
+            pins.add(a[buf] as u64, piece as u64, store);
+            call_unmasked(nr, a, mask)
+        };
+        if r < 0 {
+            return if done > 0 { done } else { r };
+        }
+        done += r;
+        if r < piece || done == args[len] || !go_on {
+            return done;
+        }
     }
 }
 

@@ -228,7 +228,17 @@ impl IoError {
     /// `ETIMEDOUT`), as opposed to a block that is bad (`EIO`, `EILSEQ`,
     /// `EBADMSG`, `ENODATA`), a device that is gone, or a truncated file.
     /// The pager retires a slot only on the second kind.
+    ///
+    /// A write that stopped short with no error from the kernel (a short
+    /// or empty transfer: `WriteZero`, no errno) is transient too: nothing
+    /// says the block is bad, and retiring a slot for it would print
+    /// "errno 0" for a slot that works.
     pub fn is_transient(&self) -> bool {
+        if let IoError::Write { source, .. } = self {
+            if source.raw_os_error().is_none() {
+                return true;
+            }
+        }
         matches!(
             self.errno(),
             Some(
@@ -479,9 +489,11 @@ impl IoDevice {
 
     /// A file device of `opts.slots` pages at `opts.path`.
     ///
-    /// A path that does not exist gets a private file: unnamed
-    /// (`O_TMPFILE`) in that directory, mode 0600, preallocated, gone with
-    /// the process however it ends (see `file::create_private`).  An
+    /// A path that does not exist, or a directory, gets a private file:
+    /// unnamed (`O_TMPFILE`) in that directory, mode 0600, preallocated,
+    /// gone with the process however it ends (see `file::create_private`);
+    /// a directory cannot be blocked by a file another user put under the
+    /// name one would pick (`uswap run`'s default is its `$TMPDIR`).  An
     /// existing path (a block device, or a file the user keeps and
     /// preallocated) must be this process's alone (`backing.rs`), a
     /// regular file or block device of at least `slots * 4096` bytes, and
@@ -506,6 +518,11 @@ impl IoDevice {
         // Not following a link: a dangling one is an existing path, which
         // `open_file` refuses, not a name to create a file through.
         match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => {
+                // A directory: a file of our own in it, with no name.
+                let backing = file::create_private(&path.join("uswap.swap"), need, opts.direct)?;
+                Self::map_file(opts, need, backing, registry)
+            }
             Ok(_) => Self::open_file(opts, need, registry),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
                 let backing = file::create_private(path, need, opts.direct)?;

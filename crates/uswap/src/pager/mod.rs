@@ -915,6 +915,10 @@ impl Region {
             source: e.into(),
         })?;
         debug_assert_eq!(p as u64, addr);
+        // Under `mlockall(MCL_FUTURE)` the fresh mapping came locked (and
+        // filled): its pages are uswap's to keep in or out.
+        // SAFETY: unlocks a range of this region; contents unchanged.
+        let _ = unsafe { rustix::mm::munlock(addr as *mut _, bytes) };
         self.inner.uffd.register(
             addr,
             bytes as u64,

@@ -362,10 +362,9 @@ fn write_failed(
     report::once(
         &inner.reports.bad_slot,
         format_args!(
-            "uswap: writing swap slot {} of device {} failed (errno {}): the slot is retired, and so is every slot that fails so from now on",
+            "uswap: writing swap slot {} of device {} failed ({err}): the slot is retired, and so is every slot that fails so from now on",
             e.offset(),
             e.device(),
-            err.errno().unwrap_or(0)
         ),
     );
     let addr = inner.addrs[id as usize].load(Ordering::Relaxed);
