@@ -32,6 +32,9 @@ pub enum Runner {
     UswapSigbus,
     /// `uswap run --mode sigbus` with a swap file in --swap-dir.
     UswapSigbusFile,
+    /// `uswap run --mode sigbus --syscall-guard off` with a RAM swap
+    /// device: beside uswap-sigbus, what the system-call guard costs.
+    UswapSigbusNoguard,
     /// A memory cgroup with kernel swap on /dev/zram0.
     KernelZram,
     /// A memory cgroup with kernel swap on a swap file in --swap-dir.
@@ -46,6 +49,7 @@ impl Runner {
             Runner::UswapFile => "uswap-file",
             Runner::UswapSigbus => "uswap-sigbus",
             Runner::UswapSigbusFile => "uswap-sigbus-file",
+            Runner::UswapSigbusNoguard => "uswap-sigbus-noguard",
             Runner::KernelZram => "kernel-zram",
             Runner::KernelFile => "kernel-file",
         }
@@ -154,8 +158,14 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Vec<u8>)> {
     let exe = std::env::current_exe().context("finding this executable")?;
     let uswap_run = |mode: &str, spec: String| {
         let mut c = Command::new(&exe);
+        let (mode, guard) = match mode.split_once(',') {
+            Some((m, g)) => (m, g),
+            None => (mode, "on"),
+        };
         c.args([
             "run",
+            "--syscall-guard",
+            guard,
             "--mode",
             mode,
             "--budget",
@@ -192,6 +202,7 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Vec<u8>)> {
         Runner::UswapFile => uswap_run("handler", format!("file:{}:{swap}", file.display())),
         Runner::UswapSigbus => uswap_run("sigbus", format!("ram:{swap}")),
         Runner::UswapSigbusFile => uswap_run("sigbus", format!("file:{}:{swap}", file.display())),
+        Runner::UswapSigbusNoguard => uswap_run("sigbus,off", format!("ram:{swap}")),
         Runner::KernelZram => {
             let (c, ks, cg) = kernel(KernelDevice::Zram {
                 bytes: swap,

@@ -1,8 +1,8 @@
 //! The guard's seccomp filter, in classic BPF: for each system call of
 //! the table, trap (SIGSYS) when one of its buffer arguments points into
 //! the guarded range, or always for the calls whose buffers hide behind a
-//! vector; let everything else through, and every call made from the
-//! guard's own `syscall` instruction.
+//! vector, unless the call comes from the guard's own `syscall`
+//! instruction; let everything else through.
 //!
 //! The guarded range is whole 4 GiB blocks (`[lo << 32, hi << 32)`), so
 //! that a pointer is tested on its upper 32 bits alone: two compares an
@@ -128,12 +128,6 @@ pub fn program(calls: &[Call], lo: u32, hi: u32, allowed_ip: u64) -> Vec<Insn> {
     a.emit(LD_W_ABS, 0, 0, ARCH);
     a.emit(JEQ_K, 1, 0, AUDIT_ARCH_X86_64);
     a.jump(allow);
-    // The guard's own call.
-    a.emit(LD_W_ABS, 0, 0, IP_LO);
-    a.emit(JEQ_K, 0, 3, allowed_ip as u32);
-    a.emit(LD_W_ABS, 0, 0, IP_HI);
-    a.emit(JEQ_K, 0, 1, (allowed_ip >> 32) as u32);
-    a.jump(allow);
     // The number stays in A through the whole search.
     a.emit(LD_W_ABS, 0, 0, NR);
     let labels: Vec<usize> = group_of.iter().map(|&g| groups[g].2).collect();
@@ -163,10 +157,20 @@ pub fn program(calls: &[Call], lo: u32, hi: u32, allowed_ip: u64) -> Vec<Insn> {
         }
         a.jump(allow);
     }
+    // Where a trap would be, the guard's own call is let through: the
+    // instruction pointer is read only here, so that for a number the
+    // table does not hold the answer depends on the number alone, and the
+    // kernel caches it (its seccomp action cache: no filter runs at all
+    // for `getpid` or `mmap`).
+    a.here(trap_l);
+    a.emit(LD_W_ABS, 0, 0, IP_LO);
+    a.emit(JEQ_K, 0, 3, allowed_ip as u32);
+    a.emit(LD_W_ABS, 0, 0, IP_HI);
+    a.emit(JEQ_K, 0, 1, (allowed_ip >> 32) as u32);
+    a.jump(allow);
+    a.emit(RET_K, 0, 0, trap());
     a.here(allow);
     a.emit(RET_K, 0, 0, ALLOW);
-    a.here(trap_l);
-    a.emit(RET_K, 0, 0, trap());
     a.build()
 }
 
