@@ -738,3 +738,16 @@ fn the_default_swap_file_cannot_be_blocked() {
     assert!(out.status.success(), "{err}");
     assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), before, "{err}");
 }
+
+/// docs/DESIGN.md's table of system calls with buffers lists every call
+/// of the guard's table, by number and name: the documentation says what
+/// the code does.
+#[test]
+fn the_design_lists_every_guarded_call() {
+    let design =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/DESIGN.md")).unwrap();
+    for c in table::CALLS {
+        let row = format!("| {} | `{}` |", c.nr, c.name);
+        assert!(design.contains(&row), "docs/DESIGN.md has no row {row}");
+    }
+}
