@@ -62,16 +62,17 @@ pub struct RunArgs {
     /// (`25%`).
     #[arg(long, default_value = "50%")]
     pub budget: String,
-    /// Swap device: `file:PATH:SIZE` (if missing, created unnamed in
-    /// PATH's directory, mode 0600: nothing is left behind, even after
-    /// `kill -9`; an existing file or block device is used as is if it is
+    /// Swap device: `file:PATH:SIZE` (PATH a directory, or missing:
+    /// created unnamed there, mode 0600: nothing is left behind, even
+    /// after `kill -9`; an existing file or block device is used as is if it is
     /// this user's alone: mode 0600, not a symlink, not in use; pages
     /// encrypted and authenticated with a key held only in memory, unless
     /// `file:PATH:SIZE:plain`), `zram:SIZE[:lz4|zstd[:LEVEL]]`
     /// (compressed in memory, at most SIZE of it), `ram:SIZE`, or a tier
     /// `zram:SIZE[:CODEC],file:PATH:SIZE` (the store's oldest pages go to
     /// the file when it holds SIZE).  Repeat for several.  Default: a file in $TMPDIR (or /var/tmp) of eight times
-    /// the budget, at most half the free space there.  The heap holds the
+    /// the budget, at most half the free space there, made unnamed in
+    /// that directory.  The heap holds the
     /// budget and the swap space together (and a little more, for the
     /// allocator's fragmentation); past that, malloc fails.
     #[arg(long = "swap")]
@@ -83,10 +84,11 @@ pub struct RunArgs {
     /// `sigbus`: the faulting thread itself, in a signal handler, several
     /// times faster (no thread wake-ups) and open to any user; the kernel
     /// cannot have its faults served there, so the buffers of the calls
-    /// that move data (read, write, recv, send, fread, fwrite and their
-    /// kin; docs/DESIGN.md lists them) are brought in and held for the
-    /// call, and a call outside that list given a heap buffer that is out
-    /// fails with EFAULT.  `auto`: handler where allowed, else sigbus.
+    /// that move data (read, write, recv, send, the stat family and their
+    /// kin) are brought in and held for the call, and every other system
+    /// call given a heap buffer is trapped and served the same way
+    /// (--syscall-guard; docs/DESIGN.md lists every call).  `auto`:
+    /// handler where allowed, else sigbus.
     #[arg(long, value_enum, default_value_t = RunMode::Auto)]
     pub mode: RunMode,
     /// At exit, print what was swapped on stderr, one block: faults by
@@ -104,8 +106,8 @@ pub struct RunArgs {
     /// heap buffer that the kernel could not read or write because it is
     /// out, and uswap brings the buffer in and makes the call (so no call
     /// fails with EFAULT; docs/DESIGN.md lists them).  It sets
-    /// no-new-privileges for an ordinary user: set-user-ID programs run
-    /// under it run without their privileges.  `off`: calls outside
+    /// no-new-privileges for an ordinary user: a set-user-ID program the
+    /// paged program starts runs without its privileges.  `off`: calls outside
     /// those uswap run interposes may fail with EFAULT instead.
     #[arg(long, value_enum, default_value_t = Guard::On)]
     pub syscall_guard: Guard,
