@@ -751,3 +751,42 @@ fn the_design_lists_every_guarded_call() {
         assert!(design.contains(&row), "docs/DESIGN.md has no row {row}");
     }
 }
+
+/// Python doing what Python programs do (`programs/guest.py`) in a heap
+/// four times the budget: subprocess with large argument lists from the
+/// heap (vfork + exec), os.preadv and os.pwritev into heap buffers, a
+/// pipe read with poll while a thread that blocks every signal writes
+/// it, faulthandler on; the same digest as without uswap, both modes.
+#[test]
+fn python_subprocess_preadv_and_threads_blocking_signals() {
+    // Copied where `nobody` may read it (the checkout may be in a home).
+    let dir = open_dir(false);
+    let script = dir.path().join("guest.py");
+    std::fs::copy(
+        concat!(env!("CARGO_MANIFEST_DIR"), "/tests/programs/guest.py"),
+        &script,
+    )
+    .unwrap();
+    let script = script.to_str().unwrap();
+    let plain = Command::new(PYTHON).args([script, "200000"]).output().unwrap();
+    assert!(
+        plain.status.success(),
+        "{}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    for mode in Mode::all() {
+        let tmp = open_dir(true);
+        let out = uswap_in(
+            mode,
+            &[
+                "run", "--budget", "12M", "--swap", "ram:256M", "--stats", "--", PYTHON, script, "200000",
+            ],
+            &[("TMPDIR", tmp.path().to_str().unwrap())],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
+        assert_eq!(out.stdout, plain.stdout, "{mode:?}: {err}");
+        assert!(stat(&err, "evictions") > 5000, "{mode:?}: {err}");
+        assert!(!err.contains("blocks SIGBUS"), "{mode:?}: {err}");
+    }
+}
