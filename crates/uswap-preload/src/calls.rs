@@ -35,31 +35,11 @@
 //! kernel's faults.
 
 use std::ffi::c_void;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use uswap::pager::{FaultMode, Pinned};
+use uswap::pager::Pinned;
 
+use crate::pins::chunk;
 use crate::RUNNING;
-
-/// The longest span pinned at once, in bytes; 0 until SIGBUS mode runs,
-/// and while it is 0 the interposed calls pin nothing.
-static CHUNK: AtomicUsize = AtomicUsize::new(0);
-
-/// Turn pinning on (SIGBUS mode), once the instance runs.
-pub(crate) fn start(mode: FaultMode, budget_bytes: usize) {
-    if mode == FaultMode::Sigbus {
-        CHUNK.store((budget_bytes / 4).clamp(64 << 10, 16 << 20), Ordering::Release);
-    }
-}
-
-/// The chunk when pinning is on.
-#[inline]
-pub(crate) fn chunk() -> Option<usize> {
-    match CHUNK.load(Ordering::Acquire) {
-        0 => None,
-        c => Some(c),
-    }
-}
 
 /// Pin the heap pages of `[addr, addr + len)`: for the kernel to store
 /// into them (`write`) or to read them.  None when pinning is off or no
@@ -72,16 +52,7 @@ fn pin(addr: *const c_void, len: usize, write: bool) -> Option<Pinned<'static>> 
         // EFAULT instead, as it would without uswap's help.
         return None;
     }
-    let r = RUNNING.get()?;
-    let base = r.region.as_ptr() as usize;
-    let end = base + r.region.len();
-    let lo = (addr as usize).max(base);
-    let hi = (addr as usize).saturating_add(len).min(end);
-    if lo >= hi {
-        return None;
-    }
-    // A span of the region (checked above): cannot be refused.
-    r.region.pin(lo - base, hi - lo, write).ok()
+    crate::pins::span(addr as usize, len, write)
 }
 
 /// Whether any byte of `[addr, addr + len)` is in the heap while pinning

@@ -20,10 +20,10 @@
 //!
 //! uswap's own code in this library closes its own descriptors through
 //! the same symbols; a call whose return address is in this library's
-//! code passes through.  The raw system call (`syscall(SYS_close, ...)`)
-//! is `syscalls.rs`'s.
+//! code passes through.  So do the raw system calls made through libc's
+//! `syscall(2)`, interposed here too.
 
-use libc::{c_int, c_uint};
+use libc::{c_int, c_long, c_uint};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::callers::ours;
@@ -179,5 +179,35 @@ pub(crate) fn raw(nr: libc::c_long, a: [libc::c_long; 3]) -> Option<libc::c_long
             Some(close_around(a[0] as c_uint, a[1] as c_uint, a[2] as c_uint) as libc::c_long)
         }
         _ => None,
+    }
+}
+
+/// The interposed `syscall(2)`: how a program makes a call libc has no
+/// function for, or makes one around libc (`syscall(SYS_close_range, 3,
+/// ~0U, 0)`); the descriptor calls among them are kept off uswap's
+/// descriptors as `close` and the rest are.  Variadic in C; on x86-64 the six
+/// arguments any call can have are in their registers and on the stack
+/// whether or not the caller passed them, and unused ones are ignored by
+/// the kernel.
+#[allow(clippy::missing_safety_doc)] // the contract is the C one
+mod interpose_syscall {
+    use super::*;
+
+    #[no_mangle]
+    pub unsafe extern "C" fn syscall(
+        nr: c_long,
+        a1: c_long,
+        a2: c_long,
+        a3: c_long,
+        a4: c_long,
+        a5: c_long,
+        a6: c_long,
+    ) -> c_long {
+        if let Some(r) = raw(nr, [a1, a2, a3]) {
+            return r;
+        }
+        let f = next!("syscall" as fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long);
+        // SAFETY: the C contract: the arguments pass through.
+        unsafe { f(nr, a1, a2, a3, a4, a5, a6) }
     }
 }

@@ -3,8 +3,10 @@
 
 use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
+use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use uswap::pager::starting_a_thread;
 
@@ -420,14 +422,67 @@ unsafe fn free_block(p: *mut c_void) {
         unsafe { __libc_free(p) }
     } else {
         let p = big_aligned_base(p as usize, true).map_or(p, |base| base as *mut c_void);
-        if crate::maps::any_protected() {
+        if any_protected() {
             // Protection the program gave it goes with it.
             // SAFETY: a live block of mimalloc's.
-            crate::maps::freeing(p as usize, unsafe { mimalloc(|| mi_malloc_usable_size(p)) });
+            freeing(p as usize, unsafe { mimalloc(|| mi_malloc_usable_size(p)) });
         }
         // SAFETY: a block of mimalloc's, or null.
         unsafe { mimalloc(|| mi_free(p)) }
     }
+}
+
+/// Heap memory `malloc` gave whose protection the program changed:
+/// start -> end, page aligned.  Put back to read-write when freed.
+static PROTECTED: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
+/// Whether `PROTECTED` holds anything: `free` looks only then.
+static ANY_PROTECTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn protected_map() -> std::sync::MutexGuard<'static, BTreeMap<usize, usize>> {
+    PROTECTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Whether any heap memory `malloc` gave is protected: only then does
+/// `free` look (one load on its path).
+#[inline]
+pub(crate) fn any_protected() -> bool {
+    ANY_PROTECTED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// A heap block of `len` bytes at `p` is being freed: whatever of it the
+/// program protected becomes readable and writable again, as mimalloc
+/// will hand it out.
+pub(crate) fn freeing(p: usize, len: usize) {
+    let lo = p / uswap::PAGE_SIZE * uswap::PAGE_SIZE;
+    let hi = (p + len).next_multiple_of(uswap::PAGE_SIZE);
+    let mut map = protected_map();
+    let hits: Vec<(usize, usize)> = map
+        .range(..hi)
+        .filter(|&(_, &e)| e > lo)
+        .map(|(&s, &e)| (s, e))
+        .collect();
+    for (s, e) in hits {
+        map.remove(&s);
+        let (a, b) = (s.max(lo), e.min(hi));
+        // SAFETY: heap pages of the block being freed, made usable again.
+        unsafe { libc::syscall(libc::SYS_mprotect, a, b - a, libc::PROT_READ | libc::PROT_WRITE) };
+        if s < a {
+            map.insert(s, a);
+        }
+        if e > b {
+            map.insert(b, e);
+        }
+    }
+    ANY_PROTECTED.store(!map.is_empty(), std::sync::atomic::Ordering::Release);
+}
+
+/// The program protected `[lo, hi)` (page aligned) of memory `malloc`
+/// gave: made read-write again when freed.
+pub(crate) fn protected(lo: usize, hi: usize) {
+    protected_map().insert(lo, hi);
+    ANY_PROTECTED.store(true, std::sync::atomic::Ordering::Release);
 }
 
 /// A failed allocation says why, as glibc's does: mimalloc may leave
@@ -450,11 +505,10 @@ const MI_ALIGN_MAX: usize = 64 << 10;
 /// over-allocation of mimalloc's, aligned inside.  Aligned start -> the
 /// block mimalloc gave.  Rare: a map under a lock, looked at by `free`
 /// only while it holds any.
-static BIG_ALIGNED: std::sync::Mutex<std::collections::BTreeMap<usize, usize>> =
-    std::sync::Mutex::new(std::collections::BTreeMap::new());
+static BIG_ALIGNED: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
 static ANY_BIG_ALIGNED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
-fn big_aligned_map() -> std::sync::MutexGuard<'static, std::collections::BTreeMap<usize, usize>> {
+fn big_aligned_map() -> std::sync::MutexGuard<'static, BTreeMap<usize, usize>> {
     BIG_ALIGNED
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

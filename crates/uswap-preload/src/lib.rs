@@ -72,6 +72,7 @@ mod descriptors;
 mod guard;
 mod heap;
 mod maps;
+mod pins;
 mod signals;
 mod syscalls;
 
@@ -255,7 +256,7 @@ fn start(c: Config) -> Result<(), String> {
     }
     // SAFETY: an option setter.
     heap::mimalloc(|| unsafe { mi_option_set(MI_OPTION_DISALLOW_OS_ALLOC, 1) });
-    calls::start(c.mode, c.budget as usize);
+    pins::start(c.mode, c.budget as usize);
     if let Some(g) = &c.guard {
         guard::start(g)?;
     }

@@ -65,52 +65,6 @@ fn served() -> std::sync::MutexGuard<'static, BTreeMap<usize, Served>> {
     SERVED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Heap memory `malloc` gave whose protection the program changed:
-/// start -> end, page aligned.  Put back to read-write when freed.
-static PROTECTED: Mutex<BTreeMap<usize, usize>> = Mutex::new(BTreeMap::new());
-/// Whether `PROTECTED` holds anything: `free` looks only then.
-static ANY_PROTECTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn protected() -> std::sync::MutexGuard<'static, BTreeMap<usize, usize>> {
-    PROTECTED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// Whether any heap memory `malloc` gave is protected: only then does
-/// `free` look (one load on its path).
-#[inline]
-pub(crate) fn any_protected() -> bool {
-    ANY_PROTECTED.load(std::sync::atomic::Ordering::Relaxed)
-}
-
-/// A heap block of `len` bytes at `p` is being freed: whatever of it the
-/// program protected becomes readable and writable again, as mimalloc
-/// will hand it out.
-pub(crate) fn freeing(p: usize, len: usize) {
-    let lo = p / PAGE * PAGE;
-    let hi = (p + len).next_multiple_of(PAGE);
-    let mut map = protected();
-    let hits: Vec<(usize, usize)> = map
-        .range(..hi)
-        .filter(|&(_, &e)| e > lo)
-        .map(|(&s, &e)| (s, e))
-        .collect();
-    for (s, e) in hits {
-        map.remove(&s);
-        let (a, b) = (s.max(lo), e.min(hi));
-        // SAFETY: heap pages of the block being freed, made usable again.
-        unsafe { libc::syscall(libc::SYS_mprotect, a, b - a, libc::PROT_READ | libc::PROT_WRITE) };
-        if s < a {
-            map.insert(s, a);
-        }
-        if e > b {
-            map.insert(b, e);
-        }
-    }
-    ANY_PROTECTED.store(!map.is_empty(), std::sync::atomic::Ordering::Release);
-}
-
 /// Mark what of `[a, a + len)` is served as altered; what is not (memory
 /// `malloc` gave), when `protect`, as protected.
 fn alter(a: usize, len: usize, protect: bool) {
@@ -127,9 +81,7 @@ fn alter(a: usize, len: usize, protect: bool) {
     }
     drop(map);
     if protect && !covered {
-        let (lo, hi) = (a / PAGE * PAGE, end.next_multiple_of(PAGE));
-        protected().insert(lo, hi);
-        ANY_PROTECTED.store(true, std::sync::atomic::Ordering::Release);
+        crate::heap::protected(a / PAGE * PAGE, end.next_multiple_of(PAGE));
     }
 }
 

@@ -67,16 +67,7 @@ fn unmasked(act: &libc::sigaction) -> libc::sigaction {
 
 /// Pin `[sp, sp + size)` where it is in the heap; None elsewhere.
 fn pin_stack(sp: *const libc::c_void, size: usize) -> Option<Pinned<'static>> {
-    let r = crate::RUNNING.get()?;
-    let base = r.region.as_ptr() as usize;
-    let end = base + r.region.len();
-    let lo = (sp as usize).max(base);
-    let hi = (sp as usize).saturating_add(size).min(end);
-    if lo >= hi {
-        return None;
-    }
-    // A span of the region (checked above): not refused.
-    r.region.pin(lo - base, hi - lo, true).ok()
+    crate::pins::span(sp as usize, size, true)
 }
 
 /// The interposed calls.  Their callers are C programs: each function's

@@ -1,14 +1,7 @@
-//! System calls made by hand: the raw instruction, and libc's generic
-//! `syscall(2)`, interposed.
-//!
-//! [`raw`] is one `syscall` instruction at a known address: what this
-//! library's interposed calls use where libc's own function would reach
-//! an interposer again.
-//!
-//! `syscall(2)` is how a program makes a call libc has no function for,
-//! or makes one around libc: `syscall(SYS_close_range, 3, ~0U, 0)`.  The
-//! descriptor calls among them are kept off uswap's descriptors as
-//! `close` and the rest are (`descriptors.rs`).
+//! System calls made by hand: [`raw`] is one `syscall` instruction at a
+//! known address, what this library's interposed calls use where libc's
+//! own function would reach an interposer again, and the one the
+//! system-call guard's filter lets through (from its trampoline page).
 
 use libc::c_long;
 
@@ -36,6 +29,13 @@ std::arch::global_asm!(
     ".size uswap_raw_syscall, . - uswap_raw_syscall",
     ".popsection",
 );
+
+/// The system-call guard's trampoline page (`guard/`): a copy of
+/// `uswap_raw_syscall` at a place every process of the run knows, the
+/// one `syscall` instruction the guard's filter lets through.  Null: no
+/// guard, and [`raw`] uses this library's own copy.
+pub(crate) static TRAMPOLINE: std::sync::atomic::AtomicPtr<libc::c_void> =
+    std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
 type RawFn = unsafe extern "C" fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long;
 
@@ -79,7 +79,7 @@ pub(crate) fn raw_return_offset() -> usize {
 /// As the system call's: the arguments must be what it takes.
 #[cfg(target_arch = "x86_64")]
 pub(crate) unsafe fn raw(nr: c_long, a: [c_long; 6]) -> c_long {
-    let t = crate::guard::TRAMPOLINE.load(std::sync::atomic::Ordering::Acquire);
+    let t = TRAMPOLINE.load(std::sync::atomic::Ordering::Acquire);
     let f: RawFn = if t.is_null() {
         uswap_raw_syscall
     } else {
@@ -114,32 +114,5 @@ pub(crate) unsafe fn raw(nr: c_long, a: [c_long; 6]) -> c_long {
         -(unsafe { *libc::__errno_location() }) as c_long
     } else {
         r
-    }
-}
-
-/// The interposed `syscall(2)`.  Variadic in C; on x86-64 the six
-/// arguments any call can have are in their registers and on the stack
-/// whether or not the caller passed them, and unused ones are ignored by
-/// the kernel.
-#[allow(clippy::missing_safety_doc)] // the contract is the C one
-mod interpose {
-    use super::*;
-
-    #[no_mangle]
-    pub unsafe extern "C" fn syscall(
-        nr: c_long,
-        a1: c_long,
-        a2: c_long,
-        a3: c_long,
-        a4: c_long,
-        a5: c_long,
-        a6: c_long,
-    ) -> c_long {
-        if let Some(r) = crate::descriptors::raw(nr, [a1, a2, a3]) {
-            return r;
-        }
-        let f = next!("syscall" as fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long);
-        // SAFETY: the C contract: the arguments pass through.
-        unsafe { f(nr, a1, a2, a3, a4, a5, a6) }
     }
 }

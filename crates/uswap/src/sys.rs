@@ -19,6 +19,51 @@ use rustix::mm::{self, Advice, MapFlags, ProtFlags};
 
 use crate::PAGE_SIZE;
 
+/// `FUTEX_WAIT` on the 32-bit word at `word` while it reads `val`, for at
+/// most `timeout`: returns when woken, at once if the word changed, or
+/// early on a signal (the caller looks again either way).  Every argument
+/// of the call is given, the unused ones zero: whatever a register held
+/// is not taken for a pointer by a seccomp filter (the system-call guard
+/// of `uswap run` traps a futex call whose second address points into
+/// the program's heap, and a trap in the SIGBUS handler, where SIGSYS is
+/// blocked, would end the process).  Async-signal-safe.
+///
+/// # Safety
+/// `word` is a live, aligned 32-bit word (the kernel only reads it).
+pub unsafe fn futex_wait(word: *const u32, val: u32, timeout: Option<&libc::timespec>) {
+    let ts = timeout.map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: per the contract; the kernel reads the word and the timeout.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
+            val,
+            ts,
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+}
+
+/// `FUTEX_WAKE` of up to `n` waiters on the word at address `word`
+/// (every argument given, as for [`futex_wait`]).  The kernel touches no
+/// memory: any address will do.
+pub fn futex_wake(word: usize, n: i32) {
+    // SAFETY: FUTEX_WAKE only names the address.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word,
+            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
+            n,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        )
+    };
+}
+
 /// uswap's own memory: every [`Mapping`] (regions, frames, RAM devices,
 /// stores, thread stacks) and every large metadata table, as
 /// `(start, length)`, so that a library sharing the process with a

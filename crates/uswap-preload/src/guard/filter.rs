@@ -139,21 +139,11 @@ pub fn program(calls: &[Call], lo: u32, hi: u32, allowed_ip: u64) -> Vec<Insn> {
             continue;
         }
         if *futex {
-            // Wakes touch no memory.
-            a.emit(LD_W_ABS, 0, 0, arg_lo(1));
-            a.emit(AND_K, 0, 0, FUTEX_CMD_MASK);
-            for op in FUTEX_NO_MEMORY {
-                a.emit(JEQ_K, 0, 1, op);
-                a.jump(allow);
-            }
+            futex_checks(&mut a, lo, hi, allow, trap_l);
+            continue;
         }
         for &i in key {
-            // Below the range, or at or past its end: the next argument;
-            // else in it: trap.
-            a.emit(LD_W_ABS, 0, 0, arg_hi(i));
-            a.emit(JGE_K, 0, 2, lo);
-            a.emit(JGE_K, 1, 0, hi);
-            a.jump(trap_l);
+            check(&mut a, i, lo, hi, trap_l);
         }
         a.jump(allow);
     }
@@ -173,6 +163,54 @@ pub fn program(calls: &[Call], lo: u32, hi: u32, allowed_ip: u64) -> Vec<Insn> {
     a.emit(RET_K, 0, 0, ALLOW);
     a.build()
 }
+
+/// Trap when argument `i`'s upper half is in `[lo, hi)`, else go on to
+/// the next instruction.
+fn check(a: &mut Asm, i: u8, lo: u32, hi: u32, trap_l: usize) {
+    // Below the range, or at or past its end: on; else in it: trap.
+    a.emit(LD_W_ABS, 0, 0, arg_hi(i));
+    a.emit(JGE_K, 0, 2, lo);
+    a.emit(JGE_K, 1, 0, hi);
+    a.jump(trap_l);
+}
+
+/// `futex`'s checks, by operation: a wake touches no memory; the word
+/// (argument 0) is read by every other; the timeout (argument 3) is one
+/// only for the waits (for a requeue it is a count); the second word
+/// (argument 4) is read only by the requeues and `FUTEX_WAKE_OP`.  A
+/// register the caller left unset (a futex call with four arguments) is
+/// not taken for a pointer.
+fn futex_checks(a: &mut Asm, lo: u32, hi: u32, allow: usize, trap_l: usize) {
+    let op = |a: &mut Asm| {
+        a.emit(LD_W_ABS, 0, 0, arg_lo(1));
+        a.emit(AND_K, 0, 0, FUTEX_CMD_MASK);
+    };
+    op(a);
+    for o in FUTEX_NO_MEMORY {
+        a.emit(JEQ_K, 0, 1, o);
+        a.jump(allow);
+    }
+    check(a, 0, lo, hi, trap_l);
+    for (uses, arg) in [(&FUTEX_TIMEOUT[..], 3u8), (&FUTEX_SECOND_WORD[..], 4u8)] {
+        let yes = a.label();
+        let next = a.label();
+        op(a);
+        for &o in uses {
+            a.emit(JEQ_K, 0, 1, o);
+            a.jump(yes);
+        }
+        a.jump(next);
+        a.here(yes);
+        check(a, arg, lo, hi, trap_l);
+        a.here(next);
+    }
+    a.jump(allow);
+}
+
+/// `futex` operations whose argument 3 is a timeout.
+const FUTEX_TIMEOUT: [u32; 5] = [0, 9, 6, 13, 11]; // WAIT, WAIT_BITSET, LOCK_PI, LOCK_PI2, WAIT_REQUEUE_PI
+/// `futex` operations that read a second word (argument 4).
+const FUTEX_SECOND_WORD: [u32; 5] = [3, 4, 5, 11, 12]; // REQUEUE, CMP_REQUEUE, WAKE_OP, WAIT_REQUEUE_PI, CMP_REQUEUE_PI
 
 /// Binary search over `calls` (sorted by number), the number in A; a
 /// call found jumps to its group's checks (`labels[i]`), any other

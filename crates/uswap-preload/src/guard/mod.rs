@@ -54,10 +54,7 @@ use uswap::run_env::GuardLayout;
 /// The guarded range `[lo << 32, hi << 32)` (0, 0: no guard).
 static RANGE: (AtomicU64, AtomicU64) = (AtomicU64::new(0), AtomicU64::new(0));
 
-/// The trampoline page: one copy of `uswap_raw_syscall` (a `syscall` and
-/// a `ret`) at a place every process of the run knows, just below the
-/// heap.  Null: none.
-pub(crate) static TRAMPOLINE: AtomicPtr<c_void> = AtomicPtr::new(std::ptr::null_mut());
+use crate::syscalls::TRAMPOLINE;
 
 /// Whether the guard runs in this process, paging its heap: the
 /// interposed calls then make their system calls from its trampoline.
@@ -353,18 +350,7 @@ impl PinSet {
 
     /// Pin `[addr, addr + len)` where it is in the heap.
     fn add(&mut self, addr: u64, len: u64, write: bool) {
-        let Some(r) = crate::RUNNING.get() else {
-            return;
-        };
-        let base = r.region.as_ptr() as u64;
-        let end = base + r.region.len() as u64;
-        let lo = addr.max(base);
-        let hi = addr.saturating_add(len).min(end);
-        if lo >= hi {
-            return;
-        }
-        // A span of the region (checked above): not refused.
-        let Ok(p) = r.region.pin((lo - base) as usize, (hi - lo) as usize, write) else {
+        let Some(p) = crate::pins::span(addr as usize, len as usize, write) else {
             return;
         };
         if self.n < self.pins.len() {
@@ -407,7 +393,7 @@ const CHUNKED: [(i64, usize, usize, usize, bool); 4] = [
 /// Make trapped call `nr` with `args`, its buffers pinned, under the
 /// interrupted `mask`: the kernel's answer.
 fn serve(nr: i64, mut args: [i64; 6], mask: &libc::sigset_t) -> i64 {
-    let chunk = crate::calls::chunk().unwrap_or(usize::MAX) as i64;
+    let chunk = crate::pins::chunk().unwrap_or(usize::MAX) as i64;
     if let Some(&(_, buf, len, off, store)) = CHUNKED.iter().find(|c| c.0 == nr) {
         if args[len] > chunk && guarded(args[buf] as u64) {
             return chunked(nr, args, (buf, len, off, store), chunk, mask);
@@ -630,7 +616,12 @@ mod tests {
                     let mut a = base;
                     a[usize::from(i)] = p;
                     if c.nr == libc::SYS_futex {
-                        a[1] = libc::FUTEX_WAIT as u64;
+                        // An operation that uses the argument.
+                        a[1] = if i == 4 {
+                            libc::FUTEX_CMP_REQUEUE
+                        } else {
+                            libc::FUTEX_WAIT
+                        } as u64;
                     }
                     assert_eq!(
                         run(&prog, nr, 0x1000, a),
@@ -656,6 +647,27 @@ mod tests {
         wake[0] = inside;
         wake[1] = (libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG) as u64;
         assert_eq!(run(&prog, libc::SYS_futex as i32, 0x1000, wake), ALLOW);
+        // A wait whose unused fifth register happens to point into the
+        // range (uswap's own waits once left it unset): not a pointer.
+        let mut wait = [0u64; 6];
+        wait[0] = 0x7000_0000;
+        wait[1] = (libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG) as u64;
+        wait[4] = inside;
+        assert_eq!(run(&prog, libc::SYS_futex as i32, 0x1000, wait), ALLOW);
+        wait[3] = inside;
+        assert_eq!(
+            run(&prog, libc::SYS_futex as i32, 0x1000, wait),
+            trap(),
+            "a wait's timeout"
+        );
+        let mut requeue = [0u64; 6];
+        requeue[1] = libc::FUTEX_CMP_REQUEUE as u64;
+        requeue[4] = inside;
+        assert_eq!(
+            run(&prog, libc::SYS_futex as i32, 0x1000, requeue),
+            trap(),
+            "a requeue's second word"
+        );
         let mut any = [inside; 6];
         for nr in [
             libc::SYS_mmap,

@@ -646,11 +646,6 @@ pub(super) fn program_sigbus_action(
     true
 }
 
-/// Whether the SIGBUS handler is installed.
-pub(super) fn installed() -> bool {
-    INSTALL.is_completed()
-}
-
 /// Install the process-wide SIGBUS handler once; the action that was there
 /// before is the program's disposition.
 pub(super) fn install() {
@@ -658,6 +653,7 @@ pub(super) fn install() {
         find_kernel_sigaction();
         spare::map();
         take_front();
+        signals::set_serving_sigbus();
     });
 }
 

@@ -61,17 +61,8 @@ pub(super) fn enter_as(tid: i32, for_tid: i32) -> Inside {
         }
         bucket.fetch_sub(1, Ordering::SeqCst);
         while FORKING.load(Ordering::Acquire) != 0 {
-            // SAFETY: FUTEX_WAIT on a live static word, while it is 1;
-            // returns at once if it changed, or early on a signal.
-            unsafe {
-                libc::syscall(
-                    libc::SYS_futex,
-                    FORKING.as_ptr(),
-                    libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                    1u32,
-                    std::ptr::null::<libc::timespec>(),
-                )
-            };
+            // SAFETY: a live static word, while it is 1.
+            unsafe { crate::sys::futex_wait(FORKING.as_ptr(), 1, None) };
         }
     }
 }
@@ -80,15 +71,7 @@ pub(super) fn enter_as(tid: i32, for_tid: i32) -> Inside {
 pub(super) fn open() {
     FORKER.store(0, Ordering::SeqCst);
     FORKING.store(0, Ordering::SeqCst);
-    // SAFETY: FUTEX_WAKE only names the address.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            FORKING.as_ptr(),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
-        )
-    };
+    crate::sys::futex_wake(FORKING.as_ptr() as usize, i32::MAX);
 }
 
 /// Close the gate (the forking thread, before the fork) and wait until no

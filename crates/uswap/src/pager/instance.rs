@@ -872,15 +872,7 @@ impl Prefetch {
     /// Wake the prefetcher (a post, or shutdown).
     pub fn wake(&self) {
         self.posted.fetch_add(1, Ordering::Release);
-        // SAFETY: FUTEX_WAKE only names the address of a live word.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.posted.as_ptr(),
-                libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-                1,
-            )
-        };
+        crate::sys::futex_wake(self.posted.as_ptr() as usize, 1);
     }
 
     /// The oldest request, waiting up to `wait` for one: popped inside the
@@ -898,17 +890,9 @@ impl Prefetch {
             tv_sec: wait.as_secs() as libc::time_t,
             tv_nsec: wait.subsec_nanos() as libc::c_long,
         };
-        // SAFETY: FUTEX_WAIT on a live word while it still reads `seen`
-        // (a post since then returns at once), for at most `ts`.
-        unsafe {
-            libc::syscall(
-                libc::SYS_futex,
-                self.posted.as_ptr(),
-                libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-                seen,
-                &ts as *const libc::timespec,
-            )
-        };
+        // SAFETY: a live word, while it still reads `seen` (a post since
+        // then returns at once), for at most `ts`.
+        unsafe { crate::sys::futex_wait(self.posted.as_ptr(), seen, Some(&ts)) };
         pop()
     }
 }

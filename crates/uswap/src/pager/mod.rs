@@ -92,7 +92,7 @@ pub fn program_sigbus_action(new: Option<&libc::sigaction>, old: Option<&mut lib
 /// instance in SIGBUS mode was built): only then must SIGBUS never be
 /// blocked in a program's thread.
 pub fn serving_sigbus() -> bool {
-    entry::installed()
+    signals::serving_sigbus()
 }
 
 pub use signals::{program_sigmask, NEVER_BLOCKED};

@@ -229,31 +229,13 @@ fn futex_addr(word: &AtomicU64) -> *const u32 {
 }
 
 fn futex_wait(word: &AtomicU64, low: u32) {
-    // SAFETY: FUTEX_WAIT reads the aligned 32-bit word at a valid address
-    // (half of a live AtomicU64) and sleeps while it equals `low`; it
-    // returns at once (EAGAIN) if it changed, or early on a signal: the
-    // caller looks again either way.  Async-signal-safe, allocation-free.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            futex_addr(word),
-            libc::FUTEX_WAIT | libc::FUTEX_PRIVATE_FLAG,
-            low,
-            std::ptr::null::<libc::timespec>(),
-        )
-    };
+    // SAFETY: the aligned 32-bit half of a live AtomicU64, which the
+    // kernel only reads; sleeps while it equals `low`.
+    unsafe { crate::sys::futex_wait(futex_addr(word).cast(), low, None) };
 }
 
 fn futex_wake(word: &AtomicU64) {
-    // SAFETY: FUTEX_WAKE only names the address; it touches no memory.
-    unsafe {
-        libc::syscall(
-            libc::SYS_futex,
-            futex_addr(word),
-            libc::FUTEX_WAKE | libc::FUTEX_PRIVATE_FLAG,
-            i32::MAX,
-        )
-    };
+    crate::sys::futex_wake(futex_addr(word) as usize, i32::MAX);
 }
 
 /// Bytes in a 2 MB unit (`Swap::map_huge`).

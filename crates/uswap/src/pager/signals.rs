@@ -82,6 +82,20 @@ impl Drop for SignalsBlocked {
 /// and SIGSYS, which a system-call guard may trap with the same way.
 pub const NEVER_BLOCKED: [i32; 2] = [libc::SIGBUS, libc::SIGSYS];
 
+/// Whether uswap's SIGBUS handler is installed in this process (set once,
+/// by the handler's installation in `entry.rs`): only then do the
+/// program's masks need [`program_sigmask`].
+static SERVING_SIGBUS: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub(super) fn set_serving_sigbus() {
+    SERVING_SIGBUS.store(true, std::sync::atomic::Ordering::Release);
+}
+
+/// Whether uswap serves SIGBUS faults in this process.
+pub(super) fn serving_sigbus() -> bool {
+    SERVING_SIGBUS.load(std::sync::atomic::Ordering::Acquire)
+}
+
 thread_local! {
     /// Of [`NEVER_BLOCKED`], bit i: the program's mask on this thread
     /// blocks it (bits 0-1), and one was sent meanwhile (bits 2-3).  A
@@ -110,7 +124,7 @@ pub unsafe fn program_sigmask(
     old: *mut libc::sigset_t,
     real: impl FnOnce(i32, *const libc::sigset_t, *mut libc::sigset_t) -> i32,
 ) -> i32 {
-    if !super::entry::installed() {
+    if !serving_sigbus() {
         return real(how, set, old);
     }
     let before = PROGRAM_MASK.with(std::cell::Cell::get);
