@@ -1145,3 +1145,21 @@ fn queued_writes_are_sealed_too() {
         assert_eq!(&back[..], &b[..]);
     }
 }
+
+/// A write that stopped short with no error from the kernel (no errno)
+/// is transient, not a bad block: the pager tries it again instead of
+/// retiring the slot (it said "failed (errno 0): the slot is retired").
+/// EIO is a bad block; ENOSPC transient; a short read (a truncated file)
+/// is not transient.
+#[test]
+fn a_write_cut_short_without_an_errno_is_transient() {
+    let write = |e: std::io::Error| IoError::Write { offset: 3, source: e };
+    assert!(write(std::io::Error::from(std::io::ErrorKind::WriteZero)).is_transient());
+    assert!(write(std::io::Error::from_raw_os_error(libc::ENOSPC)).is_transient());
+    assert!(!write(std::io::Error::from_raw_os_error(libc::EIO)).is_transient());
+    let read = IoError::Read {
+        offset: 3,
+        source: std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+    };
+    assert!(!read.is_transient());
+}
