@@ -91,9 +91,9 @@ struct Config {
 }
 
 impl Config {
-    /// The configuration in the environment; None when this process is
-    /// not the one `uswap run` started (none given, or a child of it).
-    fn read() -> Result<Option<Config>, String> {
+    /// What the environment asks of this process; None when it is not
+    /// part of a run, or a child of it with nothing to do.
+    fn read() -> Result<Option<Start>, String> {
         // SAFETY: getpid has no preconditions.
         let me = unsafe { libc::getpid() };
         let guard = match std::env::var(env::GUARD) {
@@ -106,10 +106,8 @@ impl Config {
         match std::env::var(env::PID) {
             Ok(pid) if pid.trim().parse::<i32>() == Ok(me) => {}
             _ => {
-                // A process of the run that is not paged: the guard's
-                // filter came with it through `exec`.
                 if let Some(g) = &guard {
-                    guard::start_inherited(g);
+                    return Ok(Some(Start::Inherited(*g)));
                 }
                 return Ok(None);
             }
@@ -135,7 +133,7 @@ impl Config {
             Ok(v) => v.parse().map_err(|e| format!("{}: {e}", env::OVERRUN))?,
             Err(_) => uswap::pager::Overrun::default(),
         };
-        Ok(Some(Config {
+        Ok(Some(Start::Paged(Config {
             budget,
             heap,
             devices,
@@ -143,8 +141,18 @@ impl Config {
             overrun,
             stats,
             guard: guard.filter(|_| mode == FaultMode::Sigbus),
-        }))
+        })))
     }
+}
+
+/// What this process does at load.
+enum Start {
+    /// It is the one `uswap run` started: page it.
+    Paged(Config),
+    /// Another process of the run (past an `exec`), which inherited the
+    /// system-call guard's filter: the guard's trampoline and handler
+    /// only (`guard::start_inherited`).
+    Inherited(env::GuardLayout),
 }
 
 /// The running instance, and its region (both live until the process
@@ -167,8 +175,16 @@ static INIT: extern "C" fn() = init;
 /// with one line: the program was asked to run under uswap, and running
 /// it without would hide that it is not.
 extern "C" fn init() {
-    match Config::read().and_then(|c| c.map(start).transpose()) {
-        Ok(_) => {}
+    let started = Config::read().and_then(|s| match s {
+        Some(Start::Paged(c)) => start(c),
+        Some(Start::Inherited(g)) => {
+            guard::start_inherited(&g);
+            Ok(())
+        }
+        None => Ok(()),
+    });
+    match started {
+        Ok(()) => {}
         Err(e) => {
             eprintln!("uswap run: {e}");
             // SAFETY: ends the process at once, before the program started.
