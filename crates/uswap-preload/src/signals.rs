@@ -115,13 +115,8 @@ mod interpose {
         caller: usize,
     ) -> c_int {
         let f = next!("sigprocmask" as fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
-        if ours(caller) {
-            // SAFETY: the C contract.
-            return unsafe { f(how, set, old) };
-        }
-        // SAFETY: the C contract; `f` is libc's, with the same contract
-        // (its errno and -1 pass through).
-        unsafe { program_sigmask(how, set, old, |h, s, o| f(h, s, o)) }
+        // SAFETY: the C contract; `f` is libc's (-1 and errno).
+        unsafe { mask(f, how, set, old, caller) }
     }
 
     unsafe extern "C" fn pthread_sigmask_from(
@@ -131,36 +126,64 @@ mod interpose {
         caller: usize,
     ) -> c_int {
         let f = next!("pthread_sigmask" as fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int);
+        // SAFETY: the C contract; `f` is libc's (an error number back).
+        unsafe { mask(f, how, set, old, caller) }
+    }
+
+    /// A mask call `f` (libc's `sigprocmask` or `pthread_sigmask`) made
+    /// from `caller`: uswap's own pass through, the program's go through
+    /// `program_sigmask`.
+    ///
+    /// # Safety
+    /// As `f`'s: `set` and `old` null or valid.
+    unsafe fn mask(
+        f: unsafe extern "C" fn(c_int, *const libc::sigset_t, *mut libc::sigset_t) -> c_int,
+        how: c_int,
+        set: *const libc::sigset_t,
+        old: *mut libc::sigset_t,
+        caller: usize,
+    ) -> c_int {
         if ours(caller) {
-            // SAFETY: the C contract.
+            // SAFETY: per the contract.
             return unsafe { f(how, set, old) };
         }
-        // SAFETY: the C contract; `f` is libc's (an error number back).
+        // SAFETY: per the contract; `f` keeps it.
         unsafe { program_sigmask(how, set, old, |h, s, o| f(h, s, o)) }
     }
 
     /// `sigaltstack(2)`: an alternate stack in the heap is pinned while
-    /// installed.
+    /// installed.  Made through copies of ours, both ways:
+    /// `rt_sigaltstack` is not the system-call guard's to trap (a signal's
+    /// return would undo it), and the program's own structures may be
+    /// heap memory that is out; read and written here, they are its own
+    /// accesses, served.
     #[no_mangle]
     pub unsafe extern "C" fn sigaltstack(ss: *const libc::stack_t, old: *mut libc::stack_t) -> c_int {
         let f = next!("sigaltstack" as fn(*const libc::stack_t, *mut libc::stack_t) -> c_int);
         // SAFETY: the C contract: `ss` is null or valid.
-        let Some(new) = (unsafe { ss.as_ref() }) else {
-            // SAFETY: the C contract.
-            return unsafe { f(ss, old) };
-        };
-        let pin = if new.ss_flags & libc::SS_DISABLE == 0 {
-            pin_stack(new.ss_sp, new.ss_size)
-        } else {
-            None
-        };
-        // SAFETY: the C contract.
-        let rc = unsafe { f(ss, old) };
-        if rc == 0 {
+        let new = unsafe { ss.as_ref() }.copied();
+        let pin = new
+            .filter(|n| n.ss_flags & libc::SS_DISABLE == 0)
+            .and_then(|n| pin_stack(n.ss_sp, n.ss_size));
+        // SAFETY: zeroed is a valid stack_t.
+        let mut prev: libc::stack_t = unsafe { std::mem::zeroed() };
+        let new_ptr = new
+            .as_ref()
+            .map_or(std::ptr::null(), |n| n as *const libc::stack_t);
+        // SAFETY: the C contract, on our copies.
+        let rc = unsafe { f(new_ptr, &mut prev) };
+        if rc != 0 {
+            return rc;
+        }
+        if !old.is_null() {
+            // SAFETY: the C contract: `old` is valid.
+            unsafe { *old = prev };
+        }
+        if new.is_some() {
             // The old stack's pin goes, the new one's stays.
             ALT_STACK.with(|a| *a.borrow_mut() = pin);
         }
-        rc
+        0
     }
 
     /// `signal(2)`, glibc's: BSD semantics (`SA_RESTART`, the handler

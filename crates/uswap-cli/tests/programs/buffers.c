@@ -8,6 +8,8 @@
 // into a heap buffer, readlink, getrandom, socketpair and recvmmsg.
 #define _GNU_SOURCE
 #include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -122,6 +124,18 @@ int main(int argc, char **argv) {
     msgs[1].msg_hdr.msg_iovlen = 1;
     push_out();
     CHECK(recvmmsg(sv[1], msgs, 2, 0, 0) == 2 && memcmp(m2, "two", 3) == 0, "recvmmsg");
+
+    // The old signal mask and alternate stack into heap memory that is
+    // out (their calls are not the guard's: their interposers go through
+    // memory of their own).
+    sigset_t *oldmask = malloc(sizeof *oldmask);
+    stack_t *oldstack = malloc(sizeof *oldstack);
+    push_out();
+    CHECK(sigprocmask(SIG_BLOCK, 0, oldmask) == 0, "sigprocmask into a heap set");
+    push_out();
+    CHECK(pthread_sigmask(SIG_BLOCK, 0, oldmask) == 0, "pthread_sigmask into a heap set");
+    push_out();
+    CHECK(sigaltstack(0, oldstack) == 0, "sigaltstack into a heap stack_t");
 
     puts(bad ? "bad" : "ok");
     return bad;

@@ -151,17 +151,25 @@ pub unsafe fn program_sigmask(
         }
         set_arg = &set_copy;
     }
-    let rc = real(how, set_arg, old);
+    // The old set through a copy of ours: the call is not the system-call
+    // guard's to trap (a signal's return would undo it), and the
+    // program's set may be heap memory that is out; written here, it is
+    // the program's own access, served.
+    // SAFETY: zeroed is a valid sigset_t.
+    let mut prev: libc::sigset_t = unsafe { std::mem::zeroed() };
+    let rc = real(how, set_arg, if old.is_null() { old } else { &mut prev });
     if rc != 0 {
         return rc;
     }
     if !old.is_null() {
         for (i, &s) in NEVER_BLOCKED.iter().enumerate() {
             if before & (1 << i) != 0 {
-                // SAFETY: `old` was just filled in, valid per the contract.
-                unsafe { libc::sigaddset(old, s) };
+                // SAFETY: a valid set, ours.
+                unsafe { libc::sigaddset(&mut prev, s) };
             }
         }
+        // SAFETY: `old` is valid per the contract.
+        unsafe { *old = prev };
     }
     let pending = before >> 2;
     PROGRAM_MASK.with(|m| m.set(asked | ((pending & asked) << 2)));
