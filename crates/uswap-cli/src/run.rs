@@ -35,19 +35,6 @@ pub enum Guard {
     Off,
 }
 
-/// How many seccomp filters this process has: the program it becomes
-/// inherits them; the guard's own comes on top.
-fn seccomp_filters() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Seccomp_filters:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 fn parse_overrun(s: &str) -> Result<uswap::pager::Overrun, String> {
     s.parse().map_err(|e: uswap::pager::OverrunError| e.to_string())
 }
@@ -359,7 +346,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if mode == RunMode::Sigbus && args.syscall_guard == Guard::On {
         let mut random = [0u8; 8];
         rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).context("getrandom")?;
-        let layout = uswap_env::GuardLayout::new(u64::from_ne_bytes(random), heap, seccomp_filters());
+        let layout =
+            uswap_env::GuardLayout::new(u64::from_ne_bytes(random), heap, uswap_env::seccomp_filters());
         cmd.env(uswap_env::GUARD, layout.to_env());
     }
     // Only returns on failure.

@@ -216,28 +216,9 @@ fn python_with_faulthandler_runs() {
 /// exec's pins stayed before: 30 MiB resident on a 16 MiB budget).
 #[test]
 fn vfork_children_exec_with_arguments_that_were_out() {
-    let dir = open_dir(false);
-    let bin = compile("vfork", dir.path());
-    for mode in Mode::all() {
-        let out = uswap_in(
-            mode,
-            &[
-                "run",
-                "--budget",
-                "16M",
-                "--swap",
-                "ram:256M",
-                "--stats",
-                "--",
-                bin.to_str().unwrap(),
-                "48",
-                "30",
-            ],
-            &[],
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{mode:?}: {err}");
+    let (plain, runs) = under_uswap("vfork", &["48", "30"], "16M", "ram:256M", &Mode::all());
+    assert_eq!(String::from_utf8_lossy(&plain), "ok\n");
+    for (mode, err) in runs {
         let resident: f64 = number_after(&err, "resident now ");
         assert!(
             resident <= 16.5,
@@ -311,7 +292,7 @@ fn every_system_call_with_a_buffer_gets_it() {
 
 /// The child's part: call every call of the table three ways, compare.
 fn syscalls_child() {
-    use table::{Buf, Len, CALLS};
+    use table::{Buf, CALLS};
     // Calls that would end or stop this process, or trace it.
     const SKIP: [&str; 4] = ["rt_sigsuspend", "ptrace", "seccomp", "reboot"];
     const PAGE: usize = 4096;
@@ -396,18 +377,7 @@ fn syscalls_child() {
             a[0] = sock as i64;
         }
         for &(i, b) in c.args {
-            let refs = match b {
-                Buf::Read(l) | Buf::Write(l) => match l {
-                    Len::Arg(j)
-                    | Len::ArgTimes(j, _)
-                    | Len::ArgPlus(j, _)
-                    | Len::Bits(j)
-                    | Len::PagesOf(j) => Some(j),
-                    _ => None,
-                },
-                Buf::Iov { count, .. } | Buf::MMsg { count, .. } => Some(count),
-                _ => None,
-            };
+            let refs = b.length_arg();
             if let Some(j) = refs {
                 a[usize::from(j)] = if sigset_size(c.name) {
                     8
@@ -580,23 +550,8 @@ fn mapped_memory_comes_back_fresh_after_munmap() {
 /// left unevictable.  With twenty forks too.
 #[test]
 fn a_program_that_forked_pages_as_one_that_did_not() {
-    let dir = open_dir(false);
-    let bin = compile("forkchurn", dir.path());
-    let bin = bin.to_str().unwrap();
-    let plain = Command::new(bin).args(["48", "3", "1"]).output().unwrap();
-    assert!(plain.status.success());
-    for mode in Mode::all() {
-        for forks in ["1", "20"] {
-            let out = uswap_in(
-                mode,
-                &[
-                    "run", "--budget", "24M", "--swap", "ram:256M", "--stats", "--", bin, "48", "3", forks,
-                ],
-                &[],
-            );
-            let err = String::from_utf8_lossy(&out.stderr);
-            assert!(out.status.success(), "{mode:?} {forks}: {:?}: {err}", out.status);
-            assert_eq!(out.stdout, plain.stdout, "{mode:?} {forks}: {err}");
+    for forks in ["1", "20"] {
+        for (mode, err) in under_uswap("forkchurn", &["48", "3", forks], "24M", "ram:256M", &Mode::all()).1 {
             assert_eq!(stat(&err, "unevictable"), 0, "{mode:?} {forks}: {err}");
             assert!(stat(&err, "unshared after a fork") > 0, "{mode:?} {forks}: {err}");
         }
@@ -609,31 +564,8 @@ fn a_program_that_forked_pages_as_one_that_did_not() {
 /// and returns NULL.
 #[test]
 fn the_allocator_behaves_as_glibcs() {
-    let dir = open_dir(false);
-    let bin = compile("alloc", dir.path());
-    for mode in Mode::all() {
-        let out = uswap_in(
-            mode,
-            &[
-                "run",
-                "--budget",
-                "64M",
-                "--swap",
-                "ram:1G",
-                "--",
-                bin.to_str().unwrap(),
-            ],
-            &[],
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(
-            out.status.success(),
-            "{mode:?}: {:?}: {}{err}",
-            out.status,
-            String::from_utf8_lossy(&out.stdout)
-        );
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n", "{mode:?}: {err}");
-    }
+    let (plain, _) = under_uswap("alloc", &[], "64M", "ram:1G", &Mode::all());
+    assert_eq!(String::from_utf8_lossy(&plain), "ok\n");
 }
 
 /// `mlockall(MCL_CURRENT | MCL_FUTURE)` and one `send` of a buffer four
@@ -644,22 +576,7 @@ fn the_allocator_behaves_as_glibcs() {
 /// stays within the budget's reach.
 #[test]
 fn mlockall_and_long_sends_keep_to_the_budget() {
-    let dir = open_dir(false);
-    let bin = compile("locks", dir.path());
-    let bin = bin.to_str().unwrap();
-    let plain = Command::new(bin).arg("64").output().unwrap();
-    assert!(plain.status.success());
-    for mode in Mode::all() {
-        let out = uswap_in(
-            mode,
-            &[
-                "run", "--budget", "16M", "--swap", "ram:512M", "--stats", "--", bin, "64",
-            ],
-            &[],
-        );
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
-        assert_eq!(out.stdout, plain.stdout, "{mode:?}: {err}");
+    for (mode, err) in under_uswap("locks", &["64"], "16M", "ram:512M", &Mode::all()).1 {
         let peak: f64 = number_after(&err, "at most ");
         assert!(peak < 24.0, "{mode:?}: {peak} MiB resident at the peak: {err}");
     }

@@ -21,7 +21,7 @@
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicI32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 
 /// The floor; 0: descriptors stay where the kernel put them.
 static FLOOR: AtomicI32 = AtomicI32::new(0);
@@ -37,6 +37,16 @@ struct Entry {
     fd: AtomicI32,
     dev: AtomicU64,
     ino: AtomicU64,
+}
+
+/// How many leading entries of `TABLE` have ever been used: the scans
+/// (one per `close` of the program's) stop there instead of reading all
+/// of it.  Only grows; raised before an entry's descriptor is stored.
+static USED: AtomicUsize = AtomicUsize::new(0);
+
+/// The entries that may be in use.
+fn used() -> &'static [Entry] {
+    &TABLE[..USED.load(Ordering::Acquire)]
 }
 
 static TABLE: [Entry; ENTRIES] = [const {
@@ -108,7 +118,7 @@ pub(crate) fn remember(fd: RawFd) {
     let Some((dev, ino)) = identity(fd) else {
         return;
     };
-    for e in &TABLE {
+    for (i, e) in TABLE.iter().enumerate() {
         let cur = e.fd.load(Ordering::Acquire);
         if cur == fd
             || (cur == -1
@@ -117,6 +127,7 @@ pub(crate) fn remember(fd: RawFd) {
                     .is_ok())
         {
             // -2: being written; never matches a descriptor.
+            USED.fetch_max(i + 1, Ordering::AcqRel);
             e.dev.store(dev, Ordering::Relaxed);
             e.ino.store(ino, Ordering::Relaxed);
             e.fd.store(fd, Ordering::Release);
@@ -130,7 +141,7 @@ pub(crate) fn forget(fd: RawFd) {
     if fd < 0 {
         return;
     }
-    for e in &TABLE {
+    for e in used() {
         if e.fd.load(Ordering::Acquire) == fd {
             e.fd.store(-1, Ordering::Release);
         }
@@ -143,7 +154,7 @@ pub fn is_uswaps(fd: RawFd) -> bool {
     if fd < 0 || floor() == 0 {
         return false;
     }
-    TABLE.iter().any(|e| {
+    used().iter().any(|e| {
         e.fd.load(Ordering::Acquire) == fd
             && identity(fd) == Some((e.dev.load(Ordering::Relaxed), e.ino.load(Ordering::Relaxed)))
     })
@@ -153,7 +164,7 @@ pub fn is_uswaps(fd: RawFd) -> bool {
 /// `out`; returns how many.  For a `close_range` that must go around them.
 pub fn uswaps_in(first: RawFd, last: RawFd, out: &mut [RawFd; ENTRIES]) -> usize {
     let mut n = 0;
-    for e in &TABLE {
+    for e in used() {
         let fd = e.fd.load(Ordering::Acquire);
         if fd >= first && fd <= last && is_uswaps(fd) && !out[..n].contains(&fd) {
             out[n] = fd;

@@ -34,6 +34,21 @@ pub const HEAP_ALIGN: u64 = 64 << 10;
 /// the guard's trampoline.
 pub const GUARD: &str = "USWAP_RUN_GUARD";
 
+/// How many seccomp filters this process has (`Seccomp_filters:` in
+/// /proc/self/status; 0 where the kernel does not say): `uswap run`
+/// records it in [`GuardLayout::filters`], and an image of the process
+/// that finds one more knows the guard's filter is there already.
+pub fn seccomp_filters() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
 /// Where the guard's heap may start: from 64 TiB, in 4 GiB blocks, one of
 /// 1024: far below where the kernel puts mappings (near 128 TiB) and the
 /// executable (near 85 TiB), above where V8 (under 64 TiB) and Go (from

@@ -136,10 +136,17 @@ pub fn compile(name: &str, dir: &Path) -> PathBuf {
 }
 
 /// Run compiled program `name` with `args`, plainly and under `uswap run`
-/// with `budget`, a 256 MiB RAM swap device and `options`, in each of
-/// `modes`: all succeed with the same output, and under uswap at least
-/// `evictions` pages went out.
-pub fn same_under_uswap(name: &str, args: &[&str], budget: &str, modes: &[Mode], evictions: u64) {
+/// with `budget`, swap device `swap` and `--stats`, in each of `modes`:
+/// every run succeeds with the plain run's output, and no thread of
+/// uswap's is named as the program's.  Returns the plain output and each
+/// mode's stderr (the statistics), for the caller's own checks.
+pub fn under_uswap(
+    name: &str,
+    args: &[&str],
+    budget: &str,
+    swap: &str,
+    modes: &[Mode],
+) -> (Vec<u8>, Vec<(Mode, String)>) {
     let dir = open_dir(false);
     let bin = compile(name, dir.path());
     let bin = bin.to_str().unwrap();
@@ -149,21 +156,29 @@ pub fn same_under_uswap(name: &str, args: &[&str], budget: &str, modes: &[Mode],
         "{name} plain: {}",
         String::from_utf8_lossy(&plain.stderr)
     );
+    let mut errs = Vec::new();
     for &mode in modes {
-        let mut run = vec![
-            "run", "--budget", budget, "--swap", "ram:256M", "--stats", "--", bin,
-        ];
+        let mut run = vec!["run", "--budget", budget, "--swap", swap, "--stats", "--", bin];
         run.extend_from_slice(args);
         let out = uswap_in(mode, &run, &[]);
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
         assert!(out.status.success(), "{name} {mode:?}: {:?}: {err}", out.status);
         assert_eq!(out.stdout, plain.stdout, "{name} {mode:?}: {err}");
+        // uswap's own threads are not the program's to be warned of.
+        assert!(!err.contains("blocks SIGBUS"), "{name} {mode:?}: {err}");
+        errs.push((mode, err));
+    }
+    (plain.stdout, errs)
+}
+
+/// [`under_uswap`] on a 256 MiB RAM swap device, where at least
+/// `evictions` pages went out in every mode.
+pub fn same_under_uswap(name: &str, args: &[&str], budget: &str, modes: &[Mode], evictions: u64) {
+    for (mode, err) in under_uswap(name, args, budget, "ram:256M", modes).1 {
         assert!(
             stat(&err, "evictions") > evictions,
             "{name} {mode:?}: too little went out: {err}"
         );
-        // uswap's own threads are not the program's to be warned of.
-        assert!(!err.contains("blocks SIGBUS"), "{name} {mode:?}: {err}");
     }
 }
 

@@ -130,19 +130,6 @@ fn allowed_ip() -> u64 {
     TRAMPOLINE.load(Ordering::Acquire) as u64 + crate::syscalls::raw_return_offset() as u64
 }
 
-/// How many seccomp filters this process has (`Seccomp_filters:` in
-/// /proc/self/status; 0 where the kernel does not say).
-pub fn filters_now() -> u32 {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Seccomp_filters:"))
-                .and_then(|v| v.trim().parse().ok())
-        })
-        .unwrap_or(0)
-}
-
 /// Install the SIGSYS handler, and the filter on this thread unless this
 /// process has it already (a later image of it: one filter more than
 /// `g.filters`).  On the main thread, before the program runs: its
@@ -151,7 +138,7 @@ pub(crate) fn start(g: &GuardLayout) -> Result<(), String> {
     RANGE.1.store(u64::from(g.hi()), Ordering::Relaxed);
     RANGE.0.store(u64::from(g.lo()), Ordering::Relaxed);
     install_handler()?;
-    if filters_now() > g.filters {
+    if uswap::run_env::seccomp_filters() > g.filters {
         return Ok(());
     }
     let prog = filter::program(table::CALLS, g.lo(), g.hi(), allowed_ip());
@@ -201,7 +188,7 @@ pub(crate) fn start(g: &GuardLayout) -> Result<(), String> {
 /// trapped calls there (none of its memory is paged, nothing is pinned).
 /// Best effort: nothing of its own maps at 64 TiB, so it sees no traps.
 pub(crate) fn start_inherited(g: &GuardLayout) {
-    if filters_now() <= g.filters || map_trampoline(g.trampoline()).is_err() {
+    if uswap::run_env::seccomp_filters() <= g.filters || map_trampoline(g.trampoline()).is_err() {
         return;
     }
     RANGE.1.store(u64::from(g.hi()), Ordering::Relaxed);

@@ -75,6 +75,25 @@ pub struct Call {
     pub args: &'static [(u8, Buf)],
 }
 
+#[cfg(test)]
+impl Buf {
+    /// The argument whose value is this buffer's length or count (a
+    /// length the kernel reads through a pointer, `AtArg`, is not one):
+    /// for the tests of the table and of every call (`tests/guest.rs`).
+    pub fn length_arg(self) -> Option<u8> {
+        match self {
+            Buf::Read(l) | Buf::Write(l) => match l {
+                Len::Arg(j) | Len::ArgTimes(j, _) | Len::ArgPlus(j, _) | Len::Bits(j) | Len::PagesOf(j) => {
+                    Some(j)
+                }
+                _ => None,
+            },
+            Buf::Iov { count, .. } | Buf::MMsg { count, .. } => Some(count),
+            _ => None,
+        }
+    }
+}
+
 impl Call {
     /// Whether the filter traps the call whatever its arguments: its
     /// buffers are behind a pointer it cannot follow.
@@ -383,19 +402,10 @@ mod tests {
             assert!(!c.args.is_empty(), "{}", c.name);
             for &(i, b) in c.args {
                 assert!(i < 6, "{} argument {i}", c.name);
-                let refs = match b {
-                    Buf::Read(l) | Buf::Write(l) => match l {
-                        Len::Arg(j)
-                        | Len::ArgTimes(j, _)
-                        | Len::ArgPlus(j, _)
-                        | Len::AtArg(j)
-                        | Len::Bits(j)
-                        | Len::PagesOf(j) => Some(j),
-                        _ => None,
-                    },
-                    Buf::Iov { count, .. } | Buf::MMsg { count, .. } => Some(count),
+                let refs = b.length_arg().or(match b {
+                    Buf::Read(Len::AtArg(j)) | Buf::Write(Len::AtArg(j)) => Some(j),
                     _ => None,
-                };
+                });
                 if let Some(j) = refs {
                     assert!(j < 6 && j != i, "{} argument {i} refers to {j}", c.name);
                 }
