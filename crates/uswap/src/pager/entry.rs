@@ -698,19 +698,25 @@ static WATCHED: Mutex<Watched> = Mutex::new(Watched {
 /// scheduler slice; no thread sits there for two seconds.
 const SCANS_TO_REPORT: u32 = 4;
 
-/// Threads inside the handler, counted per bucket of thread ids.  While
-/// a thread is in it, its mask blocks SIGBUS (the handler's `sa_mask`
-/// blocks everything), which the thread scan must not take for the
-/// program's doing.  Buckets, not a table of ids: two atomic adds per
-/// fault, no search; a shared bucket only makes the scan look again later.
+/// Threads inside the handler, counted per bucket of thread ids (the low
+/// 32 bits), and entries into it (the high 32, wrapping).  While a thread
+/// is in it, its mask blocks SIGBUS (the handler's `sa_mask` blocks
+/// everything), which the thread scan must not take for the program's
+/// doing; and since a scan reads a thread's mask and this count at two
+/// moments, a thread that entered the handler between them was in it
+/// too (a thread serving faults most of the time was named as blocking
+/// SIGBUS).  Buckets, not a table of ids: two atomic adds per fault, no
+/// search; a shared bucket only makes the scan look again later.
 const BUCKETS: usize = 64;
-static IN_HANDLER: [CachePadded<AtomicU32>; BUCKETS] =
-    [const { CachePadded::new(AtomicU32::new(0)) }; BUCKETS];
+static IN_HANDLER: [CachePadded<AtomicU64>; BUCKETS] =
+    [const { CachePadded::new(AtomicU64::new(0)) }; BUCKETS];
+/// One more thread inside, one more entry.
+const HANDLER_ENTRY: u64 = (1 << 32) + 1;
 
 /// The bucket of thread `tid`.  The handler asks `gettid`, a system call
 /// each time, not an id cached in thread-local storage: nothing on the
 /// fault path touches thread-local storage (see `fault::Readahead`).
-fn handler_bucket(tid: i32) -> &'static AtomicU32 {
+fn handler_bucket(tid: i32) -> &'static AtomicU64 {
     &IN_HANDLER[tid as usize % BUCKETS]
 }
 
@@ -725,9 +731,13 @@ fn scan_blocked_threads() {
         let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
             continue;
         };
+        let before = handler_bucket(tid).load(Ordering::Acquire);
         let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
             continue;
         };
+        let after = handler_bucket(tid).load(Ordering::Acquire);
+        // In the handler when the mask was read, or through it meanwhile.
+        let handling = before as u32 != 0 || after as u32 != 0 || before >> 32 != after >> 32;
         let field = |name: &str| {
             status
                 .lines()
@@ -740,7 +750,7 @@ fn scan_blocked_threads() {
         if signals::is_uswap_thread(tid)
             || name.starts_with("iou-")
             || blocked & (1 << (libc::SIGBUS - 1)) == 0
-            || IN_HANDLER[tid as usize % BUCKETS].load(Ordering::Acquire) != 0
+            || handling
         {
             continue;
         }
@@ -770,7 +780,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     let inside = handler_bucket(tid);
-    inside.fetch_add(1, Ordering::AcqRel);
+    inside.fetch_add(HANDLER_ENTRY, Ordering::AcqRel);
     // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
     let (code, addr) = unsafe { ((*info).si_code, (*info).si_addr() as u64) };
     // Only a fault the kernel raised for a missing or write-protected page
