@@ -71,13 +71,14 @@ fn alter(a: usize, len: usize, protect: bool) {
     let end = a.saturating_add(len);
     let mut map = served();
     let mut covered = false;
-    let starts: Vec<usize> = map.range(..end).map(|(&s, _)| s).collect();
-    for s in starts {
-        let b = map.get_mut(&s).expect("listed above");
-        if s + b.len > a {
-            b.altered = true;
-            covered |= s <= a && s + b.len >= end;
+    // Blocks do not overlap: walking down from `end`, the first that ends
+    // at or before `a` is the last to look at (not every block below).
+    for (&s, b) in map.range_mut(..end).rev() {
+        if s + b.len <= a {
+            break;
         }
+        b.altered = true;
+        covered |= s <= a && s + b.len >= end;
     }
     drop(map);
     if protect && !covered {
