@@ -27,6 +27,7 @@
 //! can be measured against the behaviour before it.
 
 pub mod descriptors;
+pub mod domain;
 pub mod extent;
 mod index_list;
 pub mod io;

@@ -108,6 +108,55 @@ pub fn own_memory() -> Vec<(u64, u64)> {
     v
 }
 
+/// A shared mapping of a whole file (`MAP_SHARED`), read and written by
+/// every process that maps it; unmapped on drop.  Its memory is the
+/// file's, zero where never written.
+pub struct SharedMapping {
+    addr: u64,
+    len: usize,
+}
+
+impl SharedMapping {
+    /// The first `len` bytes of `file` (which holds them), shared.
+    pub fn new(file: &File, len: usize) -> io::Result<SharedMapping> {
+        // SAFETY: a fresh mapping at an address of the kernel's choosing;
+        // nothing else in this process refers to it.
+        let p = unsafe {
+            mm::mmap(
+                std::ptr::null_mut(),
+                len,
+                ProtFlags::READ | ProtFlags::WRITE,
+                MapFlags::SHARED,
+                file.as_fd(),
+                0,
+            )
+        }?;
+        remember_memory(p as u64, len as u64);
+        Ok(SharedMapping { addr: p as u64, len })
+    }
+
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.addr as *mut u8
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Drop for SharedMapping {
+    fn drop(&mut self) {
+        forget_memory(self.addr);
+        // SAFETY: our own mapping; what pointed into it went with the
+        // borrows of the value being dropped.
+        let _ = unsafe { mm::munmap(self.addr as *mut _, self.len) };
+    }
+}
+
 /// An anonymous private mapping, unmapped on drop.  A forked child
 /// inherits a copy, as it does any private memory (the pager adopts it
 /// there, `pager/fork.rs`): dropping the value in the child unmaps the

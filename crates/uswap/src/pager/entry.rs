@@ -427,6 +427,14 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             }
             let resident = inner.budget.resident.load(Ordering::Relaxed);
             inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
+            if let Some(m) = &inner.member {
+                m.publish(resident, inner.counters.faults.get());
+                if let Some(share) = m.share() {
+                    if share != inner.budget.limit() {
+                        inner.budget.share(share);
+                    }
+                }
+            }
             if resident > inner.budget.low()
                 && reclaim::reclaim(&inner, resident - inner.budget.low(), ring.as_mut()) > 0
             {

@@ -176,7 +176,7 @@ pub(super) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
 /// Whether page `b` follows page `a` in memory, in the same region (ids
 /// of a region are consecutive, and so are its pages).
 fn neighbours(inner: &Inner, a: u32, b: u32) -> bool {
-    let addr = |id: u32| inner.addrs[id as usize].load(Ordering::Relaxed);
+    let addr = |id: u32| inner.addrs.get(id);
     b == a + 1 && addr(a) != 0 && addr(b) == addr(a) + PAGE
 }
 
@@ -193,7 +193,7 @@ fn drop_clean(
     let mut which = [0u8; BATCH];
     let mut n = 0;
     for &i in idx {
-        let addr = inner.addrs[ids[i as usize] as usize].load(Ordering::Relaxed);
+        let addr = inner.addrs.get(ids[i as usize]);
         let claim = claims[i as usize].take().expect("claimed");
         if !sys::page_mapped(addr) {
             // The program discarded (or unmapped) it: zeros now.
@@ -273,7 +273,7 @@ fn stage_sealed(
     let mut n = 0;
     for &i in idx {
         let id = ids[i as usize];
-        let addr = inner.addrs[id as usize].load(Ordering::Relaxed);
+        let addr = inner.addrs.get(id);
         let claim = claims[i as usize].take().expect("claimed");
         let Some(f) = pool.get() else {
             // No frame: writeback frees some; try later.
@@ -415,7 +415,7 @@ fn stage_run(
         drop(claims[idx[j] as usize].take());
         out.keep(ids[idx[j] as usize], false);
     }
-    let addr = |j: usize| inner.addrs[ids[idx[j] as usize] as usize].load(Ordering::Relaxed);
+    let addr = |j: usize| inner.addrs.get(ids[idx[j] as usize]);
     let mut s = 0;
     while s < m {
         inner.counters.evict_moves.inc();

@@ -530,8 +530,7 @@ pub(super) fn read_ahead_range(inner: &Inner, addr: u64, id: u32, pages: u32, wr
             // In already, claimed, another region's, or over budget: one
             // page on (a claimed page is being served by its fault).
             let nid = (id + done) as usize;
-            if nid >= inner.addrs.len()
-                || inner.addrs[nid].load(Ordering::Relaxed) != addr + PAGE * done as u64
+            if inner.addrs.get(nid as u32) != addr + PAGE * done as u64
                 || inner.budget.resident.load(Ordering::Relaxed) + 1 >= inner.budget.limit()
             {
                 return;
@@ -555,7 +554,7 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
     while n < max as usize {
         let (nid, naddr) = (id as usize + n, addr + PAGE * n as u64);
         if nid >= inner.states.len()
-            || inner.addrs[nid].load(Ordering::Relaxed) != naddr
+            || inner.addrs.get(nid as u32) != naddr
             || inner.budget.resident.load(Ordering::Relaxed) + n + 1 >= inner.budget.limit()
         {
             break;

@@ -165,6 +165,11 @@ extern "C" fn child() {
     for inner in instances() {
         inner.backing.hold.forget();
         inner.reports.pinned.store(true, Ordering::Relaxed);
+        if let Some(m) = &inner.member {
+            // Its own slot, so that the domain charges it its own memory;
+            // without one it keeps its budget as it was.
+            let _ = m.rejoin();
+        }
         if let Err(e) = adopt(&inner) {
             // The child's memory cannot be served: reading it would give
             // zeros where the program's data was.  End here, saying why.

@@ -107,17 +107,17 @@ pub(crate) struct Inner {
     pub lru: Lru,
     /// Per page id: the page state word (see page.rs).
     pub states: Box<[AtomicU64]>,
-    /// Per page id: the page's address, 0 when no region holds the id.
-    pub addrs: Box<[AtomicU64]>,
+    /// Page id -> the page's address (0 when no region holds the id).
+    pub addrs: super::addrs::PageAddrs,
     /// Per page id: pins held on the page (`Region::pin`): a pinned page
     /// is resident and is not evicted.  The pinner raises it and then
     /// checks the state; an evictor claims the page and then checks it,
     /// each with a SeqCst fence between (`pinned`): one of the two sees
     /// the other.
     pub pins: Box<[AtomicU32]>,
-    /// Free page-id ranges (start, len); capacity never grows past the
-    /// number of regions, and it is only touched by map and unmap.
-    pub ids: StatMutex<Vec<(u32, u32)>>,
+    /// Page ids: free ranges and pages mapped; only map and unmap touch
+    /// them.
+    pub ids: StatMutex<PageIds>,
     pub frames: Frames,
     pub budget: Budget,
     pub backing: Backing,
@@ -153,6 +153,9 @@ pub(crate) struct Inner {
     /// `UFFDIO_MOVE` refuses as shared may be one the fork shared
     /// (evict.rs, `unshare`).
     pub forked: AtomicBool,
+    /// This instance's membership of a budget domain: its reclaimer
+    /// publishes what it holds there and takes its budget from there.
+    pub member: Option<Arc<crate::domain::Member>>,
     /// Test hooks: failures to inject into the userfaultfd calls.
     #[cfg(test)]
     pub inject: Inject,
@@ -175,6 +178,18 @@ pub(crate) struct Frames {
     /// Pages of zeros (as many as one readahead installs), the source of
     /// zero-fill copies.
     pub zero: Mapping,
+}
+
+/// Page ids, handed to regions.
+pub(crate) struct PageIds {
+    /// Free id ranges (start, len), sorted and merged: at most one more
+    /// than there are regions.  A region takes whole chunks of ids
+    /// (addrs.rs), so a range's start is a chunk's.
+    pub free: Vec<(u32, u32)>,
+    /// Pages the regions span now, and at most (`max_mapped`): the limit
+    /// counts pages, not the chunks' ids.
+    pub mapped: usize,
+    pub max: usize,
 }
 
 /// What is resident against what may be.  The four bounds change together
@@ -235,12 +250,19 @@ impl Budget {
 
     /// Make `limit` pages the budget; the bounds made from it follow.
     pub fn set(&self, limit: usize) {
+        self.max_overrun
+            .store(self.overrun.pages(limit), Ordering::Relaxed);
+        self.share(limit);
+    }
+
+    /// Make `limit` pages this instance's share of a domain's budget: the
+    /// watermarks follow, the overrun stays the domain budget's (a share
+    /// cut to a few pages must not make a full swap space fatal at once).
+    pub fn share(&self, limit: usize) {
         self.slack
             .store(self.slack_max.min(limit / 16), Ordering::Relaxed);
         self.low
             .store(limit - (limit / 16).max(32).min(limit / 2), Ordering::Relaxed);
-        self.max_overrun
-            .store(self.overrun.pages(limit), Ordering::Relaxed);
         self.limit.store(limit, Ordering::Release);
     }
 
@@ -373,8 +395,12 @@ impl Inner {
         self.pins[id as usize].load(Ordering::Relaxed) != 0
     }
 
-    pub fn free_ids(&self, start: u32, len: u32) {
-        let mut ids = self.ids.lock();
+    /// Ids `start..start + len` are free again, and the `pages` pages of
+    /// the region that held them no longer mapped.
+    pub fn free_ids(&self, start: u32, len: u32, pages: usize) {
+        let mut guard = self.ids.lock();
+        guard.mapped -= pages;
+        let ids = &mut guard.free;
         ids.push((start, len));
         ids.sort_unstable();
         // Merge neighbours.

@@ -57,6 +57,7 @@
 //! safe, is in `entry.rs`.
 
 // The pager's files, from the top down; each calls only those below it.
+mod addrs; // page id -> address, a word per chunk of ids
 mod entry; // region table, SIGBUS handler, handler and reclaimer threads
 mod evict; // small pages out in batches: clean drops, runs of moves
 mod fault; // fault service, pages and 2 MB units
@@ -251,6 +252,7 @@ pub struct SwapBuilder {
     readahead: bool,
     per_page_evict: bool,
     overrun: Overrun,
+    domain: Option<Arc<crate::domain::Member>>,
 }
 
 impl SwapBuilder {
@@ -352,6 +354,17 @@ impl SwapBuilder {
         self
     }
 
+    /// Share a budget with the other processes of a domain
+    /// (`crate::domain`): the instance publishes what it holds, and its
+    /// budget follows the share the domain's arbiter gives it.  The
+    /// builder's budget is the instance's until the first share, and what
+    /// its overrun is measured against.  A background reclaimer (the
+    /// default) does the publishing; without one, the budget stays put.
+    pub fn domain(mut self, member: crate::domain::Member) -> Self {
+        self.domain = Some(Arc::new(member));
+        self
+    }
+
     /// Check the configuration and start the instance.
     pub fn build(self) -> Result<Swap, PagerError> {
         let page = PAGE_SIZE as u64;
@@ -432,6 +445,14 @@ impl SwapBuilder {
                 self.max_mapped.unwrap_or(0)
             )));
         }
+        let max_user = max_pages;
+        // Whole chunks of ids (addrs.rs): each region leaves less than a
+        // chunk unused at its end, so `max_mapped` pages in any number of
+        // regions (at most one a page, and at most MAX_REGIONS) always find
+        // ids.  The tables are committed as ids are used: the spare ones
+        // cost address space only.
+        let max_pages =
+            max_pages.next_multiple_of(addrs::CHUNK) + addrs::CHUNK * max_pages.min(entry::MAX_REGIONS);
         let max_pages = u32::try_from(max_pages)
             .map_err(|_| PagerError::Config(format!("max_mapped of {max_pages} pages exceeds 2^32 pages")))?;
         let lru = Lru::new(LruConfig::new(max_pages).batch(self.lru_batch), &registry)?;
@@ -505,7 +526,7 @@ impl SwapBuilder {
             lru,
             // Zeroed (NEVER, no address) and committed as ids are used.
             states: table::zeroed(max_pages as usize, "page states")?,
-            addrs: table::zeroed(max_pages as usize, "page addresses")?,
+            addrs: addrs::PageAddrs::new(max_pages as usize)?,
             pins: table::zeroed(max_pages as usize, "page pins")?,
             // SAFETY: getpid has no preconditions.
             pid: std::sync::atomic::AtomicI32::new(unsafe { libc::getpid() }),
@@ -519,7 +540,14 @@ impl SwapBuilder {
                 reclaimer: self.background,
                 watching: self.mode == FaultMode::Sigbus,
             },
-            ids: StatMutex::new(vec![(0, max_pages)], registry.lock_site("page_ids")),
+            ids: StatMutex::new(
+                instance::PageIds {
+                    free: vec![(0, max_pages)],
+                    mapped: 0,
+                    max: max_user,
+                },
+                registry.lock_site("page_ids"),
+            ),
             frames: Frames {
                 staging,
                 bounce,
@@ -553,6 +581,7 @@ impl SwapBuilder {
             users: AtomicUsize::new(1),
             reports: Reports::default(),
             forked: AtomicBool::new(false),
+            member: self.domain.clone(),
             #[cfg(test)]
             inject: Inject::default(),
             registry,
@@ -592,6 +621,7 @@ impl Swap {
             readahead: true,
             per_page_evict: false,
             overrun: Overrun::default(),
+            domain: None,
         }
     }
 
@@ -652,22 +682,27 @@ impl Swap {
         // The page-id lock is one a program's signal handler could want
         // (through a fault's reclaim, no; but through a nested map, yes).
         let _blocked = signals::SignalsBlocked::asynchronous();
+        // Whole chunks of ids (addrs.rs): a region's first id starts one.
+        let ids = pages.next_multiple_of(addrs::CHUNK);
         let id_base = {
-            let mut ids = inner.ids.lock();
-            let free: usize = ids.iter().map(|r| r.1 as usize).sum();
-            let Some(i) = ids.iter().position(|r| r.1 as usize >= pages) else {
+            let mut guard = inner.ids.lock();
+            let (mapped, max) = (guard.mapped, guard.max);
+            let free_ids = &mut guard.free;
+            let at = free_ids.iter().position(|r| r.1 as usize >= ids);
+            let Some(i) = at.filter(|_| mapped + pages <= max) else {
                 return Err(PagerError::TooManyPages {
                     pages,
-                    max: inner.states.len(),
-                    free,
+                    max,
+                    free: max - mapped,
                 });
             };
-            let start = ids[i].0;
-            ids[i].0 += pages as u32;
-            ids[i].1 -= pages as u32;
-            if ids[i].1 == 0 {
-                ids.remove(i);
+            let start = free_ids[i].0;
+            free_ids[i].0 += ids as u32;
+            free_ids[i].1 -= ids as u32;
+            if free_ids[i].1 == 0 {
+                free_ids.remove(i);
             }
+            guard.mapped += pages;
             start
         };
         let align = if huge { page::UNIT_BYTES } else { PAGE_SIZE };
@@ -677,7 +712,7 @@ impl Swap {
         ) {
             Ok(m) => m,
             Err(source) => {
-                inner.free_ids(id_base, pages as u32);
+                inner.free_ids(id_base, ids as u32, pages);
                 return Err(PagerError::Mmap {
                     bytes: pages * PAGE_SIZE,
                     source,
@@ -703,8 +738,8 @@ impl Swap {
             if st.load(Ordering::Relaxed) != fresh {
                 st.store(fresh, Ordering::Relaxed);
             }
-            inner.addrs[id_base as usize + i].store(map.addr() + (i * PAGE_SIZE) as u64, Ordering::Relaxed);
         }
+        inner.addrs.publish(id_base, pages, map.addr());
         if let Err(e) = inner.uffd.register(
             map.addr(),
             map.len() as u64,
@@ -713,14 +748,14 @@ impl Swap {
                 wp: true,
             },
         ) {
-            inner.free_ids(id_base, pages as u32);
+            inner.free_ids(id_base, ids as u32, pages);
             return Err(e.into());
         }
         let Some(slot) =
             entry::publish_region(map.addr(), map.len() as u64, id_base, Arc::as_ptr(inner), huge)
         else {
             // The mapping is unmapped as `map` drops, registration and all.
-            inner.free_ids(id_base, pages as u32);
+            inner.free_ids(id_base, ids as u32, pages);
             return Err(PagerError::TooManyRegions);
         };
         inner.users.fetch_add(1, Ordering::Relaxed);
@@ -1190,7 +1225,6 @@ impl Drop for Region {
                     page::SWAPPED => inner.free_unit_slots(id as u32, w),
                     _ => {}
                 }
-                inner.addrs[id].store(0, Ordering::Relaxed);
                 continue;
             }
             match page::kind(w) {
@@ -1205,8 +1239,8 @@ impl Drop for Region {
             if let Some(e) = page::slot(w) {
                 inner.free_slot(e);
             }
-            inner.addrs[id].store(0, Ordering::Relaxed);
         }
+        inner.addrs.clear(self.id_base, self.pages);
         inner.lru.remove_batch(&gone[..ngone]);
         inner.budget.resident.fetch_sub(resident, Ordering::Relaxed);
         if !self.still_mapped_here() {
@@ -1221,7 +1255,11 @@ impl Drop for Region {
             );
             self.map.forget();
         }
-        inner.free_ids(self.id_base, self.pages as u32);
+        inner.free_ids(
+            self.id_base,
+            self.pages.next_multiple_of(addrs::CHUNK) as u32,
+            self.pages,
+        );
         inner.release_user();
         // The mapping itself is unmapped, registration and all, when
         // `self.map` drops.

@@ -330,7 +330,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     let Some(f) = frame(inner) else {
         return Stage::Not;
     };
-    let addr = inner.addrs[id as usize].load(Ordering::Relaxed);
+    let addr = inner.addrs.get(id);
     let frame_addr = inner.frames.staging.addr(f);
     // A clean page that never had a slot holds zeros still: drop it.
     if !dirty && page::slot(w).is_none() {
@@ -421,7 +421,7 @@ fn evict_unit(inner: &Inner, head: u32) -> Stage {
     let Some(claim) = PageClaim::try_claim(st, w) else {
         return Stage::Not;
     };
-    let addr = inner.addrs[head as usize].load(Ordering::Relaxed);
+    let addr = inner.addrs.get(head);
     let pool = &inner.frames.unit_out;
     let Some(u) = pool.get() else {
         return Stage::Not;

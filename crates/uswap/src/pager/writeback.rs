@@ -367,7 +367,7 @@ fn write_failed(
             e.device(),
         ),
     );
-    let addr = inner.addrs[id as usize].load(Ordering::Relaxed);
+    let addr = inner.addrs.get(id);
     match inner.move_in(addr, inner.frames.staging.addr(f), PAGE) {
         Ok(copied) => {
             // `e` stays allocated, never to be handed out again.

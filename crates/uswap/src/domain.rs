@@ -1,0 +1,545 @@
+//! A budget domain: one memory budget over a tree of processes, each paged
+//! by an instance of its own.
+//!
+//! A memory cgroup holds every process of a tree under one limit, whatever
+//! each does.  `uswap run` does the same with a domain.  Its supervisor
+//! (`uswap run` itself, the program's parent) creates it: a small shared
+//! memory file (a memfd) holding the budget and a slot per member.  Every
+//! process of the tree that pages (every image that loads the preload
+//! library) joins it, opening the memfd through `/proc/<supervisor>/fd/<n>`,
+//! which the environment names ([`crate::run_env::DOMAIN`]); a forked child
+//! takes a slot of its own.  A member's instance publishes what it holds
+//! (its resident pages, how many faults it has served) from its background
+//! reclaimer, every millisecond, and reads back its share: the resident
+//! pages it may hold, which becomes its instance's budget
+//! (`Budget::share`).
+//!
+//! The supervisor's [`Arbiter`] divides the budget, every couple of
+//! milliseconds, from what the members hold: each member is charged its
+//! resident pages and its other anonymous memory (uswap's own tables and
+//! frames, a compressed store, what the program maps outside the heap:
+//! `/proc/PID/statm`), so that the budget holds the tree's anonymous
+//! memory as a cgroup's limit would.  While the members hold less than the
+//! budget, each may grow by what is left ([`shares`]).  Past it, the
+//! budget is water-filled: a level such that the members charged under it
+//! keep what they hold and those over it are cut to it, so reclaim falls
+//! on the members furthest over an even share; a member that has taken no
+//! fault for a second (its pages are the tree's coldest) counts an eighth
+//! of an active one.  A member over its share reclaims its own pages in
+//! its own process, as it does under its own budget: no fault waits on
+//! another process, and no process ever touches another's memory.  The
+//! budget is kept within a tick of the arbiter: between two ticks the
+//! members may together grow past it by what they fault in.
+//!
+//! Members leave at their end: the arbiter finds a slot whose process is
+//! gone (or a zombie, or another process under a reused pid: the slot
+//! holds the process's start time) and frees it.  An image that `exec`s
+//! takes a new slot; the old image's, under the same pid, is freed first.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::sys::SharedMapping;
+use crate::PAGE_SIZE;
+
+/// Members at once at most: more than a tree runs at a time (`make -j`
+/// of a few dozen jobs runs a few hundred processes at most).
+pub const SLOTS: usize = 1024;
+/// A member's share is never cut below this many pages (1 MiB): room for
+/// an eviction batch to go out while the next faults come in.
+pub const MIN_SHARE: u64 = 256;
+/// A member that took no fault for this long is idle: its pages are the
+/// coldest in the tree.
+pub const IDLE_AFTER: Duration = Duration::from_secs(1);
+/// An active member's weight in the water-filling; an idle one's is 1.
+const ACTIVE_WEIGHT: u64 = 8;
+/// How often the arbiter reads the members' other memory from /proc and
+/// looks for members that are gone.
+const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+const MAGIC: u64 = u64::from_le_bytes(*b"uswapdm1");
+
+#[repr(C, align(64))]
+struct Header {
+    magic: AtomicU64,
+    /// The budget, in pages.
+    budget: AtomicU64,
+    /// The last claim's number (see `Slot::claim`).
+    claims: AtomicU64,
+}
+
+/// One member.  `pid` is the slot's lock: a process takes a free slot by
+/// setting it from 0, fills the rest, and sets `start` last; the slot is
+/// freed in the other order.  A reader (the arbiter) skips a slot whose
+/// `start` is 0: being taken or freed.
+#[repr(C, align(64))]
+struct Slot {
+    pid: AtomicI32,
+    /// The process's start time (`/proc/PID/stat`'s 22nd field, clock
+    /// ticks since boot): the pid reused by another process is not it.
+    start: AtomicU64,
+    /// Resident pages of its instance (staged ones included): published.
+    resident: AtomicU64,
+    /// Faults its instance has served: published.
+    faults: AtomicU64,
+    /// Its share, in pages; 0 until the arbiter gives one (the instance
+    /// keeps its own budget meanwhile).  Written by the arbiter.
+    limit: AtomicU64,
+    /// Its anonymous memory outside its instance's resident pages, in
+    /// pages, at the arbiter's last look.  Written by the arbiter.
+    other: AtomicU64,
+    /// Which claim holds it: a process that held it before (an image
+    /// before an `exec`, whose `Member` may yet be dropped) has another.
+    claim: AtomicU64,
+}
+
+#[repr(C)]
+struct Shared {
+    header: Header,
+    slots: [Slot; SLOTS],
+}
+
+/// A domain could not be made or joined.
+#[derive(Debug, thiserror::Error)]
+pub enum DomainError {
+    #[error("cannot make the budget domain's shared memory: {0}")]
+    Create(#[source] io::Error),
+    #[error("{value:?}: not a budget domain (PID:FD)")]
+    Malformed { value: String },
+    #[error("cannot open the budget domain at {path}: {source} (the process tree's supervisor, `uswap run`, has ended, or this process may not read its descriptors)")]
+    Open {
+        path: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("{path} is not a budget domain")]
+    NotADomain { path: String },
+    #[error("the budget domain is full: {SLOTS} processes of the tree page at once")]
+    Full,
+}
+
+fn shared(map: &SharedMapping) -> &Shared {
+    debug_assert!(map.len() >= std::mem::size_of::<Shared>());
+    // SAFETY: the mapping is at least a `Shared` long, page-aligned, and
+    // lives as long as the borrow; every field is an atomic, for which the
+    // file's zeros (or any bytes another member wrote) are valid values.
+    unsafe { &*(map.as_ptr() as *const Shared) }
+}
+
+/// This process's start time, from `/proc/self/stat`, read into a buffer
+/// on the stack (a forked child's handler calls it).
+fn start_time(pid: i32) -> Option<(u64, u8)> {
+    let mut path = [0u8; 32];
+    let mut w = std::io::Cursor::new(&mut path[..]);
+    std::io::Write::write_fmt(&mut w, format_args!("/proc/{pid}/stat\0")).ok()?;
+    let mut buf = [0u8; 1024];
+    // SAFETY: a NUL-terminated path on the stack; a buffer we own.
+    let n = unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    let text = buf.get(..usize::try_from(n).ok()?)?;
+    // The command name may hold anything, spaces and parentheses too: the
+    // fields that follow it start after its last ')'.
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let mut fields = text[close + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let state = *fields.next()?.first()?;
+    // Field 3 was the state; the start time is field 22.
+    let start = fields.nth(18)?;
+    let start = std::str::from_utf8(start).ok()?.trim().parse().ok()?;
+    Some((start, state))
+}
+
+/// A process's anonymous resident pages: `/proc/PID/statm`'s resident
+/// less its shared (file and shmem) pages.
+fn anon_pages(pid: i32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
+    let mut f = text.split_whitespace().skip(1).map(|v| v.parse::<u64>().ok());
+    let (resident, shared) = (f.next()??, f.next()??);
+    Some(resident.saturating_sub(shared))
+}
+
+/// A process's membership of a domain (`SwapBuilder::domain`).
+pub struct Member {
+    map: SharedMapping,
+    /// Its slot; `usize::MAX` while it has none.
+    slot: AtomicUsize,
+    /// Its claim's number, which its slot holds while it is its.
+    claim: AtomicU64,
+}
+
+impl Member {
+    /// Join the domain `value` names (`PID:FD`, the supervisor's memfd, as
+    /// [`Arbiter::env_value`] writes it).
+    pub fn join(value: &str) -> Result<Member, DomainError> {
+        let malformed = || DomainError::Malformed {
+            value: value.to_string(),
+        };
+        let (pid, fd) = value.trim().split_once(':').ok_or_else(malformed)?;
+        let pid: u32 = pid.parse().map_err(|_| malformed())?;
+        let fd: u32 = fd.parse().map_err(|_| malformed())?;
+        let path = format!("/proc/{pid}/fd/{fd}");
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open(&path)
+            .map_err(|source| DomainError::Open {
+                path: path.clone(),
+                source,
+            })?;
+        let size = std::mem::size_of::<Shared>();
+        let not = || DomainError::NotADomain { path: path.clone() };
+        if file.metadata().map_err(|_| not())?.len() < size as u64 {
+            return Err(not());
+        }
+        let map = SharedMapping::new(&file, size).map_err(|source| DomainError::Open {
+            path: path.clone(),
+            source,
+        })?;
+        if shared(&map).header.magic.load(Ordering::Acquire) != MAGIC {
+            return Err(not());
+        }
+        let m = Member {
+            map,
+            slot: AtomicUsize::new(usize::MAX),
+            claim: AtomicU64::new(0),
+        };
+        m.claim()?;
+        Ok(m)
+    }
+
+    fn shared(&self) -> &Shared {
+        shared(&self.map)
+    }
+
+    /// Take a slot for this process.  A slot its pid holds already is an
+    /// earlier image's (before an `exec`): freed first.
+    fn claim(&self) -> Result<(), DomainError> {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        let start = start_time(me).map_or(1, |s| s.0.max(1));
+        for s in &self.shared().slots {
+            if s.pid.load(Ordering::Relaxed) == me {
+                free(s, me);
+            }
+        }
+        for (i, s) in self.shared().slots.iter().enumerate() {
+            if s.pid
+                .compare_exchange(0, me, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                let claim = self.shared().header.claims.fetch_add(1, Ordering::Relaxed) + 1;
+                s.claim.store(claim, Ordering::Relaxed);
+                self.claim.store(claim, Ordering::Relaxed);
+                s.resident.store(0, Ordering::Relaxed);
+                s.faults.store(0, Ordering::Relaxed);
+                s.limit.store(0, Ordering::Relaxed);
+                s.other.store(0, Ordering::Relaxed);
+                s.start.store(start, Ordering::Release);
+                self.slot.store(i, Ordering::Relaxed);
+                return Ok(());
+            }
+        }
+        self.slot.store(usize::MAX, Ordering::Relaxed);
+        Err(DomainError::Full)
+    }
+
+    /// In a forked child: a slot of its own (the parent keeps its).
+    pub(crate) fn rejoin(&self) -> Result<(), DomainError> {
+        self.claim()
+    }
+
+    fn mine(&self) -> Option<&Slot> {
+        let s = self.shared().slots.get(self.slot.load(Ordering::Relaxed))?;
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        (s.pid.load(Ordering::Relaxed) == me
+            && s.claim.load(Ordering::Relaxed) == self.claim.load(Ordering::Relaxed))
+        .then_some(s)
+    }
+
+    /// Say what this member's instance holds.
+    pub(crate) fn publish(&self, resident: usize, faults: u64) {
+        if let Some(s) = self.mine() {
+            s.resident.store(resident as u64, Ordering::Relaxed);
+            s.faults.store(faults, Ordering::Relaxed);
+        }
+    }
+
+    /// This member's share in pages, once the arbiter has given one.
+    pub(crate) fn share(&self) -> Option<usize> {
+        let l = self.mine()?.limit.load(Ordering::Relaxed);
+        (l != 0).then_some(l.max(MIN_SHARE) as usize)
+    }
+
+    /// The domain's budget in pages.
+    pub fn budget_pages(&self) -> u64 {
+        self.shared().header.budget.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for Member {
+    fn drop(&mut self) {
+        // SAFETY: getpid has no preconditions.
+        let me = unsafe { libc::getpid() };
+        if let Some(s) = self.mine() {
+            free(s, me);
+        }
+    }
+}
+
+/// Free `s`, held by `pid`: the other fields first, `start` 0 so that
+/// readers skip it, the pid last.
+fn free(s: &Slot, pid: i32) {
+    s.start.store(0, Ordering::Release);
+    s.claim.store(0, Ordering::Relaxed);
+    s.limit.store(0, Ordering::Relaxed);
+    s.resident.store(0, Ordering::Relaxed);
+    s.other.store(0, Ordering::Relaxed);
+    let _ = s
+        .pid
+        .compare_exchange(pid, 0, Ordering::Release, Ordering::Relaxed);
+}
+
+/// What the arbiter weighs of one member.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Demand {
+    /// Resident pages of its instance.
+    pub resident: u64,
+    /// Its other anonymous pages.
+    pub other: u64,
+    /// Whether it took a fault lately.
+    pub active: bool,
+}
+
+impl Demand {
+    fn charged(&self) -> u64 {
+        self.resident + self.other
+    }
+
+    fn weight(&self) -> u64 {
+        if self.active {
+            ACTIVE_WEIGHT
+        } else {
+            1
+        }
+    }
+}
+
+/// The members' shares (resident pages each may hold) of `budget` pages.
+///
+/// While they are charged less than the budget, each may grow by what is
+/// left.  Past it, the level `L` such that the members' charges, each
+/// capped at `weight * L`, fill the budget: a member's share is its cap
+/// less its other memory.  So a member charged under its cap keeps all it
+/// holds (and may grow to the cap), one over it is cut to it: reclaim
+/// falls on those furthest over their share, idle ones (weight 1 to an
+/// active one's 8) first.  Never under [`MIN_SHARE`].
+pub fn shares(budget: u64, members: &[Demand]) -> Vec<u64> {
+    let total: u64 = members.iter().map(Demand::charged).sum();
+    if total <= budget {
+        let room = budget - total;
+        return members
+            .iter()
+            .map(|m| (m.resident + room).max(MIN_SHARE))
+            .collect();
+    }
+    let filled = |level: u64| -> u64 {
+        members
+            .iter()
+            .map(|m| m.charged().min(m.weight().saturating_mul(level)))
+            .sum()
+    };
+    // The largest level whose fill is within the budget: filled(0) = 0,
+    // and at `budget` every member's cap passes its charge (total >
+    // budget), so the search ends between.
+    let (mut lo, mut hi) = (0u64, budget);
+    while lo < hi {
+        let mid = lo + (hi - lo).div_ceil(2);
+        if filled(mid) <= budget {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    members
+        .iter()
+        .map(|m| {
+            m.weight()
+                .saturating_mul(lo)
+                .saturating_sub(m.other)
+                .max(MIN_SHARE)
+        })
+        .collect()
+}
+
+/// One member as the arbiter last saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    pub pid: i32,
+    /// Resident pages of its instance.
+    pub resident: u64,
+    /// Its other anonymous pages (at the last look).
+    pub other: u64,
+    /// Its share in pages (0: none given yet).
+    pub share: u64,
+}
+
+/// What the arbiter remembers of a slot between ticks.
+#[derive(Clone, Copy)]
+struct Seen {
+    pid: i32,
+    start: u64,
+    faults: u64,
+    active_at: Instant,
+}
+
+/// A domain, made by the tree's supervisor, and the loop that divides its
+/// budget.
+pub struct Arbiter {
+    map: SharedMapping,
+    file: File,
+    seen: Vec<Option<Seen>>,
+    last_look: Option<Instant>,
+}
+
+impl Arbiter {
+    /// A domain of `budget` bytes.
+    pub fn create(budget: u64) -> Result<Arbiter, DomainError> {
+        // SAFETY: a name in a C string; flags the kernel checks.
+        let fd = unsafe { libc::memfd_create(c"uswap-domain".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(DomainError::Create(io::Error::last_os_error()));
+        }
+        // SAFETY: a descriptor just made, ours alone.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let size = std::mem::size_of::<Shared>();
+        file.set_len(size as u64).map_err(DomainError::Create)?;
+        let map = SharedMapping::new(&file, size).map_err(DomainError::Create)?;
+        let s = shared(&map);
+        s.header
+            .budget
+            .store(budget / PAGE_SIZE as u64, Ordering::Relaxed);
+        s.header.magic.store(MAGIC, Ordering::Release);
+        Ok(Arbiter {
+            map,
+            file,
+            seen: vec![None; SLOTS],
+            last_look: None,
+        })
+    }
+
+    /// What a member joins with ([`Member::join`]): this process's pid
+    /// and the memfd's descriptor.
+    pub fn env_value(&self) -> String {
+        format!("{}:{}", std::process::id(), self.file.as_raw_fd())
+    }
+
+    /// The budget in pages.
+    pub fn budget_pages(&self) -> u64 {
+        shared(&self.map).header.budget.load(Ordering::Relaxed)
+    }
+
+    /// One tick: every [`LOOK_EVERY`], free the slots of processes that
+    /// are gone and read the members' other memory; then give each member
+    /// its share.
+    pub fn tick(&mut self, now: Instant) {
+        let look = self.last_look.is_none_or(|t| now.duration_since(t) >= LOOK_EVERY);
+        if look {
+            self.last_look = Some(now);
+        }
+        let s = shared(&self.map);
+        let mut idx = Vec::new();
+        let mut demand = Vec::new();
+        for (i, slot) in s.slots.iter().enumerate() {
+            let start = slot.start.load(Ordering::Acquire);
+            let pid = slot.pid.load(Ordering::Relaxed);
+            if start == 0 || pid == 0 {
+                self.seen[i] = None;
+                continue;
+            }
+            let faults = slot.faults.load(Ordering::Relaxed);
+            let seen = match self.seen[i] {
+                Some(v) if v.pid == pid && v.start == start => v,
+                _ => Seen {
+                    pid,
+                    start,
+                    faults,
+                    active_at: now,
+                },
+            };
+            let seen = if faults != seen.faults {
+                Seen {
+                    faults,
+                    active_at: now,
+                    ..seen
+                }
+            } else {
+                seen
+            };
+            self.seen[i] = Some(seen);
+            let resident = slot.resident.load(Ordering::Relaxed);
+            if look {
+                match start_time(pid) {
+                    Some((st, state)) if st.max(1) == start && state != b'Z' && state != b'X' => {
+                        if let Some(anon) = anon_pages(pid) {
+                            slot.other.store(anon.saturating_sub(resident), Ordering::Relaxed);
+                        }
+                    }
+                    // Gone: killed, or ended without dropping its member.
+                    _ => {
+                        free(slot, pid);
+                        self.seen[i] = None;
+                        continue;
+                    }
+                }
+            }
+            idx.push(i);
+            demand.push(Demand {
+                resident,
+                other: slot.other.load(Ordering::Relaxed),
+                active: now.duration_since(seen.active_at) < IDLE_AFTER,
+            });
+        }
+        for (i, share) in idx.into_iter().zip(shares(self.budget_pages(), &demand)) {
+            s.slots[i].limit.store(share, Ordering::Relaxed);
+        }
+    }
+
+    /// The members now.
+    pub fn members(&self) -> Vec<MemberView> {
+        shared(&self.map)
+            .slots
+            .iter()
+            .filter(|s| s.start.load(Ordering::Acquire) != 0)
+            .map(|s| MemberView {
+                pid: s.pid.load(Ordering::Relaxed),
+                resident: s.resident.load(Ordering::Relaxed),
+                other: s.other.load(Ordering::Relaxed),
+                share: s.limit.load(Ordering::Relaxed),
+            })
+            .filter(|m| m.pid != 0)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+impl std::fmt::Debug for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Member")
+            .field("slot", &self.slot.load(Ordering::Relaxed))
+            .finish()
+    }
+}

@@ -1,0 +1,233 @@
+use super::*;
+use proptest::prelude::*;
+
+fn demand() -> impl Strategy<Value = Demand> {
+    (0u64..200_000, 0u64..50_000, any::<bool>()).prop_map(|(resident, other, active)| Demand {
+        resident,
+        other,
+        active,
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(2000))]
+
+    /// The shares keep the budget, cut only the members over the level
+    /// (evenly, by weight), and never go under the floor.
+    #[test]
+    fn shares_fill_the_budget_from_the_top(
+        budget in 1u64..1_000_000,
+        members in prop::collection::vec(demand(), 1..12),
+    ) {
+        let s = shares(budget, &members);
+        prop_assert_eq!(s.len(), members.len());
+        prop_assert!(s.iter().all(|&x| x >= MIN_SHARE));
+        let total: u64 = members.iter().map(Demand::charged).sum();
+        if total <= budget {
+            // Nobody is cut, and each may take what is left.
+            for (m, x) in members.iter().zip(&s) {
+                prop_assert_eq!(*x, (m.resident + budget - total).max(MIN_SHARE));
+            }
+            return Ok(());
+        }
+        // What each member may hold (its cap), charged as it is now: the
+        // budget, but for what the floor adds.
+        let held: u64 = members.iter().zip(&s).map(|(m, x)| m.charged().min(x + m.other)).sum();
+        let floor: u64 = members
+            .iter()
+            .zip(&s)
+            .filter(|(_, x)| **x == MIN_SHARE)
+            .map(|(m, _)| MIN_SHARE + m.other)
+            .sum();
+        prop_assert!(held <= budget + floor, "held {held} of {budget} (floor {floor})");
+        // The level is as high as the budget allows: one page more for
+        // every member's cap would pass it.
+        let caps: Vec<u64> = members.iter().zip(&s).map(|(m, x)| x + m.other).collect();
+        let more: u64 = members
+            .iter()
+            .zip(&caps)
+            .map(|(m, c)| m.charged().min(c + m.weight()))
+            .sum();
+        let cut = members.iter().zip(&caps).any(|(m, c)| m.charged() > *c);
+        prop_assert!(!cut || more > budget || floor > 0, "the level could rise: {more} <= {budget}");
+        for ((m, x), c) in members.iter().zip(&s).zip(&caps) {
+            if *x > MIN_SHARE {
+                // Caps are the weight times one level.
+                prop_assert_eq!(c % m.weight(), 0);
+                let level = c / m.weight();
+                for ((n, y), d) in members.iter().zip(&s).zip(&caps) {
+                    if *y > MIN_SHARE {
+                        prop_assert_eq!(d / n.weight(), level);
+                    }
+                }
+            }
+            if m.charged() <= *c {
+                // Under the level: nothing it holds is taken.
+                prop_assert!(*x >= m.resident);
+            }
+        }
+    }
+}
+
+#[test]
+fn one_idle_member_gives_way_to_an_active_one() {
+    let idle = Demand {
+        resident: 60_000,
+        other: 0,
+        active: false,
+    };
+    let active = Demand {
+        resident: 60_000,
+        other: 1_000,
+        active: true,
+    };
+    let s = shares(100_000, &[idle, active]);
+    // The level L: min(60000, L) + min(61000, 8 L) = 100000 at L = 39000
+    // (the active member's cap, 312000, passes all it holds).
+    assert_eq!(s, vec![39_000, 8 * 39_000 - 1_000]);
+    assert!(s[0] < idle.resident, "the idle member reclaims");
+    assert!(s[1] >= active.resident, "the active one keeps what it holds");
+}
+
+#[test]
+fn members_join_publish_get_shares_and_leave() {
+    let mut arb = Arbiter::create(64 << 20).unwrap();
+    assert_eq!(arb.budget_pages(), (64 << 20) / PAGE_SIZE as u64);
+    let a = Member::join(&arb.env_value()).unwrap();
+    assert_eq!(a.budget_pages(), arb.budget_pages());
+    assert_eq!(a.share(), None, "no share before the arbiter's first tick");
+    a.publish(10, 5);
+    arb.tick(Instant::now());
+    let m = arb.members();
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0].pid, std::process::id() as i32);
+    assert_eq!(m[0].resident, 10);
+    // Its share: what it holds and the rest of the budget, less what the
+    // test process holds besides (its other anonymous memory).
+    let other = m[0].other;
+    assert!(other > 0, "a process holds some anonymous memory of its own");
+    let share = a.share().unwrap() as u64;
+    assert_eq!(
+        share,
+        (arb.budget_pages().saturating_sub(10 + other) + 10).max(MIN_SHARE)
+    );
+    // The same process joining again is a new image (exec): the old slot
+    // goes.
+    let b = Member::join(&arb.env_value()).unwrap();
+    assert_eq!(arb.members().len(), 1);
+    assert_eq!(a.share(), None, "the earlier image's slot is gone");
+    drop(a);
+    assert_eq!(
+        arb.members().len(),
+        1,
+        "dropping a slot no longer held frees nothing"
+    );
+    drop(b);
+    assert!(arb.members().is_empty());
+}
+
+#[test]
+fn the_slot_of_a_process_that_is_gone_is_freed() {
+    let mut arb = Arbiter::create(64 << 20).unwrap();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let pid = child.id() as i32;
+    child.wait().unwrap();
+    // A member that ended without leaving (killed): its pid, a start time.
+    let put = |arb: &Arbiter, pid: i32, start: u64| {
+        let s = &shared(&arb.map).slots[7];
+        s.pid.store(pid, Ordering::Relaxed);
+        s.resident.store(5000, Ordering::Relaxed);
+        s.start.store(start, Ordering::Release);
+    };
+    put(&arb, pid, 12345);
+    assert_eq!(arb.members().len(), 1);
+    arb.tick(Instant::now());
+    assert!(arb.members().is_empty(), "{:?}", arb.members());
+    assert!(slots_free(&arb));
+    // A live process under another start time is another process: freed
+    // too.
+    put(&arb, std::process::id() as i32, 1);
+    arb.tick(Instant::now() + LOOK_EVERY);
+    assert!(arb.members().is_empty());
+    assert!(slots_free(&arb));
+}
+
+#[test]
+fn joining_says_what_is_wrong() {
+    for bad in ["", "12", "x:3", "3:y"] {
+        let e = Member::join(bad).unwrap_err();
+        assert!(matches!(e, DomainError::Malformed { .. }), "{bad}: {e}");
+    }
+    let e = Member::join("999999999:3").unwrap_err().to_string();
+    assert!(
+        e.contains("/proc/999999999/fd/3") && e.contains("supervisor"),
+        "{e}"
+    );
+    // A descriptor that is not a domain.
+    let f = File::open("/dev/null").unwrap();
+    let e = Member::join(&format!("{}:{}", std::process::id(), f.as_raw_fd()))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not a budget domain"), "{e}");
+}
+
+/// Many threads join, publish and leave at once while the arbiter ticks:
+/// no slot is held twice, and every slot is free at the end.
+#[test]
+fn concurrent_joins_never_share_a_slot() {
+    let arb = std::sync::Mutex::new(Arbiter::create(1 << 30).unwrap());
+    let env = arb.lock().unwrap().env_value();
+    let map_env = env.clone();
+    // Threads share a pid, so each claims through a slot it names itself:
+    // the claim's compare-and-swap is what is tested, with distinct fake
+    // pids written straight into the shared slots.
+    let m = Member::join(&map_env).unwrap();
+    drop(m);
+    let shared_map = Member::join(&env).unwrap();
+    let slots = &shared(&shared_map.map).slots;
+    let taken: Vec<AtomicU64> = (0..SLOTS).map(|_| AtomicU64::new(0)).collect();
+    std::thread::scope(|sc| {
+        for t in 0..8i32 {
+            let taken = &taken;
+            sc.spawn(move || {
+                for round in 0..2000 {
+                    let fake = 1_000_000 + t * 10_000 + round % 100;
+                    let Some(i) = slots.iter().position(|s| {
+                        s.pid
+                            .compare_exchange(0, fake, Ordering::Acquire, Ordering::Relaxed)
+                            .is_ok()
+                    }) else {
+                        continue;
+                    };
+                    assert_eq!(taken[i].fetch_add(1, Ordering::Relaxed), 0, "slot {i} held twice");
+                    taken[i].fetch_sub(1, Ordering::Relaxed);
+                    free(&slots[i], fake);
+                }
+            });
+        }
+        sc.spawn(|| {
+            for _ in 0..200 {
+                arb.lock().unwrap().tick(Instant::now());
+            }
+        });
+    });
+    let held: Vec<i32> = slots
+        .iter()
+        .map(|s| s.pid.load(Ordering::Relaxed))
+        .filter(|&p| p != 0)
+        .collect();
+    assert_eq!(
+        held,
+        vec![std::process::id() as i32],
+        "only the real member's slot is held"
+    );
+    drop(shared_map);
+    assert!(slots_free(&arb.lock().unwrap()));
+}
+
+fn slots_free(arb: &Arbiter) -> bool {
+    shared(&arb.map)
+        .slots
+        .iter()
+        .all(|s| s.pid.load(Ordering::Relaxed) == 0)
+}
