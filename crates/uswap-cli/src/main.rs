@@ -1,7 +1,9 @@
 //! The `uswap` command line.
 
+mod cgroup;
 mod demo;
 mod run;
+mod supervisor;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};

@@ -7,7 +7,6 @@
 //! that pid and no other (`crates/uswap-preload`).
 
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context};
@@ -109,7 +108,7 @@ pub struct RunArgs {
 }
 
 /// This machine's memory, from /proc/meminfo.
-fn mem_total() -> anyhow::Result<u64> {
+pub(crate) fn mem_total() -> anyhow::Result<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").context("reading /proc/meminfo")?;
     info.lines()
         .find_map(|l| l.strip_prefix("MemTotal:"))
@@ -119,8 +118,22 @@ fn mem_total() -> anyhow::Result<u64> {
         .context("no MemTotal in /proc/meminfo")
 }
 
-fn parse_budget(s: &str) -> anyhow::Result<u64> {
+/// The memory this process (and what it starts) may use: the machine's,
+/// or less where a memory cgroup limits it, with where that limit is.
+pub(crate) fn memory_available() -> anyhow::Result<(u64, Option<String>)> {
     let total = mem_total()?;
+    Ok(match crate::cgroup::memory_limit() {
+        Some((limit, at)) if limit < total => (limit, Some(at)),
+        _ => (total, None),
+    })
+}
+
+fn parse_budget(s: &str) -> anyhow::Result<u64> {
+    let (total, limited) = memory_available()?;
+    let what = match &limited {
+        Some(at) => format!("the memory cgroup's limit ({at})"),
+        None => "this machine's memory".to_string(),
+    };
     let bytes = if let Some(pct) = s.strip_suffix('%') {
         let pct: f64 = pct
             .trim()
@@ -138,7 +151,7 @@ fn parse_budget(s: &str) -> anyhow::Result<u64> {
     }
     if bytes > total {
         bail!(
-            "--budget {s} is more than this machine's memory ({:.1} GiB): a budget it cannot hold pages nothing out; give at most {}M, or a share such as 50%",
+            "--budget {s} is more than {what}, {:.1} GiB: a budget it cannot hold pages nothing out; give at most {}M, or a share such as 50%",
             total as f64 / (1u64 << 30) as f64,
             total >> 20
         );
@@ -154,6 +167,11 @@ fn device_line(spec: &str) -> anyhow::Result<(String, u64)> {
         .map_err(|e: uswap::spec::SpecError| anyhow::anyhow!("--swap: {e}"))?;
     let d = match d.file_options().map(|f| std::path::absolute(f.path())) {
         Some(Err(e)) => bail!("--swap {spec}: the path: {e}"),
+        Some(Ok(path)) if memory_backed(&path).is_some() => bail!(
+            "--swap {spec}: {} is on {}, which keeps its files in memory: pages swapped there would use as much memory as they free; give a path on a disk, or use zram:SIZE to compress in memory",
+            path.display(),
+            memory_backed(&path).unwrap_or_default()
+        ),
         Some(Ok(path)) => d.map_file(|f| f.with_path(path)),
         None => d,
     };
@@ -170,10 +188,34 @@ fn free_space(dir: &Path) -> anyhow::Result<u64> {
     Ok(st.f_bavail * st.f_frsize)
 }
 
+/// The file system `path` (or the nearest directory above it that
+/// exists) is on, when that keeps its files in memory: "tmpfs" or
+/// "ramfs".
+fn memory_backed(path: &Path) -> Option<&'static str> {
+    const TMPFS: i64 = 0x0102_1994;
+    const RAMFS: i64 = 0x8584_58f6;
+    let dir = path.ancestors().find(|p| p.exists())?;
+    let st = rustix::fs::statfs(dir).ok()?;
+    match st.f_type as i64 {
+        TMPFS => Some("tmpfs"),
+        RAMFS => Some("ramfs"),
+        _ => None,
+    }
+}
+
 /// The default swap device: a file in $TMPDIR (else /var/tmp), eight
-/// times the budget, at most half the free space there.
+/// times the budget, at most half the free space there.  A directory on
+/// tmpfs (a swap file there would be memory) is passed over for /var/tmp;
+/// where that is memory too, a compressed store of four times the budget
+/// (its memory counts against the budget).
 fn default_swap(budget: u64) -> anyhow::Result<(String, u64)> {
-    let dir = std::env::var_os("TMPDIR").map_or_else(|| PathBuf::from("/var/tmp"), PathBuf::from);
+    let dir = std::env::var_os("TMPDIR")
+        .map(PathBuf::from)
+        .filter(|d| memory_backed(d).is_none())
+        .unwrap_or_else(|| PathBuf::from("/var/tmp"));
+    if memory_backed(&dir).is_some() {
+        return device_line(&format!("zram:{}", 4 * budget));
+    }
     let page = uswap::PAGE_SIZE as u64;
     let bytes = (8 * budget).min(free_space(&dir)? / 2) / page * page;
     if bytes < 1 << 20 {
@@ -296,8 +338,19 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     // held a 32 MiB one).  Past it malloc fails, as memory runs out under
     // kernel swap; just short of it, pages that find no slot stay
     // resident, counted over budget.
+    //
+    // And at least the memory the tree may use (this machine's, or the
+    // cgroup's) and the swap space: programs reserve more than they touch
+    // (`xz -9` allocates 674 MiB and touches what its input needs), which
+    // the kernel's overcommit allows, so the heap's address space must
+    // not be what refuses them.  Address space costs nothing here: the
+    // pager's tables are committed as pages are used.
     let whole = budget + swap_bytes;
-    let heap = (whole + whole / 4 + (64 << 20)).next_multiple_of(uswap_env::HEAP_ALIGN);
+    let reserve = memory_available()?.0 + swap_bytes;
+    let heap = (whole + whole / 4 + (64 << 20))
+        .max(reserve)
+        .min(uswap_env::HEAP_MAX.max(whole))
+        .next_multiple_of(uswap_env::HEAP_ALIGN);
     if heap > uswap_env::HEAP_MAX {
         bail!(
             "a heap for a budget of {} MiB and {} MiB of swap would be {} GiB, past the {} GiB uswap run's allocator can hold: give less swap (--swap)",
@@ -322,13 +375,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         m => m,
     };
     name_the_program(&args.program[0]);
+    let arbiter = uswap::domain::Arbiter::create(budget).context("the process tree's budget")?;
     let mut cmd = std::process::Command::new(&args.program[0]);
     cmd.args(&args.program[1..])
         .env("LD_PRELOAD", preload)
         // mimalloc reserves no arena of its own before uswap's is there
         // (what is allocated before stays in ordinary memory).
         .env("MIMALLOC_ARENA_RESERVE", "0")
-        .env(uswap_env::PID, std::process::id().to_string())
+        .env(uswap_env::DOMAIN, arbiter.env_value())
         .env(uswap_env::BUDGET, budget.to_string())
         .env(uswap_env::HEAP, heap.to_string())
         .env(uswap_env::SWAP, lines.join("\n"))
@@ -350,7 +404,6 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             uswap_env::GuardLayout::new(u64::from_ne_bytes(random), heap, uswap_env::seccomp_filters());
         cmd.env(uswap_env::GUARD, layout.to_env());
     }
-    // Only returns on failure.
-    let e = cmd.exec();
-    Err(e).with_context(|| format!("running {}", args.program[0].to_string_lossy()))
+    let ended = crate::supervisor::supervise(cmd, arbiter)?;
+    crate::supervisor::end_as(ended)
 }

@@ -80,6 +80,12 @@ use heap::{MI_OPTION_DISALLOW_OS_ALLOC, MI_OPTION_PURGE_DELAY};
 
 struct Config {
     budget: u64,
+    /// The process tree's budget domain (`uswap::domain`), as the
+    /// environment names it.
+    domain: Option<String>,
+    /// This is the program `uswap run` started (its child), not a process
+    /// the program started: `--stats` is its to print.
+    root: bool,
     heap: u64,
     /// One swap spec per line of `USWAP_RUN_SWAP`.
     devices: Vec<SwapDeviceSpec>,
@@ -94,8 +100,6 @@ impl Config {
     /// What the environment asks of this process; None when it is not
     /// part of a run, or a child of it with nothing to do.
     fn read() -> Result<Option<Start>, String> {
-        // SAFETY: getpid has no preconditions.
-        let me = unsafe { libc::getpid() };
         let guard = match std::env::var(env::GUARD) {
             Ok(g) => Some(
                 env::GuardLayout::parse(&g)
@@ -103,16 +107,12 @@ impl Config {
             ),
             Err(_) => None,
         };
-        match std::env::var(env::PID) {
-            Ok(pid) if pid.trim().parse::<i32>() == Ok(me) => {}
-            _ => {
-                if let Some(g) = &guard {
-                    return Ok(Some(Start::Inherited(*g)));
-                }
-                return Ok(None);
-            }
-        }
-        let budget = std::env::var(env::BUDGET).map_err(|_| format!("{} is not set", env::BUDGET))?;
+        let Ok(budget) = std::env::var(env::BUDGET) else {
+            // Not part of a run (the program's own LD_PRELOAD passed on
+            // without uswap run's settings): nothing to page; the
+            // guard's trampoline where its filter was inherited.
+            return Ok(guard.map(Start::Inherited));
+        };
         let num = |name: &str, v: &str| v.trim().parse::<u64>().map_err(|e| format!("{name}={v}: {e}"));
         let budget = num(env::BUDGET, &budget)?;
         let heap = num(env::HEAP, &std::env::var(env::HEAP).unwrap_or_default())?;
@@ -133,8 +133,19 @@ impl Config {
             Ok(v) => v.parse().map_err(|e| format!("{}: {e}", env::OVERRUN))?,
             Err(_) => uswap::pager::Overrun::default(),
         };
+        let domain = std::env::var(env::DOMAIN).ok();
+        // The program itself (or a later image of it): the supervisor's
+        // child.  Its children have other parents.
+        // SAFETY: getppid has no preconditions.
+        let parent = unsafe { libc::getppid() };
+        let root = domain
+            .as_deref()
+            .and_then(|d| d.split_once(':'))
+            .is_some_and(|(pid, _)| pid.parse::<i32>() == Ok(parent));
         Ok(Some(Start::Paged(Config {
             budget,
+            domain,
+            root,
             heap,
             devices,
             mode,
@@ -163,6 +174,8 @@ pub(crate) struct Running {
     mode: FaultMode,
     /// The process `uswap run` started (a forked child inherits this).
     pid: i32,
+    /// The budget `uswap run` was given: the process tree's.
+    budget: u64,
 }
 
 pub(crate) static RUNNING: OnceLock<Running> = OnceLock::new();
@@ -215,6 +228,14 @@ fn start(c: Config) -> Result<(), String> {
     for d in &c.devices {
         builder = builder.device(d.clone());
     }
+    if let Some(d) = &c.domain {
+        // A process started after the supervisor ended (a background job
+        // that outlived the program) finds no domain: it keeps the whole
+        // budget to itself, as its own.
+        if let Ok(member) = uswap::domain::Member::join(d) {
+            builder = builder.domain(member);
+        }
+    }
     heap::find_libc_usable_size();
     let swap = builder.build().map_err(|e| e.to_string())?;
     let region = match &c.guard {
@@ -233,6 +254,7 @@ fn start(c: Config) -> Result<(), String> {
             mode: c.mode,
             // SAFETY: getpid has no preconditions.
             pid: unsafe { libc::getpid() },
+            budget: c.budget,
         })
         .is_err()
     {
@@ -277,7 +299,7 @@ fn start(c: Config) -> Result<(), String> {
         guard::start(g)?;
     }
     maps::hold_across_fork();
-    if c.stats {
+    if c.stats && c.root {
         // A descriptor of its own: programs close stderr on the way out
         // (GNU tools' `close_stdout`, an atexit handler that runs before
         // ours, registered earlier).
@@ -332,11 +354,12 @@ extern "C" fn print_stats() {
     let c = |k: &str| st.counter(k);
     let mib = |pages: u64| pages as f64 * uswap::PAGE_SIZE as f64 / (1 << 20) as f64;
     let text = format!(
-        "uswap run: budget {:.0} MiB, heap region {:.0} MiB, {}\n  \
+        "uswap run: budget {:.0} MiB (this process's share at its end {:.0} MiB), heap region {:.0} MiB, {}\n  \
          faults {} (zero fills {}, swap-ins {}, swap-cache hits {}, write-protect {}), {:.3} s serving them; \
          pages read ahead {}, zero pages filled around {}\n  \
          evictions {} (clean drops {}, written {}, zero pages {}); swap IO: {:.1} MiB written, {:.1} MiB read\n  \
          resident now {:.1} MiB, at most {:.1} MiB; direct reclaim {}, over budget {}; unevictable {}, unshared after a fork {}\n",
+        r.budget as f64 / (1 << 20) as f64,
         mib(r.swap.budget_pages() as u64),
         r.region.len() as f64 / (1 << 20) as f64,
         match (r.mode, r.swap.user_mode_only()) {

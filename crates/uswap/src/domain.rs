@@ -92,6 +92,10 @@ struct Slot {
     /// Its anonymous memory outside its instance's resident pages, in
     /// pages, at the arbiter's last look.  Written by the arbiter.
     other: AtomicU64,
+    /// Pages its RAM devices hold: published, and not charged (a RAM
+    /// device saves no memory; it is there to measure the pager, and
+    /// charging it would only squeeze the pages it cannot save).
+    ram: AtomicU64,
     /// Which claim holds it: a process that held it before (an image
     /// before an `exec`, whose `Member` may yet be dropped) has another.
     claim: AtomicU64,
@@ -245,6 +249,7 @@ impl Member {
                 s.faults.store(0, Ordering::Relaxed);
                 s.limit.store(0, Ordering::Relaxed);
                 s.other.store(0, Ordering::Relaxed);
+                s.ram.store(0, Ordering::Relaxed);
                 s.start.store(start, Ordering::Release);
                 self.slot.store(i, Ordering::Relaxed);
                 return Ok(());
@@ -268,11 +273,13 @@ impl Member {
         .then_some(s)
     }
 
-    /// Say what this member's instance holds.
-    pub(crate) fn publish(&self, resident: usize, faults: u64) {
+    /// Say what this member's instance holds: resident pages, faults
+    /// served, pages its RAM devices hold.
+    pub(crate) fn publish(&self, resident: usize, faults: u64, ram: u64) {
         if let Some(s) = self.mine() {
             s.resident.store(resident as u64, Ordering::Relaxed);
             s.faults.store(faults, Ordering::Relaxed);
+            s.ram.store(ram, Ordering::Relaxed);
         }
     }
 
@@ -493,7 +500,9 @@ impl Arbiter {
                 match start_time(pid) {
                     Some((st, state)) if st.max(1) == start && state != b'Z' && state != b'X' => {
                         if let Some(anon) = anon_pages(pid) {
-                            slot.other.store(anon.saturating_sub(resident), Ordering::Relaxed);
+                            let ram = slot.ram.load(Ordering::Relaxed);
+                            slot.other
+                                .store(anon.saturating_sub(resident + ram), Ordering::Relaxed);
                         }
                     }
                     // Gone: killed, or ended without dropping its member.

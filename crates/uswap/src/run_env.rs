@@ -2,9 +2,11 @@
 //! library in (`crates/uswap-cli/src/run.rs` writes it,
 //! `crates/uswap-preload` reads it): one contract, named once.
 
-/// The pid of the process to page: `uswap run` `exec`s the program, which
-/// keeps it; a child of the program finds another pid and is not paged.
-pub const PID: &str = "USWAP_RUN_PID";
+/// The process tree's budget domain (`crate::domain`): `PID:FD`, the
+/// supervisor (`uswap run`, the program's parent) and its memfd.  Every
+/// process of the tree that loads the preload library is paged and joins
+/// it.
+pub const DOMAIN: &str = "USWAP_RUN_DOMAIN";
 /// The budget, in bytes.
 pub const BUDGET: &str = "USWAP_RUN_BUDGET";
 /// The size of the heap region, in bytes.

@@ -211,3 +211,91 @@ pub fn refused_without_privilege() -> bool {
     );
     true
 }
+
+/// A cgroup v1 memory group the test makes (as root, where the v1 memory
+/// controller is mounted at /sys/fs/cgroup/memory), to hold a process tree
+/// and measure it as a whole: its anonymous memory at its peak (sampled
+/// from `memory.stat` every 5 ms), and the OOM kills a limit caused.
+/// Removed at drop.
+pub struct MemoryGroup {
+    dir: PathBuf,
+}
+
+impl MemoryGroup {
+    /// A new group, with `limit` bytes as its limit (None: none); None
+    /// where this is not root or there is no v1 memory controller.
+    pub fn new(limit: Option<u64>) -> Option<MemoryGroup> {
+        use std::os::unix::fs::chown;
+        let base = Path::new("/sys/fs/cgroup/memory");
+        if !root() || !base.join("memory.limit_in_bytes").exists() {
+            return None;
+        }
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = base.join(format!("uswap-test-{}-{n}", std::process::id()));
+        std::fs::create_dir(&dir).unwrap();
+        let g = MemoryGroup { dir };
+        if let Some(l) = limit {
+            std::fs::write(g.dir.join("memory.limit_in_bytes"), l.to_string()).unwrap();
+        }
+        // So that a process that became `nobody` may move itself in.
+        chown(g.dir.join("cgroup.procs"), Some(NOBODY), Some(NOBODY)).unwrap();
+        Some(g)
+    }
+
+    /// Run `cmd` in the group (it moves itself in before its `exec`),
+    /// sampling the group's anonymous memory while it runs; returns its
+    /// output and the peak in bytes.
+    pub fn run(&self, cmd: &mut Command) -> (Output, u64) {
+        use std::os::unix::process::CommandExt;
+        let procs = std::ffi::CString::new(self.dir.join("cgroup.procs").to_str().unwrap()).unwrap();
+        // SAFETY: open, write and close, all async-signal-safe, in the
+        // child before its exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY);
+                if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                libc::close(fd);
+                Ok(())
+            })
+        };
+        let stat = self.dir.join("memory.stat");
+        let done = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let sampler = s.spawn(|| {
+                let mut peak = 0;
+                while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                    if let Ok(t) = std::fs::read_to_string(&stat) {
+                        peak = peak.max(number_after::<u64>(&t, "total_rss "));
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                peak
+            });
+            let out = cmd.output().expect("run the command");
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            (out, sampler.join().unwrap())
+        })
+    }
+
+    /// OOM kills in the group (`memory.oom_control`'s `oom_kill`).
+    pub fn oom_kills(&self) -> u64 {
+        let t = std::fs::read_to_string(self.dir.join("memory.oom_control")).unwrap();
+        number_after(&t, "oom_kill ")
+    }
+}
+
+impl Drop for MemoryGroup {
+    fn drop(&mut self) {
+        // Its processes are gone (the test waited for them); the kernel
+        // may take a moment to let go of the group.
+        for _ in 0..100 {
+            if std::fs::remove_dir(&self.dir).is_ok() {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}

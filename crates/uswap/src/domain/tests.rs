@@ -96,7 +96,7 @@ fn members_join_publish_get_shares_and_leave() {
     let a = Member::join(&arb.env_value()).unwrap();
     assert_eq!(a.budget_pages(), arb.budget_pages());
     assert_eq!(a.share(), None, "no share before the arbiter's first tick");
-    a.publish(10, 5);
+    a.publish(10, 5, 0);
     arb.tick(Instant::now());
     let m = arb.members();
     assert_eq!(m.len(), 1);

@@ -358,6 +358,12 @@ pub trait PageStore: Send + Sync {
     fn needs_alignment(&self) -> bool {
         false
     }
+    /// Pages of memory that hold the pages of a RAM device (each slot
+    /// ever written: the mapping keeps them), which saves no memory; 0
+    /// for any other store.
+    fn ram_pages(&self) -> u64 {
+        0
+    }
     /// The map from slot to backing, for a store that has one.
     fn extent_map(&self) -> Option<&ExtentMap> {
         None
@@ -664,6 +670,11 @@ impl IoDevice {
     /// Where the pages live.
     pub fn kind(&self) -> BackendKind {
         self.store.kind()
+    }
+
+    /// Pages of memory a RAM device holds (0 for any other device).
+    pub fn ram_pages(&self) -> u64 {
+        self.store.ram_pages()
     }
 
     /// Number of slots: `0..slots()` may be read and written.

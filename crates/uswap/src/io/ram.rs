@@ -2,7 +2,6 @@
 //! the RAM disks the seeds' tests swap on.
 
 use std::io;
-#[cfg(not(target_arch = "x86_64"))]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{BackendKind, IoError, PageStore};
@@ -18,6 +17,11 @@ use crate::PAGE_SIZE;
 /// [`ram_read`] (their `copy`).
 pub(crate) struct RamStore {
     map: Mapping,
+    /// A bit per slot: written at least once (its page of the mapping is
+    /// memory from then on).
+    written: Box<[AtomicU64]>,
+    /// Slots written at least once: the device's memory, in pages.
+    touched: AtomicU64,
 }
 
 impl RamStore {
@@ -34,7 +38,16 @@ impl RamStore {
             what: "a RAM swap device",
             source,
         })?;
-        Ok(RamStore { map })
+        let written = crate::table::zeroed(slots.div_ceil(64) as usize, "a RAM device's written slots")
+            .map_err(|e| IoError::Mmap {
+                what: "a RAM swap device",
+                source: io::Error::other(e),
+            })?;
+        Ok(RamStore {
+            map,
+            written,
+            touched: AtomicU64::new(0),
+        })
     }
 }
 
@@ -45,7 +58,17 @@ impl PageStore for RamStore {
 
     fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
         ram_write(&self.map, offset as usize * PAGE_SIZE, buf);
+        for s in offset..offset + (buf.len() / PAGE_SIZE) as u64 {
+            let bit = 1u64 << (s % 64);
+            if self.written[(s / 64) as usize].fetch_or(bit, Ordering::Relaxed) & bit == 0 {
+                self.touched.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         Ok(())
+    }
+
+    fn ram_pages(&self) -> u64 {
+        self.touched.load(Ordering::Relaxed)
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {

@@ -428,7 +428,8 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             let resident = inner.budget.resident.load(Ordering::Relaxed);
             inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
             if let Some(m) = &inner.member {
-                m.publish(resident, inner.counters.faults.get());
+                let ram = inner.backing.devices.iter().map(|d| d.ram_pages()).sum();
+                m.publish(resident, inner.counters.faults.get(), ram);
                 if let Some(share) = m.share() {
                     if share != inner.budget.limit() {
                         inner.budget.share(share);

@@ -1104,8 +1104,12 @@ impl Region {
                 // its claim (BUSY) and lets go.
                 std::sync::atomic::fence(Ordering::SeqCst);
                 let w = inner.states[id].load(Ordering::Relaxed);
-                if page::kind(w) == page::RESIDENT && w & page::BUSY == 0 && (!write || w & page::DIRTY != 0)
-                {
+                // Writable for the kernel: dirty, and not sealed (a page
+                // that came back from a compressed device dirty but
+                // write-protected: the kernel's write would fail with
+                // EFAULT in SIGBUS mode; the touch below unprotects it).
+                let writable = w & page::DIRTY != 0 && w & page::SEALED == 0;
+                if page::kind(w) == page::RESIDENT && w & page::BUSY == 0 && (!write || writable) {
                     break;
                 }
                 inner.pins[id].fetch_sub(1, Ordering::Release);

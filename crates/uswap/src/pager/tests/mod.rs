@@ -534,6 +534,48 @@ fn pinned_pages_take_the_kernels_stores_in_sigbus_mode() {
     assert_all_returned(&swap, "pin");
 }
 
+/// A page read back from a compressed device comes in dirty but sealed
+/// (write-protected): a pin for the kernel's store must unprotect it, or
+/// the kernel's write fails with EFAULT in SIGBUS mode (Python's imports
+/// under `uswap run` on zram at a small share did).
+#[test]
+fn a_pin_for_a_store_unseals_a_page_from_a_compressed_device() {
+    use std::os::fd::AsRawFd;
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(SwapDeviceSpec::compressed(crate::io::CompressedOptions::new(
+            32 * MIB,
+        )))
+        .fault_mode(FaultMode::Sigbus)
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    fill(&mut region, 41);
+    let (_dir, f, data) = pattern_file(region.len(), 43);
+    let base = region.as_ptr();
+    let mut sealed = 0;
+    for off in (0..region.len()).step_by(PAGE_SIZE) {
+        // A read brings the page in from the store: sealed.
+        let _ = region.as_slice()[off];
+        let pin = region.pin(off, PAGE_SIZE, true).unwrap();
+        // SAFETY: pread into a pinned page of the region; no Rust
+        // reference to it is alive.
+        let n = unsafe { libc::pread(f.as_raw_fd(), base.add(off).cast(), PAGE_SIZE, off as i64) };
+        assert_eq!(
+            n,
+            PAGE_SIZE as isize,
+            "pinned pread at {off}: {}",
+            std::io::Error::last_os_error()
+        );
+        drop(pin);
+        sealed += 1;
+    }
+    assert!(sealed > 1000);
+    assert!(region.as_slice() == &data[..], "every pinned read landed");
+    drop(region);
+    assert_all_returned(&swap, "sealed pin");
+}
+
 /// Pinned pages stay mapped however hard reclaim pushes: two threads fill
 /// and refill the rest of a region four times the budget while the main
 /// thread holds pins on a range and checks, again and again, that every

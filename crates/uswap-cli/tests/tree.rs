@@ -1,0 +1,290 @@
+//! `uswap run` holds a whole process tree under one budget: what the
+//! program starts through a shell, a pipeline, `make` or Python's
+//! multiprocessing is paged too, and the tree's anonymous memory (all its
+//! processes together, measured in a cgroup v1 memory group the test
+//! makes) stays within the budget, its overrun and a fixed overhead
+//! (docs/DESIGN.md, "The process tree").  Each program needs three times
+//! its budget or more (measured plainly first, and asserted), and gives
+//! the plain run's output.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+/// What the tree may hold past budget + overrun: the supervisor, and what
+/// the members fault in between two ticks of the arbiter (docs/DESIGN.md).
+const OVERHEAD: u64 = 16 << 20;
+
+/// Run `sh -c script` plainly and under `uswap run --budget budget`
+/// (with `extra` options) in each mode, each in a memory group of its
+/// own: the same output every time, the plain tree at least three times
+/// the budget, and the paged tree within budget + 10% + [`OVERHEAD`].
+/// Returns each mode's stderr.
+fn tree_within_budget(script: &str, budget_mib: u64, extra: &[&str], dir: &std::path::Path) -> Vec<String> {
+    let Some(g) = MemoryGroup::new(None) else {
+        eprintln!("not root, or no cgroup v1 memory controller: the tree's memory is not measured");
+        return Vec::new();
+    };
+    let (plain, plain_peak) = g.run(Command::new("sh").args(["-c", script]).current_dir(dir));
+    drop(g);
+    assert!(
+        plain.status.success(),
+        "plain: {}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let budget = budget_mib << 20;
+    assert!(
+        plain_peak >= 3 * budget,
+        "the plain tree holds {} MiB, not three times the {budget_mib} MiB budget: the test pages too little",
+        plain_peak >> 20
+    );
+    let mut errs = Vec::new();
+    for mode in Mode::all() {
+        let g = MemoryGroup::new(None).unwrap();
+        let b = format!("{budget_mib}M");
+        let mut args = vec!["run", "--mode", mode.name(), "--budget", &b];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", script]);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+        cmd.args(&args).current_dir(dir);
+        if mode == Mode::Sigbus {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(NOBODY).gid(NOBODY);
+        }
+        preload_built();
+        let (out, peak) = g.run(&mut cmd);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{mode:?}: {err}"
+        );
+        let bound = budget + budget / 10 + OVERHEAD;
+        assert!(
+            peak <= bound,
+            "{mode:?}: the tree held {} MiB at its peak, past {} MiB (budget {budget_mib} MiB, plain {} MiB): {err}",
+            peak >> 20,
+            bound >> 20,
+            plain_peak >> 20
+        );
+        eprintln!(
+            "{mode:?}: tree peak {} MiB under a {budget_mib} MiB budget (plain {} MiB)",
+            peak >> 20,
+            plain_peak >> 20
+        );
+        errs.push(err);
+    }
+    errs
+}
+
+/// The issue's first example: a shell that starts Python, which builds
+/// 100 MB of objects, under 32 MiB, on the default swap device (a file of
+/// each process's own in $TMPDIR).
+#[test]
+fn a_shell_and_the_python_it_starts_hold_one_budget() {
+    let dir = open_dir(true);
+    let script = format!(
+        r#"{PYTHON} -c 'x = [bytes([i % 251]) * 1000 for i in range(100000)]; print(sum(map(sum, x[::97])))'; echo done"#
+    );
+    tree_within_budget(&script, 32, &[], dir.path());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "a swap file was left"
+    );
+}
+
+/// A pipeline behind `sh -c`: Python writes lines, GNU sort holds them all
+/// and sorts, sha256sum digests; each a process of the tree, each paged.
+#[test]
+fn a_pipeline_behind_a_shell_shares_the_budget() {
+    let dir = open_dir(true);
+    let script = format!(
+        r#"{PYTHON} -c 'import sys; sys.stdout.writelines("%08x-%d\n" % ((i * 2654435761) % 4294967296, i) for i in range(1500000))' | sort | sha256sum"#
+    );
+    tree_within_budget(&script, 24, &["--swap", "zram:512M"], dir.path());
+}
+
+/// `xz -9` in a pipeline: its 674 MiB of match finder, of which a small
+/// input touches a part, at random.
+#[test]
+fn xz_in_a_pipeline() {
+    let dir = open_dir(true);
+    let input = dir.path().join("input");
+    let text: String = (0..300_000)
+        .map(|i| format!("line {} of {}\n", i * 7919 % 100_003, i))
+        .collect();
+    std::fs::write(&input, text).unwrap();
+    let script = "xz -9 -T1 < input | sha256sum";
+    tree_within_budget(script, 24, &["--swap", "zram:512M"], dir.path());
+}
+
+/// `make -j2` compiling generated C files: make, the shells it runs, the
+/// compiler driver, cc1 and as, each a process of the tree (a few hundred
+/// in all, two compilers at a time); the program built runs right.
+#[test]
+fn make_j2_builds_under_one_budget() {
+    let dir = open_dir(true);
+    let n = 24;
+    for i in 0..n {
+        // Functions big enough that each cc1 holds tens of MiB.
+        let mut src = String::new();
+        for f in 0..60 {
+            src.push_str(&format!("int f{i}_{f}(int x) {{ int s = 0;\n"));
+            for k in 0..40 {
+                src.push_str(&format!(
+                    "  if ((x + {k}) % {m} == {r}) s += x * {k} - {f}; else s ^= x + {k};\n",
+                    m = k % 7 + 2,
+                    r = k % 3
+                ));
+            }
+            src.push_str("  return s; }\n");
+        }
+        src.push_str(&format!("int g{i}(int x) {{ return "));
+        src.push_str(
+            &(0..60)
+                .map(|f| format!("f{i}_{f}(x)"))
+                .collect::<Vec<_>>()
+                .join(" + "),
+        );
+        src.push_str("; }\n");
+        std::fs::write(dir.path().join(format!("f{i}.c")), src).unwrap();
+    }
+    let mut main = String::from("#include <stdio.h>\n");
+    for i in 0..n {
+        main.push_str(&format!("int g{i}(int);\n"));
+    }
+    main.push_str("int main(void) { long s = 0; for (int x = 0; x < 100; x++) {\n");
+    for i in 0..n {
+        main.push_str(&format!("  s += g{i}(x);\n"));
+    }
+    main.push_str("} printf(\"%ld\\n\", s); return 0; }\n");
+    std::fs::write(dir.path().join("main.c"), main).unwrap();
+    std::fs::write(
+        dir.path().join("Makefile"),
+        "OBJS = $(patsubst %.c,%.o,$(wildcard *.c))\nprog: $(OBJS)\n\t$(CC) -o $@ $^\n%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n",
+    )
+    .unwrap();
+    let script = "make -s -j2 && ./prog && rm -f *.o prog";
+    tree_within_budget(script, 24, &["--swap", "zram:512M"], dir.path());
+}
+
+const POOL: &str = r#"
+import hashlib, multiprocessing as mp, sys
+def work(seed):
+    data = [bytes([(seed + i) % 251]) * 500 for i in range(60000)]
+    h = hashlib.sha256()
+    for b in data[::3]:
+        h.update(b)
+    return h.hexdigest()
+if __name__ == "__main__":
+    mp.set_start_method(sys.argv[1])
+    with mp.Pool(2) as p:
+        got = p.map(work, range(4))
+    print(sys.argv[1], hashlib.sha256("".join(got).encode()).hexdigest())
+"#;
+
+/// Python's multiprocessing with the `spawn` and `forkserver` start
+/// methods: each worker is a new Python (an `exec`), paged as a member of
+/// the tree, each building 30 MB.
+#[test]
+fn python_multiprocessing_spawn_and_forkserver() {
+    let dir = open_dir(true);
+    std::fs::write(dir.path().join("pool.py"), POOL).unwrap();
+    for method in ["spawn", "forkserver"] {
+        let script = format!("{PYTHON} pool.py {method}");
+        tree_within_budget(&script, 24, &["--swap", "zram:512M"], dir.path());
+    }
+}
+
+/// `uswap run` ends as the program does (its status, its signal), passes
+/// on the signals sent to it, and a program started by the program is
+/// paged (its statistics are its own, not printed; the program's are).
+#[test]
+fn the_supervisor_ends_as_the_program_does() {
+    use std::os::unix::process::ExitStatusExt;
+    for mode in Mode::all() {
+        let run = |script: &str| uswap_in(mode, &["run", "--budget", "16M", "--", "sh", "-c", script], &[]);
+        let out = run("exit 7");
+        assert_eq!(out.status.code(), Some(7), "{mode:?}");
+        let out = run("kill -USR1 $$");
+        assert_eq!(
+            out.status.signal(),
+            Some(libc::SIGUSR1),
+            "{mode:?}: {:?}",
+            out.status
+        );
+        // A child's memory is paged: its own instance (one more image
+        // that maps a heap and serves faults).
+        let out = uswap_in(
+            mode,
+            &[
+                "run", "--budget", "16M", "--stats", "--", "sh", "-c",
+                &format!("{PYTHON} -c 'x = bytearray(64 << 20); x[::4096] = b\"a\" * (16384); print(x.count(b\"a\"))'"),
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "16384\n", "{mode:?}: {err}");
+        // The block is the shell's (the program's); the child's
+        // evictions are its own.
+        assert_eq!(err.matches("uswap run: budget").count(), 1, "{mode:?}: {err}");
+    }
+    // A signal sent to uswap run reaches the program.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args([
+            "run",
+            "--budget",
+            "16M",
+            "--",
+            "sh",
+            "-c",
+            "trap 'echo got TERM; exit 3' TERM; echo ready; while :; do sleep 0.05; done",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    line.clear();
+    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
+    assert_eq!(line, "got TERM\n");
+    assert_eq!(status.code(), Some(3));
+}
+
+/// In a container-like memory group limited to 4 GiB, `--budget 50%` is
+/// half of the group's limit, not of the machine's memory; and a budget
+/// past the limit is refused, naming it.
+#[test]
+fn a_share_is_of_the_cgroups_limit() {
+    let Some(g) = MemoryGroup::new(Some(4 << 30)) else {
+        eprintln!("not root, or no cgroup v1 memory controller");
+        return;
+    };
+    preload_built();
+    let (out, _) = g.run(Command::new(env!("CARGO_BIN_EXE_uswap")).args([
+        "run", "--budget", "50%", "--swap", "ram:64M", "--stats", "--", "true",
+    ]));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("budget 2048 MiB"), "{err}");
+    let (out, _) = g.run(
+        Command::new(env!("CARGO_BIN_EXE_uswap"))
+            .args(["run", "--budget", "5G", "--swap", "ram:64M", "--", "true"]),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("the memory cgroup's limit") && err.contains("memory.limit_in_bytes"),
+        "{err}"
+    );
+}
