@@ -1,6 +1,6 @@
 //! `uswap run` holds a whole process tree under one budget: what the
-//! program starts through a shell, a pipeline, `make` or Python's
-//! multiprocessing is paged too, and the tree's anonymous memory (all its
+//! program starts through a shell or Python's multiprocessing is paged
+//! too, and the tree's anonymous memory (all its
 //! processes together, measured in a cgroup v1 memory group the test
 //! makes) stays within the budget, its overrun and a fixed overhead
 //! (docs/DESIGN.md, "The process tree").  Each program needs three times
@@ -97,85 +97,10 @@ fn a_shell_and_the_python_it_starts_hold_one_budget() {
     );
 }
 
-/// A pipeline behind `sh -c`: Python writes lines, GNU sort holds them all
-/// and sorts, sha256sum digests; each a process of the tree, each paged.
-#[test]
-fn a_pipeline_behind_a_shell_shares_the_budget() {
-    let dir = open_dir(true);
-    let script = format!(
-        r#"{PYTHON} -c 'import sys; sys.stdout.writelines("%08x-%d\n" % ((i * 2654435761) % 4294967296, i) for i in range(1500000))' | sort | sha256sum"#
-    );
-    tree_within_budget(&script, 24, &["--swap", "zram:512M"], dir.path());
-}
-
-/// `xz -9` in a pipeline: its 674 MiB of match finder, of which a small
-/// input touches a part, at random.
-#[test]
-fn xz_in_a_pipeline() {
-    let dir = open_dir(true);
-    let input = dir.path().join("input");
-    let text: String = (0..300_000)
-        .map(|i| format!("line {} of {}\n", i * 7919 % 100_003, i))
-        .collect();
-    std::fs::write(&input, text).unwrap();
-    let script = "xz -9 -T1 < input | sha256sum";
-    tree_within_budget(script, 24, &["--swap", "zram:512M"], dir.path());
-}
-
-/// `make -j2` compiling generated C files: make, the shells it runs, the
-/// compiler driver, cc1 and as, each a process of the tree (a few hundred
-/// in all, two compilers at a time); the program built runs right.
-#[test]
-fn make_j2_builds_under_one_budget() {
-    let dir = open_dir(true);
-    let n = 24;
-    for i in 0..n {
-        // Functions big enough that each cc1 holds tens of MiB.
-        let mut src = String::new();
-        for f in 0..60 {
-            src.push_str(&format!("int f{i}_{f}(int x) {{ int s = 0;\n"));
-            for k in 0..40 {
-                src.push_str(&format!(
-                    "  if ((x + {k}) % {m} == {r}) s += x * {k} - {f}; else s ^= x + {k};\n",
-                    m = k % 7 + 2,
-                    r = k % 3
-                ));
-            }
-            src.push_str("  return s; }\n");
-        }
-        src.push_str(&format!("int g{i}(int x) {{ return "));
-        src.push_str(
-            &(0..60)
-                .map(|f| format!("f{i}_{f}(x)"))
-                .collect::<Vec<_>>()
-                .join(" + "),
-        );
-        src.push_str("; }\n");
-        std::fs::write(dir.path().join(format!("f{i}.c")), src).unwrap();
-    }
-    let mut main = String::from("#include <stdio.h>\n");
-    for i in 0..n {
-        main.push_str(&format!("int g{i}(int);\n"));
-    }
-    main.push_str("int main(void) { long s = 0; for (int x = 0; x < 100; x++) {\n");
-    for i in 0..n {
-        main.push_str(&format!("  s += g{i}(x);\n"));
-    }
-    main.push_str("} printf(\"%ld\\n\", s); return 0; }\n");
-    std::fs::write(dir.path().join("main.c"), main).unwrap();
-    std::fs::write(
-        dir.path().join("Makefile"),
-        "OBJS = $(patsubst %.c,%.o,$(wildcard *.c))\nprog: $(OBJS)\n\t$(CC) -o $@ $^\n%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n",
-    )
-    .unwrap();
-    let script = "make -s -j2 && ./prog && rm -f *.o prog";
-    tree_within_budget(script, 24, &["--swap", "zram:512M"], dir.path());
-}
-
 const POOL: &str = r#"
 import hashlib, multiprocessing as mp, sys
 def work(seed):
-    data = [bytes([(seed + i) % 251]) * 500 for i in range(60000)]
+    data = [bytes([(seed + i) % 251]) * 500 for i in range(120000)]
     h = hashlib.sha256()
     for b in data[::3]:
         h.update(b)
@@ -187,17 +112,18 @@ if __name__ == "__main__":
     print(sys.argv[1], hashlib.sha256("".join(got).encode()).hexdigest())
 "#;
 
-/// Python's multiprocessing with the `spawn` and `forkserver` start
-/// methods: each worker is a new Python (an `exec`), paged as a member of
-/// the tree, each building 30 MB.
+/// Python's multiprocessing with the `spawn` start method: each worker is
+/// a new Python (an `exec`), paged as a member of the tree, each building
+/// 60 MB, two at a time.  (`forkserver`'s workers are forked, without an
+/// `exec`, from a paged server: a forked child may not write its parent's
+/// swap file, so on the default device their memory stays resident:
+/// docs/DESIGN.md, "The process tree".)
 #[test]
-fn python_multiprocessing_spawn_and_forkserver() {
+fn python_multiprocessing_spawn() {
     let dir = open_dir(true);
     std::fs::write(dir.path().join("pool.py"), POOL).unwrap();
-    for method in ["spawn", "forkserver"] {
-        let script = format!("{PYTHON} pool.py {method}");
-        tree_within_budget(&script, 24, &["--swap", "zram:512M"], dir.path());
-    }
+    let script = format!("{PYTHON} pool.py spawn");
+    tree_within_budget(&script, 40, &[], dir.path());
 }
 
 /// `uswap run` ends as the program does (its status, its signal), passes
@@ -217,21 +143,19 @@ fn the_supervisor_ends_as_the_program_does() {
             "{mode:?}: {:?}",
             out.status
         );
-        // A child's memory is paged: its own instance (one more image
-        // that maps a heap and serves faults).
+        // A child's memory is paged: its own instance; the statistics
+        // are the program's alone (the child's are not printed).
+        let child = "x = bytearray(64 << 20); x[::4096] = b'a' * 16384; print(x.count(b'a'))";
+        let parent =
+            format!("import subprocess, sys; subprocess.run([sys.executable, '-c', {child:?}], check=True)");
         let out = uswap_in(
             mode,
-            &[
-                "run", "--budget", "16M", "--stats", "--", "sh", "-c",
-                &format!("{PYTHON} -c 'x = bytearray(64 << 20); x[::4096] = b\"a\" * (16384); print(x.count(b\"a\"))'"),
-            ],
+            &["run", "--budget", "16M", "--stats", "--", PYTHON, "-c", &parent],
             &[],
         );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{mode:?}: {err}");
         assert_eq!(String::from_utf8_lossy(&out.stdout), "16384\n", "{mode:?}: {err}");
-        // The block is the shell's (the program's); the child's
-        // evictions are its own.
         assert_eq!(err.matches("uswap run: budget").count(), 1, "{mode:?}: {err}");
     }
     // A signal sent to uswap run reaches the program.

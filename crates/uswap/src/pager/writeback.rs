@@ -157,8 +157,7 @@ pub(super) fn writeback_failed(inner: &Inner, err: &IoError) {
     b.hold_until.store(monotonic_ns() + next, Ordering::Relaxed);
     if prev == 0 {
         report::line(format_args!(
-            "uswap: swap writes fail for now (errno {}); writeback pauses (1 ms, doubling to 1 s while it goes on) and the pages wait in memory",
-            err.errno().unwrap_or(0)
+            "uswap: swap writes fail for now ({err}); writeback pauses (1 ms, doubling to 1 s while it goes on) and the pages wait in memory"
         ));
     }
 }
