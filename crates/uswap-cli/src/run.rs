@@ -1,10 +1,12 @@
-//! `uswap run`: an unmodified program's malloc heap paged by uswap.
+//! `uswap run`: an unmodified program, and every process it starts,
+//! paged by uswap under one budget.
 //!
 //! The command checks and resolves its options, puts them in the
 //! environment with `LD_PRELOAD` naming the preload library (built by
-//! the workspace, found beside this executable), and `exec`s the program,
-//! which keeps this process's pid: the library pages the process with
-//! that pid and no other (`crates/uswap-preload`).
+//! the workspace, found beside this executable), makes the tree's budget
+//! domain and starts the program as its child, which it supervises
+//! (`supervisor.rs`): every process of the tree that loads the library
+//! is paged (`crates/uswap-preload`).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -43,9 +45,14 @@ const LIBRARY: &str = "libuswap_preload.so";
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Memory budget of the program's heap: resident heap pages stay under
-    /// it.  A size (K, M, G suffixes) or a share of this machine's memory
-    /// (`25%`).
+    /// Memory budget of the program and every process it starts, as a
+    /// memory cgroup's limit holds them: their paged memory and the
+    /// anonymous memory uswap cannot page (its own tables and frames, a
+    /// compressed store, what a program keeps outside the heap) together
+    /// stay under it, within the overrun; a RAM device (`ram:`) is not
+    /// counted (it saves no memory).  A size (K, M, G suffixes) or a
+    /// share (`25%`) of the memory the tree may use: the memory cgroup's
+    /// limit where one is set (a container's), else this machine's.
     #[arg(long, default_value = "50%")]
     pub budget: String,
     /// Swap device: `file:PATH:SIZE` (PATH a directory, or missing:

@@ -1,6 +1,6 @@
 //! `uswap run` holds a whole process tree under one budget: what the
-//! program starts through a shell or Python's multiprocessing is paged
-//! too, and the tree's anonymous memory (all its
+//! program starts through a shell, a pipeline, `make` or Python's
+//! multiprocessing is paged too, and the tree's anonymous memory (all its
 //! processes together, measured in a cgroup v1 memory group the test
 //! makes) stays within the budget, its overrun and a fixed overhead
 //! (docs/DESIGN.md, "The process tree").  Each program needs three times
@@ -95,6 +95,64 @@ fn a_shell_and_the_python_it_starts_hold_one_budget() {
         0,
         "a swap file was left"
     );
+}
+
+/// A pipeline behind `sh -c`: one Python writes lines, another holds them
+/// all in a list and digests them in order, sha256sum digests that; each
+/// a process of the tree, each paged, on the default swap device.  (The
+/// shell forks for each: a forked child's adoption wrote every entry of
+/// the pager's tables, 70 MiB each for a heap the machine's size, before
+/// it stored only what changed.)
+#[test]
+fn a_pipeline_behind_a_shell_shares_the_budget() {
+    let dir = open_dir(true);
+    let script = format!(
+        r#"{PYTHON} -c 'import sys; sys.stdout.writelines("%08x-%d\n" % ((i * 2654435761) % 4294967296, i) for i in range(1600000))' | {PYTHON} -c 'import sys, hashlib; l = sys.stdin.readlines(); h = hashlib.sha256(); [h.update(x.encode()) for x in l]; print(len(l), h.hexdigest())' | sha256sum"#
+    );
+    tree_within_budget(&script, 32, &[], dir.path());
+}
+
+/// `make -j2` compiling generated C files: make, the shells it runs, the
+/// compiler driver, cc1 and as, each a process of the tree (dozens in
+/// all, two compilers at a time, each holding about 40 MiB); the program
+/// built runs right.
+#[test]
+fn make_j2_builds_under_one_budget() {
+    let dir = open_dir(true);
+    let n = 6;
+    for i in 0..n {
+        let mut src = String::new();
+        for f in 0..25 {
+            src.push_str(&format!("int f{i}_{f}(int x) {{ int s = 0;\n"));
+            for k in 0..40 {
+                src.push_str(&format!(
+                    "  if ((x + {k}) % {m} == {r}) s += x * {k} - {f}; else s ^= x + {k};\n",
+                    m = k % 7 + 2,
+                    r = k % 3
+                ));
+            }
+            src.push_str("  return s; }\n");
+        }
+        let calls: Vec<String> = (0..25).map(|f| format!("f{i}_{f}(x)")).collect();
+        src.push_str(&format!("int g{i}(int x) {{ return {}; }}\n", calls.join(" + ")));
+        std::fs::write(dir.path().join(format!("f{i}.c")), src).unwrap();
+    }
+    let mut main = String::from("#include <stdio.h>\n");
+    for i in 0..n {
+        main.push_str(&format!("int g{i}(int);\n"));
+    }
+    main.push_str("int main(void) { long s = 0; for (int x = 0; x < 100; x++) {\n");
+    for i in 0..n {
+        main.push_str(&format!("  s += g{i}(x);\n"));
+    }
+    main.push_str("} printf(\"%ld\\n\", s); return 0; }\n");
+    std::fs::write(dir.path().join("main.c"), main).unwrap();
+    std::fs::write(
+        dir.path().join("Makefile"),
+        "OBJS = $(patsubst %.c,%.o,$(wildcard *.c))\nprog: $(OBJS)\n\t$(CC) -o $@ $^\n%.o: %.c\n\t$(CC) -O2 -c $< -o $@\n",
+    )
+    .unwrap();
+    tree_within_budget("make -s -j2 && ./prog && rm -f *.o prog", 24, &[], dir.path());
 }
 
 const POOL: &str = r#"

@@ -27,12 +27,12 @@
 //! interposed `malloc`; and what C code allocates in uswap's threads
 //! (glibc's own bookkeeping) goes there too (`heap::to_libc`).
 //!
-//! Which process is paged: the one `uswap run` became (it `exec`s the
-//! program, so the program has its pid, `USWAP_RUN_PID`), through every
-//! `exec` it makes itself (a wrapper script, a pyenv shim, `exec` in a
-//! shell), each image with its own instance.  Its children load this
-//! library too (they inherit `LD_PRELOAD`) but find another pid and do
-//! nothing: their malloc is mimalloc over ordinary memory.
+//! Which process is paged: every image that finds `uswap run`'s settings
+//! in its environment: the program, every image it `exec`s, and every
+//! process it starts that keeps `LD_PRELOAD` (a shell's commands, a
+//! pipeline's, Python's `spawn` workers), each with an instance of its
+//! own, all joined to the tree's budget domain (`uswap::domain`) that
+//! `uswap run`, their supervisor, holds.
 //!
 //! Nothing is left behind: a swap file uswap creates has no name
 //! (`O_TMPFILE`; its descriptor closes at `exec` and exit), and threads

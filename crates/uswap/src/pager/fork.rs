@@ -222,7 +222,9 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
             for p in (0..pages).step_by(UNIT_PAGES) {
                 let id = r.id_base as usize + p;
                 for q in 0..UNIT_PAGES {
-                    inner.pins[id + q].store(0, Ordering::Relaxed);
+                    if inner.pins[id + q].load(Ordering::Relaxed) != 0 {
+                        inner.pins[id + q].store(0, Ordering::Relaxed);
+                    }
                 }
                 dirty_if_clean(inner, id, true);
             }
@@ -236,12 +238,22 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
         for p in 0..=pages {
             let clean = p < pages && {
                 let id = r.id_base as usize + p;
-                inner.pins[id].store(0, Ordering::Relaxed);
+                // Stored only where they change: the tables of a heap the
+                // size of the machine's memory are mostly untouched (zero,
+                // no memory), and a store to every entry would commit
+                // them in every forked child (a shell's pipeline children
+                // held 70 MiB each of it).
+                if inner.pins[id].load(Ordering::Relaxed) != 0 {
+                    inner.pins[id].store(0, Ordering::Relaxed);
+                }
                 let st = &inner.states[id];
                 // A sealed page's write protection is not the child's
                 // (fork copies page tables without it): plain dirty here.
-                let w = st.load(Ordering::Relaxed) & !(page::BUSY | (1 << 31) | page::SEALED);
-                st.store(w, Ordering::Relaxed);
+                let old = st.load(Ordering::Relaxed);
+                let w = old & !(page::BUSY | (1 << 31) | page::SEALED);
+                if w != old {
+                    st.store(w, Ordering::Relaxed);
+                }
                 page::kind(w) == page::RESIDENT && w & page::DIRTY == 0
             };
             match (&mut run, clean) {
@@ -270,9 +282,12 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
 /// go of its slot: nothing write-protects it any more.
 fn dirty_if_clean(inner: &Inner, id: usize, unit: bool) {
     let st = &inner.states[id];
-    let w = st.load(Ordering::Relaxed) & !(page::BUSY | (1 << 31));
+    let old = st.load(Ordering::Relaxed);
+    let w = old & !(page::BUSY | (1 << 31));
     if page::kind(w) != page::RESIDENT || w & page::DIRTY != 0 {
-        st.store(w, Ordering::Relaxed);
+        if w != old {
+            st.store(w, Ordering::Relaxed);
+        }
         return;
     }
     if unit {
