@@ -277,36 +277,38 @@ fn statically_linked(path: &Path, depth: u32) -> Option<bool> {
     Some(!interp)
 }
 
-/// One line on stderr, before the `exec`, when the program is one the
-/// preload library cannot enter (statically linked) or that runs with
-/// privileges (set-user-ID or set-group-ID): what happens to it.  (A
-/// set-user-ID program the paged program runs later, under the
-/// system-call guard's no-new-privileges, runs without its privileges.)
-fn name_the_program(program: &std::ffi::OsStr) {
+/// A program the preload library cannot enter (statically linked: a Go
+/// binary, a musl build) is refused in one line before it starts: none of
+/// its memory could be paged or counted, and the budget would be a
+/// promise nothing keeps.  One that runs with privileges (set-user-ID or
+/// set-group-ID) runs unpaged, said in one line.  (A set-user-ID program
+/// the paged program runs later, under the system-call guard's
+/// no-new-privileges, runs without its privileges; a static one it runs
+/// later runs unpaged.)
+fn name_the_program(program: &std::ffi::OsStr) -> anyhow::Result<()> {
     use std::os::unix::fs::MetadataExt;
     let Some(path) = resolve(program) else {
-        return;
+        return Ok(());
     };
     let shown = path.display();
     if statically_linked(&path, 0) == Some(true) {
-        eprintln!(
-            "uswap run: {shown} is statically linked: uswap's library cannot be loaded into it, so it runs unpaged (none of its memory counts against the budget)"
+        bail!(
+            "{shown} is statically linked: uswap's library cannot be loaded into it, so none of its memory could be paged or held to the budget; run it without uswap run, or use a dynamically linked build (for Go, CGO_ENABLED=1 with -linkmode external)"
         );
-        return;
     }
     let Ok(meta) = std::fs::metadata(&path) else {
-        return;
+        return Ok(());
     };
     // Set-user-ID (0o4000) to another user, or set-group-ID (0o2000) to
     // another group: the exec changes who the program is.
     let elevates = (meta.mode() & 0o4000 != 0 && meta.uid() != rustix::process::getuid().as_raw())
         || (meta.mode() & 0o2000 != 0 && meta.gid() != rustix::process::getgid().as_raw());
-    if !elevates {
-        return;
+    if elevates {
+        eprintln!(
+            "uswap run: {shown} is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it, so it runs unpaged, with its privileges"
+        );
     }
-    eprintln!(
-        "uswap run: {shown} is set-user-ID or set-group-ID: the loader ignores LD_PRELOAD for it, so it runs unpaged, with its privileges"
-    );
+    Ok(())
 }
 
 /// The preload library beside this executable.
@@ -381,7 +383,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         RunMode::Auto => RunMode::Sigbus,
         m => m,
     };
-    name_the_program(&args.program[0]);
+    name_the_program(&args.program[0])?;
     let arbiter = uswap::domain::Arbiter::create(budget).context("the process tree's budget")?;
     let mut cmd = std::process::Command::new(&args.program[0]);
     cmd.args(&args.program[1..])

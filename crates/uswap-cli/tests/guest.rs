@@ -586,7 +586,7 @@ fn mlockall_and_long_sends_keep_to_the_budget() {
 /// a set-user-ID one (the loader ignores `LD_PRELOAD` for it) are named
 /// in one line each before they run, unpaged; they ran without a word.
 #[test]
-fn static_and_set_user_id_programs_are_named() {
+fn static_programs_are_refused_and_set_user_id_ones_named() {
     let dir = open_dir(false);
     let src = dir.path().join("st.c");
     std::fs::write(&src, "int main(void) { return 0; }\n").unwrap();
@@ -602,14 +602,32 @@ fn static_and_set_user_id_programs_are_named() {
         "cc -static: {}",
         String::from_utf8_lossy(&cc.stderr)
     );
+    // Refused before it starts: nothing of it could be paged.
+    let marker = dir.path().join("ran");
+    std::fs::write(
+        &src,
+        format!(
+            "#include <stdio.h>\nint main(void) {{ fclose(fopen({:?}, \"w\")); return 0; }}\n",
+            marker.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let cc = Command::new("cc")
+        .args(["-static", "-o"])
+        .arg(&st)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(cc.status.success(), "{}", String::from_utf8_lossy(&cc.stderr));
     let out = uswap(&["run", "--budget", "64M", "--", st.to_str().unwrap()], &[]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
+    assert!(!out.status.success(), "{err}");
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(
-        err.contains("is statically linked") && err.contains("runs unpaged"),
+        err.contains("is statically linked") && err.contains("run it without uswap run"),
         "{err}"
     );
+    assert!(!marker.exists(), "the static program ran");
     if root() {
         use std::os::unix::fs::PermissionsExt;
         // A program set-user-ID to another user than the one running it.
