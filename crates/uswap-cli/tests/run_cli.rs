@@ -73,6 +73,17 @@ fn a_programs_own_mappings_are_paged() {
     same_under_uswap("maps", &["32"], "8M", &Mode::all(), 8000);
 }
 
+/// A runtime's reservations (`programs/reserve.c`, as OpenJDK and V8 use
+/// them): reserved inaccessible at a hint or trimmed to an alignment,
+/// committed by `mmap(MAP_FIXED)` over them or by `mprotect`, uncommitted
+/// by `mmap(MAP_FIXED, PROT_NONE)` or `madvise`: written data reads back
+/// after going out, uncommitted memory reads as zeros, and the memory is
+/// paged (the program mallocs nothing: what goes out is the reservations').
+#[test]
+fn reservations_are_paged_as_runtimes_commit_them() {
+    same_under_uswap("reserve", &["32"], "8M", &Mode::all(), 10000);
+}
+
 /// Four threads, started after uswap, each allocating, writing, checking,
 /// freeing and reallocating 16 MiB of small blocks under a 16 MiB budget
 /// (`programs/threads.c`).

@@ -263,12 +263,20 @@ mod interpose {
     }
 }
 
-/// The largest arena the heap region is handed to mimalloc in.
-pub(crate) const ARENA_PIECE: usize = 8 << 30;
+/// The largest arena the heap region is handed to mimalloc in: about the
+/// largest it takes (it refuses an arena whose metadata, a page
+/// descriptor per 64 KiB slice, passes its largest block: 16 GiB was
+/// refused here, 12 taken).  A block never spans two arenas, so this is
+/// near the largest block the heap gives (`malloc`, a mapping or a
+/// runtime's reservation): 12 GiB less the arena's metadata.
+pub(crate) const ARENA_PIECE: usize = 12 << 30;
 
 // mimalloc v3's option numbers (`mi_option_t` in mimalloc.h).
 pub(crate) const MI_OPTION_PURGE_DELAY: i32 = 15;
 pub(crate) const MI_OPTION_DISALLOW_OS_ALLOC: i32 = 17;
+/// The largest block an arena gives, in KiB: 2 GiB unless set; past it
+/// mimalloc asks the OS, which it may not here, and the call fails.
+pub(crate) const MI_OPTION_ARENA_MAX_OBJECT_SIZE: i32 = 45;
 
 thread_local! {
     /// How deep this thread is in mimalloc.  mimalloc maps its own

@@ -76,7 +76,7 @@ mod pins;
 mod signals;
 mod syscalls;
 
-use heap::{MI_OPTION_DISALLOW_OS_ALLOC, MI_OPTION_PURGE_DELAY};
+use heap::{MI_OPTION_ARENA_MAX_OBJECT_SIZE, MI_OPTION_DISALLOW_OS_ALLOC, MI_OPTION_PURGE_DELAY};
 
 struct Config {
     budget: u64,
@@ -265,6 +265,13 @@ fn start(c: Config) -> Result<(), String> {
     // SAFETY: the region is ours for the life of the process (RUNNING is
     // never dropped), mapped, zero, and usable (uswap serves its faults).
     heap::mimalloc(|| unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) });
+    // Blocks as large as an arena (mimalloc caps the option at its
+    // arena's size less its metadata): `malloc(4 GiB)` and a JVM's heap
+    // reservation would fail at mimalloc's default of 2 GiB.
+    // SAFETY: an option setter.
+    heap::mimalloc(|| unsafe {
+        mi_option_set(MI_OPTION_ARENA_MAX_OBJECT_SIZE, (heap::ARENA_PIECE >> 10) as _)
+    });
     // In arenas of at most ARENA_PIECE each: mimalloc keeps an arena's
     // metadata in its first slices and refuses an arena whose metadata
     // would pass a block's largest size (about 16 GiB of arena).

@@ -5,6 +5,27 @@
 //! address, no file: Python's small-object arenas, a JIT's heap, a large
 //! buffer) is served from the paged heap instead: a page-aligned mimalloc
 //! block, zeroed by `Region::discard` (no page touched), remembered here.
+//!
+//! So is a reservation: a private anonymous mapping with no access
+//! (`PROT_NONE`), with or without an address hint, which a runtime commits
+//! later, a part at a time, with `mprotect` (V8) or with `mmap(MAP_FIXED)`
+//! of anonymous memory over it (OpenJDK's heap, metaspace, card table),
+//! and uncommits with `mmap(MAP_FIXED, PROT_NONE)` or `madvise`.  The
+//! block is served inaccessible; a fixed anonymous mapping over part of a
+//! served block, readable and writable or inaccessible, is done in place
+//! (its pages discarded, then their protection set): the memory stays the
+//! region's, registered and paged, where the kernel's mapping would have
+//! put unpaged memory in its place.  The hint is not honoured, as the
+//! kernel need not: OpenJDK and V8 ask for an address (compressed
+//! pointers, ASLR) and take what they get, placing the heap where it came
+//! (OpenJDK then bases its compressed pointers on the heap's start).  A
+//! reservation is carved from the one heap region, not made a region of
+//! its own at its own address: the heap's address space is the machine's
+//! memory and the swap together (tens of GiB), its page ids are there
+//! already, and a region of its own would need the pager to follow every
+//! trim of the reservation (both runtimes reserve more than they need and
+//! unmap the ends to align it).
+//!
 //! Everything else goes to the kernel unchanged, through the system call
 //! (libc's `mmap` would be this one again).
 //!
@@ -181,20 +202,36 @@ unsafe fn sys_mmap(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32
     unsafe { libc::syscall(libc::SYS_mmap, addr, len, prot, flags, fd, off) as *mut c_void }
 }
 
-/// Whether a mapping request is one the heap serves.
+/// Whether a mapping request is one the heap serves: private anonymous
+/// memory, readable and writable with no address asked for, or
+/// inaccessible (a reservation) with or without a hint.
 fn servable(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32) -> bool {
-    addr.is_null()
-        && fd == -1
+    fd == -1
         && len > 0
-        && prot == libc::PROT_READ | libc::PROT_WRITE
+        && ((addr.is_null() && prot == libc::PROT_READ | libc::PROT_WRITE) || prot == libc::PROT_NONE)
         && flags & !libc::MAP_NORESERVE == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
         && !in_mimalloc()
         && !to_libc()
 }
 
+/// Whether a fixed mapping is one done in place over a served block:
+/// private anonymous memory, readable and writable or inaccessible (a
+/// runtime committing or uncommitting part of its reservation), page
+/// aligned.
+fn in_place(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32) -> bool {
+    fd == -1
+        && len > 0
+        && (addr as usize).is_multiple_of(PAGE)
+        && (prot == libc::PROT_READ | libc::PROT_WRITE || prot == libc::PROT_NONE)
+        && flags & !libc::MAP_NORESERVE == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED
+        && !in_mimalloc()
+        && !to_libc()
+}
+
 /// Serve a mapping of `len` bytes from the heap: a zeroed, page-aligned
-/// block; None when the heap has no room.
-fn serve(len: usize) -> Option<*mut c_void> {
+/// block, inaccessible when `prot` is `PROT_NONE`; None when the heap has
+/// no room.
+fn serve(len: usize, prot: i32) -> Option<*mut c_void> {
     let (base, _, r) = heap()?;
     let len = len.next_multiple_of(PAGE);
     // SAFETY: an allocation call.
@@ -204,15 +241,54 @@ fn serve(len: usize) -> Option<*mut c_void> {
     }
     // A fresh mapping reads as zeros; a reused block may not.
     discard(r, base, p as usize, len);
+    let altered = prot != libc::PROT_READ | libc::PROT_WRITE;
+    // SAFETY: the block just allocated, whole pages of the region; its
+    // protection changes, its registration stays.
+    if altered && unsafe { libc::syscall(libc::SYS_mprotect, p, len, prot) } != 0 {
+        // SAFETY: the block just allocated, untouched.
+        unsafe { mimalloc(|| mi_free(p)) };
+        return None;
+    }
     served().insert(
         p as usize,
         Served {
             len,
             unmapped: 0,
-            altered: false,
+            altered,
         },
     );
     Some(p)
+}
+
+/// A fixed private anonymous mapping over part of one served block, done
+/// in place: the pages discarded (they read as zeros, their slots go
+/// back), then given `prot`.  False when the range is not wholly inside
+/// one served block still mapped (the kernel's mapping then replaces what
+/// is there).
+fn map_in_place(addr: usize, len: usize, prot: i32) -> bool {
+    let Some((base, _, r)) = heap() else {
+        return false;
+    };
+    let len = len.next_multiple_of(PAGE);
+    let mut map = served();
+    let Some((start, blen)) = block_of(&map, addr) else {
+        return false;
+    };
+    if addr + len > start + blen {
+        return false;
+    }
+    // Discarded first: the pages are zero by the time they are
+    // accessible, as a fresh mapping's.
+    discard(r, base, addr, len);
+    // SAFETY: whole pages of a served block (checked above); only their
+    // protection changes.
+    if unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) } != 0 {
+        return false;
+    }
+    if prot != libc::PROT_READ | libc::PROT_WRITE {
+        map.get_mut(&start).expect("found above").altered = true;
+    }
+    true
 }
 
 /// The interposed calls.  Their callers are C programs: each function's
@@ -231,6 +307,9 @@ mod interpose {
         fd: i32,
         off: i64,
     ) -> *mut c_void {
+        if in_place(addr, len, prot, flags, fd) && map_in_place(addr as usize, len, prot) {
+            return addr;
+        }
         if flags & libc::MAP_FIXED != 0 && !in_mimalloc() {
             if let Some((base, end, r)) = heap() {
                 let a = addr as usize;
@@ -247,10 +326,12 @@ mod interpose {
             }
         }
         if servable(addr, len, prot, flags, fd) {
-            if let Some(p) = serve(len) {
+            if let Some(p) = serve(len, prot) {
                 return p;
             }
-            if heap().is_some() {
+            // A reservation the heap has no room for is the kernel's (it
+            // costs no memory until committed); other memory fails.
+            if heap().is_some() && prot != libc::PROT_NONE {
                 // The heap is full: as the kernel says when memory is.
                 set_errno(libc::ENOMEM);
                 return libc::MAP_FAILED;
@@ -326,7 +407,11 @@ mod interpose {
         let a = old as usize;
         if let Some((base, end, _)) = heap() {
             if a >= base && a < end && !in_mimalloc() {
-                let known = block_of(&served(), a).is_some_and(|(start, blen)| start == a && old_len <= blen);
+                let (known, altered) = {
+                    let map = served();
+                    let b = block_of(&map, a).filter(|&(start, blen)| start == a && old_len <= blen);
+                    (b.is_some(), b.is_some_and(|(start, _)| map[&start].altered))
+                };
                 if !known || flags & libc::MREMAP_FIXED != 0 || new_len == 0 {
                     set_errno(libc::EINVAL);
                     return libc::MAP_FAILED;
@@ -338,11 +423,13 @@ mod interpose {
                     unsafe { munmap((a + new_pages) as *mut c_void, old_pages - new_pages) };
                     return old;
                 }
-                if flags & libc::MREMAP_MAYMOVE == 0 {
+                // Growing by a move copies the contents, which a block with
+                // inaccessible parts (a reservation) would not give up.
+                if flags & libc::MREMAP_MAYMOVE == 0 || altered {
                     set_errno(libc::ENOMEM);
                     return libc::MAP_FAILED;
                 }
-                let Some(p) = serve(new_pages) else {
+                let Some(p) = serve(new_pages, libc::PROT_READ | libc::PROT_WRITE) else {
                     set_errno(libc::ENOMEM);
                     return libc::MAP_FAILED;
                 };

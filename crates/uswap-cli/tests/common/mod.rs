@@ -299,3 +299,75 @@ impl Drop for MemoryGroup {
         }
     }
 }
+
+/// What the tree may hold past budget + overrun: the supervisor, and what
+/// the members fault in between two ticks of the arbiter (docs/DESIGN.md).
+pub const OVERHEAD: u64 = 16 << 20;
+
+/// Run `sh -c script` plainly and under `uswap run --budget budget`
+/// (with `extra` options) in each mode, each in a memory group of its
+/// own: the same output every time, the plain tree at least three times
+/// the budget, and the paged tree within budget + 10% + [`OVERHEAD`].
+/// Returns each mode's stderr.
+pub fn tree_within_budget(
+    script: &str,
+    budget_mib: u64,
+    extra: &[&str],
+    dir: &std::path::Path,
+) -> Vec<String> {
+    let Some(g) = MemoryGroup::new(None) else {
+        eprintln!("not root, or no cgroup v1 memory controller: the tree's memory is not measured");
+        return Vec::new();
+    };
+    let (plain, plain_peak) = g.run(Command::new("sh").args(["-c", script]).current_dir(dir));
+    drop(g);
+    assert!(
+        plain.status.success(),
+        "plain: {}",
+        String::from_utf8_lossy(&plain.stderr)
+    );
+    let budget = budget_mib << 20;
+    assert!(
+        plain_peak >= 3 * budget,
+        "the plain tree holds {} MiB, not three times the {budget_mib} MiB budget: the test pages too little",
+        plain_peak >> 20
+    );
+    let mut errs = Vec::new();
+    for mode in Mode::all() {
+        let g = MemoryGroup::new(None).unwrap();
+        let b = format!("{budget_mib}M");
+        let mut args = vec!["run", "--mode", mode.name(), "--budget", &b];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&["--", "sh", "-c", script]);
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+        cmd.args(&args).current_dir(dir);
+        if mode == Mode::Sigbus {
+            use std::os::unix::process::CommandExt;
+            cmd.uid(NOBODY).gid(NOBODY);
+        }
+        preload_built();
+        let (out, peak) = g.run(&mut cmd);
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{mode:?}: {err}"
+        );
+        let bound = budget + budget / 10 + OVERHEAD;
+        assert!(
+            peak <= bound,
+            "{mode:?}: the tree held {} MiB at its peak, past {} MiB (budget {budget_mib} MiB, plain {} MiB): {err}",
+            peak >> 20,
+            bound >> 20,
+            plain_peak >> 20
+        );
+        eprintln!(
+            "{mode:?}: tree peak {} MiB under a {budget_mib} MiB budget (plain {} MiB)",
+            peak >> 20,
+            plain_peak >> 20
+        );
+        errs.push(err);
+    }
+    errs
+}
