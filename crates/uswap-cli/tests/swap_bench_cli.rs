@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+
 static KERNEL: Mutex<()> = Mutex::new(());
 
 fn uswap(args: &[&str]) -> Output {
@@ -501,4 +503,88 @@ fn kernel_backends_need_root() {
     assert!(!out.status.success());
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("kernel swap backends need root"), "{err}");
+}
+
+/// `uswap bench program`: a Python program of 60 MiB under 16 MiB, each
+/// runner in a memory group of its own, the same output from each (the
+/// bench checks it); uswap's compressed device holds the tree within the
+/// budget with the store inside it, the kernel's groups within their
+/// limit; with too little kernel swap the group's OOM kill is counted as
+/// the run's result, not an error; nothing is left behind.
+#[test]
+fn program_runs_each_runner_in_a_memory_group_and_counts_oom_kills() {
+    let _k = KERNEL.lock().unwrap_or_else(|e| e.into_inner());
+    common::preload_built();
+    let dir = tempfile::tempdir_in(std::env::current_dir().unwrap()).unwrap();
+    let d = dir.path().to_str().unwrap();
+    let prog = [
+        "--",
+        common::PYTHON,
+        "-c",
+        "x = bytearray(60 << 20)\nfor i in range(0, len(x), 512): x[i] = i % 251\nprint(sum(x[::512]))",
+    ];
+    let runners = "plain,uswap-zram,uswap-tier,kernel-zram,kernel-file";
+    let mut args = vec![
+        "bench",
+        "program",
+        "--json",
+        "--budget",
+        "16M",
+        "--rounds",
+        "1",
+        "--swap-dir",
+        d,
+    ];
+    args.extend(["--runner", runners]);
+    args.extend(prog);
+    let v = json_of(&args);
+    let runner = |v: &Value, name: &str| -> Value {
+        v["runners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["runner"] == name)
+            .unwrap_or_else(|| panic!("no runner {name}: {v}"))
+            .clone()
+    };
+    let peak = |r: &Value| r["runs"][0]["tree_peak_mib"].as_f64().unwrap();
+    assert!(peak(&runner(&v, "plain")) >= 48.0, "{v}");
+    for name in ["uswap-zram", "uswap-tier"] {
+        let r = runner(&v, name);
+        assert_eq!(r["oom_kills"], 0, "{r}");
+        // Budget, overrun and the fixed overhead (docs/DESIGN.md).
+        assert!(peak(&r) <= 16.0 * 1.1 + 16.0, "{name}: {r}");
+    }
+    for name in ["kernel-zram", "kernel-file"] {
+        let r = runner(&v, name);
+        assert_eq!(r["oom_kills"], 0, "{r}");
+        assert!(peak(&r) <= 16.0, "{name}: {r}");
+    }
+    assert!(
+        runner(&v, "kernel-zram")["runs"][0]["zram_peak_mib"]
+            .as_f64()
+            .unwrap()
+            > 0.0,
+        "{v}"
+    );
+    assert_clean(dir.path());
+    // 4 MiB of kernel swap for 60 MB under 16 MiB: the group kills it.
+    let mut args = vec![
+        "bench",
+        "program",
+        "--json",
+        "--budget",
+        "16M",
+        "--swap-size",
+        "4M",
+        "--rounds",
+        "1",
+    ];
+    args.extend(["--swap-dir", d, "--runner", "plain,kernel-file"]);
+    args.extend(prog);
+    let v = json_of(&args);
+    let r = runner(&v, "kernel-file");
+    assert_eq!(r["oom_kills"], 1, "{r}");
+    assert_eq!(r["runs"][0]["oom_killed"], true, "{r}");
+    assert_clean(dir.path());
 }

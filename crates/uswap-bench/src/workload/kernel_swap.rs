@@ -210,7 +210,7 @@ fn write_str(p: &Path, v: &str) -> Result<()> {
     fs::write(p, v).with_context(|| format!("writing {v:?} to {}", p.display()))
 }
 
-/// A memory cgroup with a limit, removed on drop.
+/// A memory cgroup, with a limit or without, removed on drop.
 #[derive(Debug)]
 pub struct MemCgroup {
     path: PathBuf,
@@ -218,8 +218,9 @@ pub struct MemCgroup {
 
 impl MemCgroup {
     /// Create a cgroup whose memory (not counting swap) is limited to
-    /// `budget` bytes.
-    pub fn create(budget: u64) -> Result<MemCgroup> {
+    /// `budget` bytes (None: not limited, only measured).
+    pub fn create(budget: impl Into<Option<u64>>) -> Result<MemCgroup> {
+        let budget = budget.into();
         static SEQ: AtomicU32 = AtomicU32::new(0);
         let name = format!(
             "{CGROUP_PREFIX}{}-{}",
@@ -229,8 +230,40 @@ impl MemCgroup {
         let path = Path::new(MEMCG_ROOT).join(name);
         fs::create_dir(&path).with_context(|| format!("creating the memory cgroup {}", path.display()))?;
         let cg = MemCgroup { path };
-        write_str(&cg.path.join("memory.limit_in_bytes"), &budget.to_string())?;
+        if let Some(b) = budget {
+            write_str(&cg.path.join("memory.limit_in_bytes"), &b.to_string())?;
+        }
         Ok(cg)
+    }
+
+    /// The group's anonymous memory now (`total_rss` of `memory.stat`:
+    /// anonymous pages and the swap cache, its processes and its
+    /// children's), in bytes; 0 when unreadable.
+    pub fn anon_bytes(&self) -> u64 {
+        self.stat("total_rss")
+    }
+
+    /// OOM kills in the group (`oom_kill` of `memory.oom_control`).
+    pub fn oom_kills(&self) -> u64 {
+        fs::read_to_string(self.path.join("memory.oom_control"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix("oom_kill "))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
+    }
+
+    fn stat(&self, key: &str) -> u64 {
+        fs::read_to_string(self.path.join("memory.stat"))
+            .ok()
+            .and_then(|t| {
+                t.lines()
+                    .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ').map(str::to_string))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or(0)
     }
 
     /// The cgroup's directory; a process joins by writing its pid to
@@ -263,6 +296,13 @@ impl Drop for MemCgroup {
             }
         }
     }
+}
+
+/// The zram device's memory at its peak since it was set up
+/// (`mem_used_max`, the fifth field of `mm_stat`), in bytes.
+pub fn zram_peak_bytes() -> Option<u64> {
+    let t = fs::read_to_string(Path::new("/sys/block").join(ZRAM).join("mm_stat")).ok()?;
+    t.split_whitespace().nth(4)?.parse().ok()
 }
 
 /// A kernel swap device switched on for one run; switched off and torn

@@ -1,9 +1,19 @@
 //! `uswap bench program -- PROGRAM ARGS`: an unmodified program, larger
-//! than its budget, run under `uswap run` and under kernel swap (a memory
-//! cgroup of the same budget with zram or a swap file), and without any
-//! limit, interleaved round by round.  Wall and CPU seconds and peak
-//! resident memory per run; every run's output must be the same as the
-//! unlimited run's (a paging bug would show as a different answer).
+//! than its budget, run under `uswap run` (each device kind: RAM,
+//! compressed, a file, a tier) and under kernel swap (a memory cgroup of
+//! the same budget with zram, a swap file, or zswap in front of one), and
+//! without any limit, interleaved round by round.
+//!
+//! Like for like: every run is a process tree in a cgroup v1 memory group
+//! of its own (a limit of the budget for the kernel's runners, none for
+//! the others), and what is reported is the tree's anonymous memory at
+//! its peak (all its processes, sampled every 5 ms), not the largest
+//! process's RSS; beside it the kernel's zram store at its peak, which no
+//! memory group holds (uswap's compressed store is the program's memory,
+//! in the tree's).  An OOM kill by the group is a result, counted, not an
+//! error.  Wall and CPU seconds per run; every run's output must be the
+//! same as the unlimited run's (a paging bug would show as a different
+//! answer).
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
@@ -14,7 +24,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
-use super::kernel_swap::{self, interrupted, KernelDevice, KernelSwap, MemCgroup};
+use super::kernel_swap::{self, interrupted, KernelDevice, KernelSwap, MemCgroup, Zswap};
 use crate::parse_bytes;
 use crate::report::median;
 
@@ -39,6 +49,17 @@ pub enum Runner {
     KernelZram,
     /// A memory cgroup with kernel swap on a swap file in --swap-dir.
     KernelFile,
+    /// `uswap run --mode handler` with a compressed device (`zram:SIZE`).
+    UswapZram,
+    /// `uswap run --mode sigbus` with a compressed device.
+    UswapSigbusZram,
+    /// `uswap run --mode handler` with a tier: a compressed store of
+    /// --store-size in front of a swap file in --swap-dir.
+    UswapTier,
+    /// A memory cgroup with kernel swap on a swap file in --swap-dir and
+    /// zswap in front of it, its pool limited to --store-size (as near
+    /// as zswap's percent of RAM allows): the tier's like.
+    KernelZswap,
 }
 
 impl Runner {
@@ -52,6 +73,10 @@ impl Runner {
             Runner::UswapSigbusNoguard => "uswap-sigbus-noguard",
             Runner::KernelZram => "kernel-zram",
             Runner::KernelFile => "kernel-file",
+            Runner::UswapZram => "uswap-zram",
+            Runner::UswapSigbusZram => "uswap-sigbus-zram",
+            Runner::UswapTier => "uswap-tier",
+            Runner::KernelZswap => "kernel-zswap",
         }
     }
 }
@@ -75,9 +100,17 @@ pub struct ProgramArgs {
     /// Each runner runs this many times, interleaved.
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// Where swap files go (uswap-file, kernel-file).
+    /// Where swap files go (uswap-file, uswap-tier, kernel-file,
+    /// kernel-zswap).
     #[arg(long, default_value = "/var/tmp")]
     pub swap_dir: PathBuf,
+    /// The compressed store's limit in a tier (uswap-tier) and zswap's
+    /// pool's (kernel-zswap) [default: a quarter of the budget].
+    #[arg(long, value_parser = parse_bytes)]
+    pub store_size: Option<u64>,
+    /// zswap's compressor (kernel-zswap): lz4, as uswap's default.
+    #[arg(long, default_value = "lz4")]
+    pub zswap_compressor: String,
     /// Environment for the program, NAME=VALUE (repeat).
     #[arg(long = "env", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -109,21 +142,61 @@ pub struct Run {
     pub wall_s: f64,
     pub user_s: f64,
     pub sys_s: f64,
+    /// The largest process's peak RSS (`ru_maxrss` of the tree).
     pub peak_rss_mib: f64,
+    /// The tree's anonymous memory at its peak (the memory group's
+    /// `total_rss`, sampled every 5 ms); None without a memory group
+    /// (not root, or no cgroup v1 memory controller).
+    pub tree_peak_mib: Option<f64>,
+    /// The kernel's zram store at its peak (`mem_used_max`), outside any
+    /// memory group: kernel-zram's memory past its group's.
+    pub zram_peak_mib: Option<f64>,
+    /// The memory group killed the program (OOM): a result, not an error.
+    pub oom_killed: bool,
 }
 
 #[derive(Debug, Serialize)]
 pub struct RunnerReport {
     pub runner: Runner,
     pub runs: Vec<Run>,
+    /// Over the runs that finished (0 when none did).
     pub median_wall_s: f64,
+    /// Runs the memory group killed.
+    pub oom_kills: usize,
     /// Median over rounds of this runner's wall time over uswap's in the
     /// same round (absent without a uswap runner).
     pub vs_uswap: Option<f64>,
 }
 
-/// Run `cmd`, waited for with its resource use; its stdout is returned.
-fn timed(mut cmd: Command) -> Result<(Run, Vec<u8>, std::process::ExitStatus)> {
+/// Run `cmd`, waited for with its resource use, sampling `group`'s
+/// anonymous memory meanwhile; its stdout is returned.
+fn timed(mut cmd: Command, group: Option<&MemCgroup>) -> Result<(Run, Vec<u8>, std::process::ExitStatus)> {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let sampler = group.map(|g| {
+            let done = &done;
+            s.spawn(move || {
+                let mut peak = 0;
+                loop {
+                    peak = peak.max(g.anon_bytes());
+                    if done.load(std::sync::atomic::Ordering::Relaxed) {
+                        return peak;
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+            })
+        });
+        let r = timed_child(&mut cmd);
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let peak = sampler.map(|t| t.join().unwrap_or(0));
+        r.map(|(mut run, out, st)| {
+            run.tree_peak_mib = peak.map(|b| b as f64 / (1 << 20) as f64);
+            (run, out, st)
+        })
+    })
+}
+
+fn timed_child(cmd: &mut Command) -> Result<(Run, Vec<u8>, std::process::ExitStatus)> {
     let start = Instant::now();
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -148,11 +221,15 @@ fn timed(mut cmd: Command) -> Result<(Run, Vec<u8>, std::process::ExitStatus)> {
         user_s: tv(ru.ru_utime),
         sys_s: tv(ru.ru_stime),
         peak_rss_mib: ru.ru_maxrss as f64 / 1024.0,
+        tree_peak_mib: None,
+        zram_peak_mib: None,
+        oom_killed: false,
     };
     Ok((run, out, std::process::ExitStatus::from_raw(status)))
 }
 
-fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Vec<u8>)> {
+/// One run of `r`; the output is None when the memory group killed it.
+fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> {
     let page = uswap::PAGE_SIZE as u64;
     let swap = swap / page * page;
     let exe = std::env::current_exe().context("finding this executable")?;
@@ -180,19 +257,10 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Vec<u8>)> {
     let file = a
         .swap_dir
         .join(format!("uswap-bench-program-{}.swap", std::process::id()));
-    let kernel = |dev: KernelDevice| -> Result<(Command, KernelSwap, MemCgroup)> {
-        let ks = KernelSwap::on(&dev)?;
-        let cg = MemCgroup::create(a.budget)?;
-        // The shell joins the cgroup, then becomes the program.
-        let mut c = Command::new("/bin/sh");
-        c.arg("-c")
-            .arg("echo $$ > \"$0\" && exec \"$@\"")
-            .arg(cg.path().join("cgroup.procs"))
-            .args(&a.program);
-        Ok((c, ks, cg))
-    };
+    let store = a.store_size.unwrap_or(a.budget / 4) / page * page;
+    let kernel = |dev: KernelDevice| -> Result<KernelSwap> { KernelSwap::on(&dev) };
     let mut held = None;
-    let mut cmd = match r {
+    let cmd = match r {
         Runner::Plain => {
             let mut c = Command::new(&a.program[0]);
             c.args(&a.program[1..]);
@@ -203,36 +271,81 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Vec<u8>)> {
         Runner::UswapSigbus => uswap_run("sigbus", format!("ram:{swap}")),
         Runner::UswapSigbusFile => uswap_run("sigbus", format!("file:{}:{swap}", file.display())),
         Runner::UswapSigbusNoguard => uswap_run("sigbus,off", format!("ram:{swap}")),
-        Runner::KernelZram => {
-            let (c, ks, cg) = kernel(KernelDevice::Zram {
-                bytes: swap,
-                algorithm: None,
-            })?;
-            held = Some((ks, cg));
+        Runner::UswapZram => uswap_run("handler", format!("zram:{swap}")),
+        Runner::UswapSigbusZram => uswap_run("sigbus", format!("zram:{swap}")),
+        Runner::UswapTier => uswap_run("handler", format!("zram:{store},file:{}:{swap}", file.display())),
+        Runner::KernelZram | Runner::KernelFile | Runner::KernelZswap => {
+            held = Some(kernel(kernel_device(a, r, swap).expect("a kernel runner"))?);
+            let mut c = Command::new(&a.program[0]);
+            c.args(&a.program[1..]);
             c
         }
-        Runner::KernelFile => {
-            let (c, ks, cg) = kernel(KernelDevice::File {
-                dir: a.swap_dir.clone(),
-                bytes: swap,
-            })?;
-            held = Some((ks, cg));
+    };
+    let kernel_runner = held.is_some();
+    // Every run in a memory group of its own: the kernel's with the
+    // budget as its limit, the others unlimited, measured alike.  Without
+    // the privilege (or the controller) a uswap or plain run goes
+    // unmeasured; a kernel runner cannot.
+    let group = match MemCgroup::create(kernel_runner.then_some(a.budget)) {
+        Ok(g) => Some(g),
+        Err(e) if kernel_runner => return Err(e),
+        Err(_) => None,
+    };
+    let mut cmd = match &group {
+        // The shell joins the group, then becomes the command.
+        Some(g) => {
+            let mut c = Command::new("/bin/sh");
+            c.arg("-c")
+                .arg("echo $$ > \"$0\" && exec \"$@\"")
+                .arg(g.path().join("cgroup.procs"))
+                .arg(cmd.get_program())
+                .args(cmd.get_args());
             c
         }
+        None => cmd,
     };
     for (k, v) in &a.env {
         cmd.env(k, v);
     }
-    let (run, out, status) = timed(cmd)?;
-    // The cgroup goes before the swap (drop order), the program gone.
-    if let Some((ks, cg)) = held {
-        drop(cg);
-        drop(ks);
+    let (mut run, out, status) = timed(cmd, group.as_ref())?;
+    if r == Runner::KernelZram {
+        run.zram_peak_mib = kernel_swap::zram_peak_bytes().map(|b| b as f64 / (1 << 20) as f64);
+    }
+    run.oom_killed = !status.success() && group.as_ref().is_some_and(|g| g.oom_kills() > 0);
+    // The group goes before the swap (drop order), the program gone.
+    drop(group);
+    drop(held);
+    if run.oom_killed {
+        return Ok((run, None));
     }
     if !status.success() {
         bail!("{} under {}: {status}", a.program.join(" "), r.name());
     }
-    Ok((run, out))
+    Ok((run, Some(out)))
+}
+
+/// The kernel swap device runner `r` uses; None for the others.
+fn kernel_device(a: &ProgramArgs, r: Runner, swap: u64) -> Option<KernelDevice> {
+    let store = a.store_size.unwrap_or(a.budget / 4);
+    match r {
+        Runner::KernelZram => Some(KernelDevice::Zram {
+            bytes: swap,
+            algorithm: None,
+        }),
+        Runner::KernelFile => Some(KernelDevice::File {
+            dir: a.swap_dir.clone(),
+            bytes: swap,
+        }),
+        Runner::KernelZswap => Some(KernelDevice::Zswap {
+            dir: a.swap_dir.clone(),
+            bytes: swap,
+            zswap: Zswap {
+                compressor: a.zswap_compressor.clone(),
+                max_pool_percent: Zswap::pool_for(store).0,
+            },
+        }),
+        _ => None,
+    }
 }
 
 pub fn run(a: &ProgramArgs) -> Result<()> {
@@ -243,17 +356,7 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
     let kernel: Vec<_> = a
         .runner
         .iter()
-        .filter_map(|r| match r {
-            Runner::KernelZram => Some(KernelDevice::Zram {
-                bytes: swap,
-                algorithm: None,
-            }),
-            Runner::KernelFile => Some(KernelDevice::File {
-                dir: a.swap_dir.clone(),
-                bytes: swap,
-            }),
-            _ => None,
-        })
+        .filter_map(|&r| kernel_device(a, r, swap))
         .collect();
     if !kernel.is_empty() {
         kernel_swap::preflight(&kernel.iter().collect::<Vec<_>>())?;
@@ -268,9 +371,18 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
                 eprintln!("round {}/{}: {}", round + 1, a.rounds, r.name());
             }
             let (run, out) = one(a, r, swap)?;
-            match &reference {
-                None => reference = Some((r, out)),
-                Some((first, want)) if *want != out => bail!(
+            if !a.json && run.oom_killed {
+                eprintln!(
+                    "round {}/{}: {} was OOM-killed by its memory group",
+                    round + 1,
+                    a.rounds,
+                    r.name()
+                );
+            }
+            match (&reference, out) {
+                (_, None) => {}
+                (None, Some(out)) => reference = Some((r, out)),
+                (Some((first, want)), Some(out)) if *want != out => bail!(
                     "the program printed something else under {} than under {}: paging changed its answer",
                     r.name(),
                     first.name()
@@ -291,10 +403,17 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
         .zip(runs)
         .map(|(&runner, runs)| RunnerReport {
             runner,
-            median_wall_s: median(runs.iter().map(|x| x.wall_s).collect()),
-            vs_uswap: uswap_walls
-                .as_ref()
-                .map(|u| median(runs.iter().zip(u).map(|(x, u)| x.wall_s / u.max(1e-9)).collect())),
+            median_wall_s: median(runs.iter().filter(|x| !x.oom_killed).map(|x| x.wall_s).collect()),
+            oom_kills: runs.iter().filter(|x| x.oom_killed).count(),
+            vs_uswap: uswap_walls.as_ref().map(|u| {
+                median(
+                    runs.iter()
+                        .zip(u)
+                        .filter(|(x, _)| !x.oom_killed)
+                        .map(|(x, u)| x.wall_s / u.max(1e-9))
+                        .collect(),
+                )
+            }),
             runs,
         })
         .collect();
@@ -324,21 +443,52 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
         a.rounds
     );
     println!(
-        "{:<18} {:>10} {:>9} {:>9} {:>9} {:>10}",
-        "runner", "wall s", "vs uswap", "user s", "sys s", "peak MiB"
+        "{:<20} {:>9} {:>9} {:>8} {:>8} {:>10} {:>9} {:>10} {:>5}",
+        "runner", "wall s", "vs uswap", "user s", "sys s", "tree MiB", "+zram", "1-proc MiB", "OOM"
     );
     for r in &reports {
-        let med = |f: &dyn Fn(&Run) -> f64| median(r.runs.iter().map(f).collect());
+        let done: Vec<&Run> = r.runs.iter().filter(|x| !x.oom_killed).collect();
+        let med = |f: &dyn Fn(&Run) -> f64| median(done.iter().map(|x| f(x)).collect());
+        let opt = |f: &dyn Fn(&Run) -> Option<f64>| {
+            let v: Vec<f64> = r.runs.iter().filter_map(f).collect();
+            if v.is_empty() {
+                "-".to_string()
+            } else {
+                format!("{:.1}", median(v))
+            }
+        };
+        let some = !done.is_empty();
         println!(
-            "{:<18} {:>10.2} {:>9} {:>9.2} {:>9.2} {:>10.1}",
+            "{:<20} {:>9} {:>9} {:>8} {:>8} {:>10} {:>9} {:>10} {:>5}",
             r.runner.name(),
-            r.median_wall_s,
-            r.vs_uswap.map_or("-".into(), |v| format!("{v:.2}x")),
-            med(&|x| x.user_s),
-            med(&|x| x.sys_s),
-            med(&|x| x.peak_rss_mib),
+            if some {
+                format!("{:.2}", r.median_wall_s)
+            } else {
+                "-".into()
+            },
+            r.vs_uswap
+                .filter(|_| some)
+                .map_or("-".into(), |v| format!("{v:.2}x")),
+            if some {
+                format!("{:.2}", med(&|x| x.user_s))
+            } else {
+                "-".into()
+            },
+            if some {
+                format!("{:.2}", med(&|x| x.sys_s))
+            } else {
+                "-".into()
+            },
+            opt(&|x| x.tree_peak_mib),
+            opt(&|x| x.zram_peak_mib),
+            if some {
+                format!("{:.1}", med(&|x| x.peak_rss_mib))
+            } else {
+                "-".into()
+            },
+            format!("{}/{}", r.oom_kills, r.runs.len()),
         );
     }
-    println!("(medians over rounds; vs uswap: median of the per-round ratio of wall times, above 1 is slower than uswap)");
+    println!("(medians over rounds; tree MiB: the tree's anonymous memory at its peak, all processes, sampled every 5 ms in a memory group of its own; +zram: kernel zram's store at its peak, held outside the group; 1-proc MiB: the largest process's peak RSS; OOM: runs the memory group killed, left out of the times; vs uswap: median of the per-round ratio of wall times, above 1 is slower than uswap)");
     Ok(())
 }
