@@ -545,6 +545,7 @@ impl SwapBuilder {
                     free: vec![(0, max_pages)],
                     mapped: 0,
                     max: max_user,
+                    fresh: 0,
                 },
                 registry.lock_site("page_ids"),
             ),
@@ -703,8 +704,12 @@ impl Swap {
                 free_ids.remove(i);
             }
             guard.mapped += pages;
-            start
+            // Ids at or past `fresh` read NEVER already.
+            let fresh = guard.fresh.max(start);
+            guard.fresh = guard.fresh.max(start + ids as u32);
+            (start, fresh)
         };
+        let (id_base, fresh) = id_base;
         let align = if huge { page::UNIT_BYTES } else { PAGE_SIZE };
         let map = match at.map_or_else(
             || Mapping::new(pages * PAGE_SIZE, align),
@@ -723,7 +728,11 @@ impl Swap {
             // Without THP, units still go whole, just as 512 small pages.
             let _ = map.advise_huge();
         }
-        for i in 0..pages {
+        // Ids never handed out read NEVER: only a unit's head needs its
+        // mark there, and below them each state is looked at.
+        let seen = (fresh - id_base) as usize;
+        let heads = if huge { seen..pages } else { pages..pages }.step_by(page::UNIT_PAGES);
+        for i in (0..seen.min(pages)).chain(heads) {
             let head = huge && i % page::UNIT_PAGES == 0;
             let fresh = if head {
                 page::NEVER | page::UNIT
