@@ -384,7 +384,14 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         m => m,
     };
     name_the_program(&args.program[0])?;
-    let arbiter = uswap::domain::Arbiter::create(budget).context("the process tree's budget")?;
+    let page = uswap::PAGE_SIZE as u64;
+    let overrun = match args.overrun.pages((budget / page) as usize) {
+        usize::MAX => u64::MAX,
+        p => p as u64,
+    };
+    let arbiter = uswap::domain::Arbiter::create(budget)
+        .context("the process tree's budget")?
+        .overrun(overrun);
     let mut cmd = std::process::Command::new(&args.program[0]);
     cmd.args(&args.program[1..])
         .env("LD_PRELOAD", preload)

@@ -32,6 +32,28 @@ use uswap::domain::Arbiter;
 /// may take the tree past it by what they bring in.
 const TICK: Duration = Duration::from_millis(2);
 
+/// The tree stayed past its budget, overrun and slack: kill the member
+/// charged most, as a memory cgroup's OOM killer would its largest task,
+/// and say so in one line.
+fn out_of_memory(oom: uswap::domain::OutOfMemory) {
+    let mib = |pages: u64| (pages * uswap::PAGE_SIZE as u64) >> 20;
+    let name = std::fs::read_to_string(format!("/proc/{}/comm", oom.pid)).unwrap_or_default();
+    eprintln!(
+        "uswap run: the process tree held {} MiB for {} s, past its budget, overrun and {} MiB of overhead ({} MiB), in memory uswap cannot page out (a compressed store that does not fit, memory mapped outside the heap): killed {} ({}, {} MiB), as a memory cgroup would; give a larger --budget, or a swap device that takes pages out of memory (a file, or a tier zram:SIZE,file:PATH:SIZE)",
+        mib(oom.total),
+        uswap::domain::OOM_AFTER.as_secs(),
+        mib(uswap::domain::OOM_SLACK),
+        mib(oom.bound),
+        oom.pid,
+        name.trim(),
+        mib(oom.charge)
+    );
+    // SAFETY: a signal to a member of the tree, which the arbiter saw
+    // alive this tick (a reused pid would have a new start time, and its
+    // slot would not have been charged).
+    unsafe { libc::kill(oom.pid, libc::SIGKILL) };
+}
+
 /// How the program ended.
 pub enum Ended {
     Exited(i32),
@@ -77,7 +99,9 @@ pub fn supervise(mut cmd: Command, mut arbiter: Arbiter) -> anyhow::Result<Ended
         .with_context(|| format!("running {}", cmd.get_program().to_string_lossy()))?;
     let pid = child.id() as i32;
     loop {
-        arbiter.tick(Instant::now());
+        if let Some(oom) = arbiter.tick(Instant::now()) {
+            out_of_memory(oom);
+        }
         let mut pfd = libc::pollfd {
             fd: signals.as_raw_fd(),
             events: libc::POLLIN,

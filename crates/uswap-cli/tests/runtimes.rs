@@ -136,3 +136,36 @@ fn node_typed_arrays_and_a_map() {
     std::fs::write(dir.path().join("fill.js"), FILL_JS).unwrap();
     tree_within_budget("node fill.js 100", 32, &[], dir.path());
 }
+
+/// Perl: a hash of 600 000 keys (108 MiB plain) under 32 MiB.
+#[test]
+fn perl_hash() {
+    require("perl", "perl");
+    let dir = open_dir(true);
+    std::fs::write(
+        dir.path().join("hash.pl"),
+        "my %h; for my $i (0..599999) { $h{\"key$i\"} = \"value\" . ($i * 7); }\n\
+         my $s = 0; for my $i (0..599999) { $s += length($h{\"key$i\"}) if $i % 3 == 0; }\n\
+         print \"$s \", scalar(keys %h), \"\\n\";\n",
+    )
+    .unwrap();
+    tree_within_budget("perl hash.pl", 32, &[], dir.path());
+}
+
+/// sqlite3: an in-memory database of 1.2 M rows with an index on a text
+/// column (66 MiB plain), queried through the index, under 20 MiB.
+#[test]
+fn sqlite3_in_memory_with_an_index() {
+    require("sqlite3", "sqlite3");
+    let dir = open_dir(true);
+    std::fs::write(
+        dir.path().join("db.sql"),
+        "CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT, v INTEGER);\n\
+         WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1200000)\n\
+         INSERT INTO t SELECT x, printf('%08x-%d', (x * 2654435761) % 4294967296, x), x * 7 FROM c;\n\
+         CREATE INDEX tk ON t(k);\n\
+         SELECT count(*), sum(v) FROM t WHERE k > '8';\n",
+    )
+    .unwrap();
+    tree_within_budget("sqlite3 :memory: < db.sql", 20, &[], dir.path());
+}

@@ -31,6 +31,15 @@
 //! budget is kept within a tick of the arbiter: between two ticks the
 //! members may together grow past it by what they fault in.
 //!
+//! The budget is a promise here too, as a cgroup's limit is.  What a
+//! member holds besides its resident pages cannot be reclaimed by it (a
+//! compressed store of pages that do not compress enough to fit, memory
+//! mapped where uswap does not page): when the tree holds more than the
+//! budget, its overrun and a fixed overhead ([`OOM_SLACK`]: the members'
+//! own costs and a tick's faults) for [`OOM_AFTER`] on end, the arbiter
+//! names the member charged most, and the supervisor kills it, as a
+//! memory cgroup's OOM killer would its largest task.
+//!
 //! Members leave at their end: the arbiter finds a slot whose process is
 //! gone (or a zombie, or another process under a reused pid: the slot
 //! holds the process's start time) and frees it.  An image that `exec`s
@@ -60,6 +69,17 @@ const ACTIVE_WEIGHT: u64 = 8;
 /// How often the arbiter reads the members' other memory from /proc and
 /// looks for members that are gone.
 const LOOK_EVERY: Duration = Duration::from_millis(50);
+
+/// What the tree may hold past its budget and overrun before the arbiter
+/// calls it out of memory: the members' fixed costs (uswap's tables and
+/// frames in each process, about 3.5 MiB a member) and what faults bring
+/// in between two ticks; the bound the tests hold the tree to
+/// (docs/DESIGN.md, "The process tree").
+pub const OOM_SLACK: u64 = (16 << 20) / PAGE_SIZE as u64;
+/// How long the tree must stay past that bound: longer than a burst of
+/// faults between the members' reclaim passes, or a member's memory read
+/// from /proc before it let go of it.
+pub const OOM_AFTER: Duration = Duration::from_secs(2);
 
 const MAGIC: u64 = u64::from_le_bytes(*b"uswapdm1");
 
@@ -418,6 +438,23 @@ pub struct Arbiter {
     file: File,
     seen: Vec<Option<Seen>>,
     last_look: Option<Instant>,
+    /// Pages the tree may hold past its budget (the overrun); `u64::MAX`:
+    /// no bound.
+    overrun: u64,
+    /// Since when the tree has held more than its bound, on end.
+    over_since: Option<Instant>,
+}
+
+/// The tree held more than its budget, overrun and [`OOM_SLACK`] for
+/// [`OOM_AFTER`]: `pid`, the member charged most, is to be killed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OutOfMemory {
+    pub pid: i32,
+    /// Its charge, and the tree's, in pages.
+    pub charge: u64,
+    pub total: u64,
+    /// The bound passed (budget, overrun and slack), in pages.
+    pub bound: u64,
 }
 
 impl Arbiter {
@@ -443,7 +480,17 @@ impl Arbiter {
             file,
             seen: vec![None; SLOTS],
             last_look: None,
+            overrun: u64::MAX,
+            over_since: None,
         })
+    }
+
+    /// Bound the tree at its budget and `pages` more (and [`OOM_SLACK`]):
+    /// past it for [`OOM_AFTER`], [`tick`](Self::tick) names a member to
+    /// kill.  Unbounded until set.
+    pub fn overrun(mut self, pages: u64) -> Arbiter {
+        self.overrun = pages;
+        self
     }
 
     /// What a member joins with ([`Member::join`]): this process's pid
@@ -459,8 +506,9 @@ impl Arbiter {
 
     /// One tick: every [`LOOK_EVERY`], free the slots of processes that
     /// are gone and read the members' other memory; then give each member
-    /// its share.
-    pub fn tick(&mut self, now: Instant) {
+    /// its share.  Some when the tree has been past its bound for
+    /// [`OOM_AFTER`]: the member to kill.
+    pub fn tick(&mut self, now: Instant) -> Option<OutOfMemory> {
         let look = self.last_look.is_none_or(|t| now.duration_since(t) >= LOOK_EVERY);
         if look {
             self.last_look = Some(now);
@@ -520,9 +568,38 @@ impl Arbiter {
                 active: now.duration_since(seen.active_at) < IDLE_AFTER,
             });
         }
+        let total: u64 = demand.iter().map(|d| d.resident + d.other).sum();
+        let bound = self
+            .budget_pages()
+            .saturating_add(self.overrun)
+            .saturating_add(OOM_SLACK);
+        let verdict = if total > bound {
+            let since = *self.over_since.get_or_insert(now);
+            let largest = idx
+                .iter()
+                .zip(&demand)
+                .max_by_key(|(_, d)| d.resident + d.other)
+                .map(|(&i, d)| (s.slots[i].pid.load(Ordering::Relaxed), d.resident + d.other));
+            match largest {
+                Some((pid, charge)) if now.duration_since(since) >= OOM_AFTER => {
+                    self.over_since = None;
+                    Some(OutOfMemory {
+                        pid,
+                        charge,
+                        total,
+                        bound,
+                    })
+                }
+                _ => None,
+            }
+        } else {
+            self.over_since = None;
+            None
+        };
         for (i, share) in idx.into_iter().zip(shares(self.budget_pages(), &demand)) {
             s.slots[i].limit.store(share, Ordering::Relaxed);
         }
+        verdict
     }
 
     /// The members now.

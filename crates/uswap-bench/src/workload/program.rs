@@ -108,9 +108,14 @@ pub struct ProgramArgs {
     /// pool's (kernel-zswap) [default: a quarter of the budget].
     #[arg(long, value_parser = parse_bytes)]
     pub store_size: Option<u64>,
-    /// zswap's compressor (kernel-zswap): lz4, as uswap's default.
-    #[arg(long, default_value = "lz4")]
+    /// zswap's compressor (kernel-zswap): the kernel's default, as the
+    /// crypto API here offers no lz4 to zswap (zram has its own).
+    #[arg(long, default_value = "lzo-rle")]
     pub zswap_compressor: String,
+    /// zram's compressor (kernel-zram): lz4, as uswap's compressed
+    /// device, so that both store about the same bytes a page.
+    #[arg(long, default_value = "lz4")]
+    pub zram_algorithm: String,
     /// Environment for the program, NAME=VALUE (repeat).
     #[arg(long = "env", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -330,7 +335,7 @@ fn kernel_device(a: &ProgramArgs, r: Runner, swap: u64) -> Option<KernelDevice> 
     match r {
         Runner::KernelZram => Some(KernelDevice::Zram {
             bytes: swap,
-            algorithm: None,
+            algorithm: Some(a.zram_algorithm.clone()),
         }),
         Runner::KernelFile => Some(KernelDevice::File {
             dir: a.swap_dir.clone(),

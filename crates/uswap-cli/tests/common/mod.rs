@@ -285,6 +285,16 @@ impl MemoryGroup {
         let t = std::fs::read_to_string(self.dir.join("memory.oom_control")).unwrap();
         number_after(&t, "oom_kill ")
     }
+
+    /// Times the group's limit refused a charge (`memory.failcnt`): 0
+    /// when the tree never pressed on it.
+    pub fn failcnt(&self) -> u64 {
+        std::fs::read_to_string(self.dir.join("memory.failcnt"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap()
+    }
 }
 
 impl Drop for MemoryGroup {

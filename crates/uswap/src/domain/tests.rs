@@ -231,3 +231,45 @@ fn slots_free(arb: &Arbiter) -> bool {
         .iter()
         .all(|s| s.pid.load(Ordering::Relaxed) == 0)
 }
+
+/// Past its budget, overrun and slack for OOM_AFTER on end, the tree's
+/// member charged most is named; a tree that comes back under it in time,
+/// or one without a bound, is not.
+#[test]
+fn a_tree_over_its_bound_names_its_largest_member() {
+    let budget = 8u64 << 20;
+    let pages = budget / PAGE_SIZE as u64;
+    let mut arb = Arbiter::create(budget).unwrap().overrun(pages / 10);
+    let a = Member::join(&arb.env_value()).unwrap();
+    let t0 = Instant::now();
+    // A RAM device's pages are not charged, and a member's other memory
+    // is its anonymous memory less its resident and RAM pages: so large a
+    // RAM count leaves the charge at the resident pages published,
+    // whatever else this test process holds.
+    const NO_OTHER: u64 = 1 << 40;
+    // Under the bound: nothing, however long.
+    a.publish(pages as usize / 2, 1, NO_OTHER);
+    assert_eq!(arb.tick(t0), None);
+    assert_eq!(arb.tick(t0 + OOM_AFTER * 2), None);
+    // Over it: named only after OOM_AFTER on end.
+    let over = pages + pages / 10 + OOM_SLACK + 1000;
+    a.publish(over as usize, 2, NO_OTHER);
+    let t1 = t0 + OOM_AFTER * 3;
+    assert_eq!(arb.tick(t1), None, "over for an instant");
+    // Back under in time: the clock starts again.
+    a.publish(pages as usize / 2, 3, NO_OTHER);
+    assert_eq!(arb.tick(t1 + OOM_AFTER / 2), None);
+    a.publish(over as usize, 4, NO_OTHER);
+    assert_eq!(arb.tick(t1 + OOM_AFTER), None, "over again, from now");
+    let v = arb.tick(t1 + OOM_AFTER * 2).expect("over for OOM_AFTER");
+    assert_eq!(v.pid, std::process::id() as i32);
+    assert!(v.charge >= over && v.total >= v.charge, "{v:?}");
+    assert_eq!(v.bound, pages + pages / 10 + OOM_SLACK);
+    // Unbounded: never named.
+    let mut free = Arbiter::create(budget).unwrap();
+    let b = Member::join(&free.env_value()).unwrap();
+    b.publish(over as usize * 4, 1, NO_OTHER);
+    assert_eq!(free.tick(t0), None);
+    assert_eq!(free.tick(t0 + OOM_AFTER * 10), None);
+    drop((a, b));
+}
