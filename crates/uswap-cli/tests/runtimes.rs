@@ -137,23 +137,30 @@ fn node_typed_arrays_and_a_map() {
     tree_within_budget("node fill.js 100", 32, &[], dir.path());
 }
 
-/// Perl: a hash of 600 000 keys (108 MiB plain) under 32 MiB.
+/// Perl: an array of 1.2 M strings (133 MiB plain) and a hash of 60 000
+/// of them, under 40 MiB.  (A hash of 600 000 keys at 3x its budget
+/// faults at random a million times: minutes under uswap and the kernel
+/// alike, measured by `scripts/bench-programs`, docs/PERFORMANCE.md.)
 #[test]
-fn perl_hash() {
+fn perl_array_and_hash() {
     require("perl", "perl");
     let dir = open_dir(true);
     std::fs::write(
-        dir.path().join("hash.pl"),
-        "my %h; for my $i (0..599999) { $h{\"key$i\"} = \"value\" . ($i * 7); }\n\
-         my $s = 0; for my $i (0..599999) { $s += length($h{\"key$i\"}) if $i % 3 == 0; }\n\
-         print \"$s \", scalar(keys %h), \"\\n\";\n",
+        dir.path().join("arr.pl"),
+        "my @a; for my $i (0..1199999) { push @a, \"value-\" . ($i * 7) . \"-\" . (\"x\" x ($i % 50)); }\n\
+         my %h; for my $i (0..59999) { $h{\"key\" . ($i * 20)} = $a[$i * 20]; }\n\
+         my $s = 0; for my $i (0..$#a) { $s += length($a[$i]) if $i % 3 == 0; }\n\
+         for my $k (keys %h) { $s += length($h{$k}); }\n\
+         print \"$s \", scalar(@a), \" \", scalar(keys %h), \"\\n\";\n",
     )
     .unwrap();
-    tree_within_budget("perl hash.pl", 32, &[], dir.path());
+    tree_within_budget("perl arr.pl", 40, &[], dir.path());
 }
 
 /// sqlite3: an in-memory database of 1.2 M rows with an index on a text
-/// column (66 MiB plain), queried through the index, under 20 MiB.
+/// column (58 MiB plain), queried through the index, under 18 MiB.  The
+/// keys go in in order, as a log's or a counter's do (an index of random
+/// keys at 3x its budget faults at random: `scripts/bench-programs`).
 #[test]
 fn sqlite3_in_memory_with_an_index() {
     require("sqlite3", "sqlite3");
@@ -162,10 +169,10 @@ fn sqlite3_in_memory_with_an_index() {
         dir.path().join("db.sql"),
         "CREATE TABLE t(id INTEGER PRIMARY KEY, k TEXT, v INTEGER);\n\
          WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 1200000)\n\
-         INSERT INTO t SELECT x, printf('%08x-%d', (x * 2654435761) % 4294967296, x), x * 7 FROM c;\n\
+         INSERT INTO t SELECT x, printf('%08d-%d', x, x % 977), x * 7 FROM c;\n\
          CREATE INDEX tk ON t(k);\n\
-         SELECT count(*), sum(v) FROM t WHERE k > '8';\n",
+         SELECT count(*), sum(v) FROM t WHERE k > '00600000';\n",
     )
     .unwrap();
-    tree_within_budget("sqlite3 :memory: < db.sql", 20, &[], dir.path());
+    tree_within_budget("sqlite3 :memory: < db.sql", 18, &[], dir.path());
 }

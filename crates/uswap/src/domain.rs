@@ -34,11 +34,16 @@
 //! The budget is a promise here too, as a cgroup's limit is.  What a
 //! member holds besides its resident pages cannot be reclaimed by it (a
 //! compressed store of pages that do not compress enough to fit, memory
-//! mapped where uswap does not page): when the tree holds more than the
-//! budget, its overrun and a fixed overhead ([`OOM_SLACK`]: the members'
-//! own costs and a tick's faults) for [`OOM_AFTER`] on end, the arbiter
-//! names the member charged most, and the supervisor kills it, as a
-//! memory cgroup's OOM killer would its largest task.
+//! mapped where uswap does not page): when that memory alone leaves the
+//! members no more than their floor ([`MIN_SHARE`] each), and the tree
+//! holds more than the budget, its overrun and a fixed overhead
+//! ([`OOM_SLACK`]: the members' own costs and a tick's faults) for
+//! [`OOM_AFTER`] on end, the arbiter names the member charged most, and
+//! the supervisor kills it, as a memory cgroup's OOM killer would its
+//! largest task.  Resident pages a member cannot evict are uswap's limit,
+//! not the program's overrun (the dirty pages of a forked child that may
+//! not write its parent's swap file), as an instance's own bound has it
+//! (`pager/overrun.rs`): they alone never make a tree out of memory.
 //!
 //! Members leave at their end: the arbiter finds a slot whose process is
 //! gone (or a zombie, or another process under a reused pid: the slot
@@ -569,11 +574,13 @@ impl Arbiter {
             });
         }
         let total: u64 = demand.iter().map(|d| d.resident + d.other).sum();
+        let other: u64 = demand.iter().map(|d| d.other).sum();
+        let floored = other + MIN_SHARE * demand.len() as u64 >= self.budget_pages();
         let bound = self
             .budget_pages()
             .saturating_add(self.overrun)
             .saturating_add(OOM_SLACK);
-        let verdict = if total > bound {
+        let verdict = if total > bound && floored {
             let since = *self.over_since.get_or_insert(now);
             let largest = idx
                 .iter()

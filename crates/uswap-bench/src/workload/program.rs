@@ -316,7 +316,10 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
     if r == Runner::KernelZram {
         run.zram_peak_mib = kernel_swap::zram_peak_bytes().map(|b| b as f64 / (1 << 20) as f64);
     }
-    run.oom_killed = !status.success() && group.as_ref().is_some_and(|g| g.oom_kills() > 0);
+    // A kill in the tree is the run's result whatever the status says (a
+    // pipeline's is its last command's: `sort` killed under `| sha256sum`
+    // exits 0 with another digest).
+    run.oom_killed = group.as_ref().is_some_and(|g| g.oom_kills() > 0);
     // The group goes before the swap (drop order), the program gone.
     drop(group);
     drop(held);

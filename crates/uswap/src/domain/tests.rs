@@ -232,44 +232,56 @@ fn slots_free(arb: &Arbiter) -> bool {
         .all(|s| s.pid.load(Ordering::Relaxed) == 0)
 }
 
-/// Past its budget, overrun and slack for OOM_AFTER on end, the tree's
-/// member charged most is named; a tree that comes back under it in time,
-/// or one without a bound, is not.
+/// Past its budget, overrun and slack for OOM_AFTER on end, with memory
+/// it cannot page leaving its members no more than their floor, the
+/// tree's member charged most is named; a tree that comes back under in
+/// time, one over by resident pages alone (uswap's own limits: a forked
+/// child's dirty pages on its parent's file), or one without a bound, is
+/// not.
 #[test]
 fn a_tree_over_its_bound_names_its_largest_member() {
+    // This process's anonymous memory, at least 64 MiB, becomes the
+    // member's other memory when it publishes no RAM pages; so large a
+    // RAM count as NO_OTHER leaves it none (a RAM device's pages are not
+    // charged: other = anonymous - resident - RAM).
+    const NO_OTHER: u64 = 1 << 40;
+    let ballast = vec![1u8; 64 << 20];
     let budget = 8u64 << 20;
     let pages = budget / PAGE_SIZE as u64;
     let mut arb = Arbiter::create(budget).unwrap().overrun(pages / 10);
     let a = Member::join(&arb.env_value()).unwrap();
     let t0 = Instant::now();
-    // A RAM device's pages are not charged, and a member's other memory
-    // is its anonymous memory less its resident and RAM pages: so large a
-    // RAM count leaves the charge at the resident pages published,
-    // whatever else this test process holds.
-    const NO_OTHER: u64 = 1 << 40;
     // Under the bound: nothing, however long.
-    a.publish(pages as usize / 2, 1, NO_OTHER);
+    a.publish(0, 1, NO_OTHER);
     assert_eq!(arb.tick(t0), None);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 2), None);
-    // Over it: named only after OOM_AFTER on end.
-    let over = pages + pages / 10 + OOM_SLACK + 1000;
-    a.publish(over as usize, 2, NO_OTHER);
-    let t1 = t0 + OOM_AFTER * 3;
+    // Over it by resident pages alone: never named.
+    let over = (pages + pages / 10 + OOM_SLACK) as usize * 4;
+    a.publish(over, 2, NO_OTHER);
+    assert_eq!(arb.tick(t0 + OOM_AFTER * 3), None);
+    assert_eq!(arb.tick(t0 + OOM_AFTER * 6), None, "resident pages alone");
+    // Over it by memory uswap does not page: named after OOM_AFTER.
+    a.publish(0, 3, 0);
+    let t1 = t0 + OOM_AFTER * 7;
     assert_eq!(arb.tick(t1), None, "over for an instant");
     // Back under in time: the clock starts again.
-    a.publish(pages as usize / 2, 3, NO_OTHER);
+    a.publish(0, 4, NO_OTHER);
     assert_eq!(arb.tick(t1 + OOM_AFTER / 2), None);
-    a.publish(over as usize, 4, NO_OTHER);
+    a.publish(0, 5, 0);
     assert_eq!(arb.tick(t1 + OOM_AFTER), None, "over again, from now");
     let v = arb.tick(t1 + OOM_AFTER * 2).expect("over for OOM_AFTER");
     assert_eq!(v.pid, std::process::id() as i32);
-    assert!(v.charge >= over && v.total >= v.charge, "{v:?}");
+    assert!(
+        v.charge >= (64 << 20) / PAGE_SIZE as u64 && v.total >= v.charge,
+        "{v:?}"
+    );
     assert_eq!(v.bound, pages + pages / 10 + OOM_SLACK);
     // Unbounded: never named.
     let mut free = Arbiter::create(budget).unwrap();
     let b = Member::join(&free.env_value()).unwrap();
-    b.publish(over as usize * 4, 1, NO_OTHER);
+    b.publish(0, 1, 0);
     assert_eq!(free.tick(t0), None);
     assert_eq!(free.tick(t0 + OOM_AFTER * 10), None);
     drop((a, b));
+    assert_eq!(ballast[12345], 1);
 }
