@@ -6,7 +6,10 @@
 //! output, and its tree's anonymous memory (measured in a cgroup v1
 //! memory group) stays within budget + 10% + the fixed overhead
 //! (docs/DESIGN.md, "All anonymous memory").  `scripts/check` installs
-//! the runtimes where they are missing.
+//! the runtimes where they are missing.  Release builds only: the debug
+//! pass would add two minutes to CI's twenty for the same paths, which
+//! the debug pass of the C programs' tests (guest.rs, run_cli.rs) covers
+//! with its assertions on.
 
 mod common;
 
@@ -63,6 +66,10 @@ public class Fill {
 /// 48 MiB.  Before this work its heap was never paged: 727 MB at a
 /// 160 MiB budget.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
 fn openjdk_arrays_and_a_hashmap() {
     require("java", "default-jdk-headless");
     require("javac", "default-jdk-headless");
@@ -76,6 +83,10 @@ fn openjdk_arrays_and_a_hashmap() {
 /// it: its heap is committed with `mmap(MAP_FIXED)` over its reservation
 /// as it grows.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
 fn openjdk_with_the_serial_collector() {
     require("java", "default-jdk-headless");
     require("javac", "default-jdk-headless");
@@ -130,6 +141,10 @@ console.log(`sum ${s} keys ${m.size}`);
 /// Node: 100 MiB of typed arrays and a Map under 32 MiB.  Before this
 /// work about 160 MB of V8's memory lived outside the budget.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
 fn node_typed_arrays_and_a_map() {
     require("node", "nodejs");
     let dir = open_dir(true);
@@ -142,6 +157,10 @@ fn node_typed_arrays_and_a_map() {
 /// faults at random a million times: minutes under uswap and the kernel
 /// alike, measured by `scripts/bench-programs`, docs/PERFORMANCE.md.)
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
 fn perl_array_and_hash() {
     require("perl", "perl");
     let dir = open_dir(true);
@@ -162,6 +181,10 @@ fn perl_array_and_hash() {
 /// keys go in in order, as a log's or a counter's do (an index of random
 /// keys at 3x its budget faults at random: `scripts/bench-programs`).
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
 fn sqlite3_in_memory_with_an_index() {
     require("sqlite3", "sqlite3");
     let dir = open_dir(true);

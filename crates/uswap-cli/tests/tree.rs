@@ -17,6 +17,10 @@ use common::*;
 /// 100 MB of objects, under 32 MiB, on the default swap device (a file of
 /// each process's own in $TMPDIR).
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
 fn a_shell_and_the_python_it_starts_hold_one_budget() {
     let dir = open_dir(true);
     let script = format!(
@@ -37,6 +41,10 @@ fn a_shell_and_the_python_it_starts_hold_one_budget() {
 /// the pager's tables, 70 MiB each for a heap the machine's size, before
 /// it stored only what changed.)
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
 fn a_pipeline_behind_a_shell_shares_the_budget() {
     let dir = open_dir(true);
     let script = format!(
@@ -50,6 +58,10 @@ fn a_pipeline_behind_a_shell_shares_the_budget() {
 /// all, two compilers at a time, each holding about 40 MiB); the program
 /// built runs right.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
 fn make_j2_builds_under_one_budget() {
     let dir = open_dir(true);
     let n = 6;
@@ -110,6 +122,10 @@ if __name__ == "__main__":
 /// swap file, so on the default device their memory stays resident:
 /// docs/DESIGN.md, "The process tree".)
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
 fn python_multiprocessing_spawn() {
     let dir = open_dir(true);
     std::fs::write(dir.path().join("pool.py"), POOL).unwrap();

@@ -34,11 +34,11 @@
 //! The budget is a promise here too, as a cgroup's limit is.  What a
 //! member holds besides its resident pages cannot be reclaimed by it (a
 //! compressed store of pages that do not compress enough to fit, memory
-//! mapped where uswap does not page): when that memory alone leaves the
-//! members no more than their floor ([`MIN_SHARE`] each), and the tree
-//! holds more than the budget, its overrun and a fixed overhead
-//! ([`OOM_SLACK`]: the members' own costs and a tick's faults) for
-//! [`OOM_AFTER`] on end, the arbiter names the member charged most, and
+//! mapped where uswap does not page): when that memory alone holds more
+//! than the budget, its overrun and a fixed overhead ([`OOM_SLACK`]: the
+//! members' own costs and a tick's faults) for [`OOM_AFTER`] on end, no
+//! reclaim can bring the tree back, and the arbiter names the member
+//! charged most, and
 //! the supervisor kills it, as a memory cgroup's OOM killer would its
 //! largest task.  Resident pages a member cannot evict are uswap's limit,
 //! not the program's overrun (the dirty pages of a forked child that may
@@ -574,13 +574,18 @@ impl Arbiter {
             });
         }
         let total: u64 = demand.iter().map(|d| d.resident + d.other).sum();
+        // Memory no member can reclaim, alone past the bound: resident
+        // pages never count (those a member cannot evict are uswap's
+        // limit), nor do the floors of the members' shares (a forked
+        // child's, a pool of workers', would tip a tree of small
+        // processes over: a worker of Python's Pool killed holding its
+        // queue's lock hung the pool).
         let other: u64 = demand.iter().map(|d| d.other).sum();
-        let floored = other + MIN_SHARE * demand.len() as u64 >= self.budget_pages();
         let bound = self
             .budget_pages()
             .saturating_add(self.overrun)
             .saturating_add(OOM_SLACK);
-        let verdict = if total > bound && floored {
+        let verdict = if other > bound {
             let since = *self.over_since.get_or_insert(now);
             let largest = idx
                 .iter()

@@ -57,8 +57,9 @@ pub enum Runner {
     /// --store-size in front of a swap file in --swap-dir.
     UswapTier,
     /// A memory cgroup with kernel swap on a swap file in --swap-dir and
-    /// zswap in front of it, its pool limited to --store-size (as near
-    /// as zswap's percent of RAM allows): the tier's like.
+    /// zswap in front of it, its pool limited to --store-size as near as
+    /// zswap's unit allows (a percent of RAM, at least 1%): the tier's
+    /// like; the pool is charged to the group.
     KernelZswap,
 }
 

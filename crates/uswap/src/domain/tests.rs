@@ -232,9 +232,8 @@ fn slots_free(arb: &Arbiter) -> bool {
         .all(|s| s.pid.load(Ordering::Relaxed) == 0)
 }
 
-/// Past its budget, overrun and slack for OOM_AFTER on end, with memory
-/// it cannot page leaving its members no more than their floor, the
-/// tree's member charged most is named; a tree that comes back under in
+/// Memory no member can page, alone past the budget, overrun and slack
+/// for OOM_AFTER on end: the tree's member charged most is named; a tree that comes back under in
 /// time, one over by resident pages alone (uswap's own limits: a forked
 /// child's dirty pages on its parent's file), or one without a bound, is
 /// not.
