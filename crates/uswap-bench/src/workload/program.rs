@@ -263,7 +263,7 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
     let file = a
         .swap_dir
         .join(format!("uswap-bench-program-{}.swap", std::process::id()));
-    let store = a.store_size.unwrap_or(a.budget / 4) / page * page;
+    let store = store_bytes(a);
     let kernel = |dev: KernelDevice| -> Result<KernelSwap> { KernelSwap::on(&dev) };
     let mut held = None;
     let cmd = match r {
@@ -333,9 +333,16 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
     Ok((run, Some(out)))
 }
 
+/// The compressed store's limit in a tier and zswap's pool's, whole
+/// pages: --store-size, or a quarter of the budget.
+fn store_bytes(a: &ProgramArgs) -> u64 {
+    let page = uswap::PAGE_SIZE as u64;
+    a.store_size.unwrap_or(a.budget / 4) / page * page
+}
+
 /// The kernel swap device runner `r` uses; None for the others.
 fn kernel_device(a: &ProgramArgs, r: Runner, swap: u64) -> Option<KernelDevice> {
-    let store = a.store_size.unwrap_or(a.budget / 4);
+    let store = store_bytes(a);
     match r {
         Runner::KernelZram => Some(KernelDevice::Zram {
             bytes: swap,
