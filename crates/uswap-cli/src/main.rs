@@ -37,21 +37,25 @@ enum Command {
     /// `--mode handler` serves the kernel's faults too and needs root,
     /// vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd.
     Demo(demo::DemoArgs),
-    /// Run a program with its malloc heap paged by uswap under a budget.
+    /// Run a program, and every process it starts, paged by uswap under one budget.
     ///
     /// `uswap run --budget 1G -- python3 big.py`: the program's malloc
-    /// family is mimalloc over one uswap region (a library preloaded with
+    /// family is mimalloc over a uswap region (a library preloaded with
     /// LD_PRELOAD, built by the workspace beside this executable); what
     /// the heap holds beyond the budget goes to swap and comes back on
     /// access.  Paged: the malloc heap of a dynamically linked program
-    /// and its threads, and the private anonymous memory it maps itself
-    /// (mmap, munmap, mremap, madvise), for any user (SIGBUS mode) or
-    /// with the privilege for kernel faults (handler-thread mode, the
-    /// default where allowed).  A child that forks without exec (Python's
-    /// multiprocessing, Redis's BGSAVE, a shell's subshells) sees its
-    /// parent's memory, swapped out or not, and is paged too; one that
-    /// execs runs without uswap.  Shared and file mappings stay ordinary
-    /// memory.
+    /// and its threads, and the private anonymous memory it maps itself,
+    /// however its runtime maps it (mmap, reservations committed later
+    /// as OpenJDK, V8 and Go's cgo runtime do, munmap, mremap, madvise),
+    /// for any user (SIGBUS mode) or with the privilege for kernel faults
+    /// (handler-thread mode, the default where allowed).  Every process
+    /// the program starts (a shell's commands, a pipeline, make, Python's
+    /// spawn workers, a child that forks without exec) is paged too, the
+    /// whole tree under the one budget, as a memory cgroup holds it;
+    /// `uswap run` stays as its supervisor and ends as the program does.
+    /// Not paged: statically linked programs (refused; started by the
+    /// program, they run unpaged), set-user-ID ones, shared and file
+    /// mappings.
     Run(run::RunArgs),
     /// Benchmarks of the core, one per seed experiment.
     #[command(subcommand)]

@@ -1,7 +1,9 @@
 //! `uswap run` pages all of a program's anonymous memory, however its
 //! runtime maps it: OpenJDK and V8 (Node) reserve their heaps inaccessible
 //! (`mmap(PROT_NONE)`) and commit them a part at a time (`mmap(MAP_FIXED)`
-//! over the reservation, `mprotect`), none of it through `malloc`.  Each
+//! over the reservation, `mprotect`), none of it through `malloc`; Go's
+//! runtime does the same through cgo's `mmap`, and sets its threads'
+//! signal stacks with the raw system call.  Each
 //! program needs three times its budget or more, gives the plain run's
 //! output, and its tree's anonymous memory (measured in a cgroup v1
 //! memory group) stays within budget + 10% + the fixed overhead
@@ -198,4 +200,153 @@ fn sqlite3_in_memory_with_an_index() {
     )
     .unwrap();
     tree_within_budget("sqlite3 :memory: < db.sql", 18, &[], dir.path());
+}
+
+/// Go with cgo: the runtime maps its heap through libc's `mmap` (cgo's
+/// `_cgo_mmap`: reserved `PROT_NONE`, committed with fixed mappings),
+/// gives it back to the kernel with raw `madvise` (the scavenger,
+/// `debug.FreeOSMemory`), runs its goroutines on stacks in that heap and
+/// sets each thread's signal stack with the raw system call (in SIGBUS
+/// mode the first signal on a signal stack that was out killed it, and a
+/// trapped `write` overflowed a goroutine's 2 KiB stack: `signals.rs`,
+/// "Alternate stacks").  150 MiB of slices and a map under 40 MiB, four
+/// goroutines digesting them at once.
+const CGO_GO: &str = r#"
+package main
+
+/*
+static int twice(int x) { return 2 * x; }
+*/
+import "C"
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"runtime/debug"
+	"sync"
+)
+
+func fill(n, seed int) [][]byte {
+	bufs := make([][]byte, n)
+	for i := range bufs {
+		b := make([]byte, 64<<10)
+		for j := range b {
+			b[j] = byte((i*31 + j + seed) % 251)
+		}
+		bufs[i] = b
+	}
+	return bufs
+}
+
+func main() {
+	for r := 0; r < 3; r++ {
+		g := fill(800, r)
+		_ = g
+		g = nil
+		debug.FreeOSMemory()
+	}
+	bufs := fill(2400, 0)
+	m := make(map[int]int, 200000)
+	for i := 0; i < 200000; i++ {
+		m[i*7] = i
+	}
+	sums := make([][32]byte, 4)
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			h := sha256.New()
+			for i := w; i < len(bufs); i += 4 {
+				if bufs[i][1000] != byte((i*31+1000)%251) {
+					panic(fmt.Sprint("slice ", i))
+				}
+				h.Write(bufs[i])
+			}
+			copy(sums[w][:], h.Sum(nil))
+		}(w)
+	}
+	wg.Wait()
+	s := 0
+	for i := 0; i < 200000; i += 1000 {
+		s += m[i*7]
+	}
+	fmt.Printf("%x %d %d %d\n", sha256.Sum256([]byte(fmt.Sprint(sums))), len(m), s, C.twice(21))
+}
+"#;
+
+/// `go`, from PATH or where the official build installs it.
+fn go() -> String {
+    if Path::new("/usr/local/go/bin/go").exists() {
+        return "/usr/local/go/bin/go".into();
+    }
+    require("go", "golang-go");
+    "go".into()
+}
+
+/// Build the Go program `src` in `dir` as `name` (`cgo` false: a static
+/// binary), with the user's Go build cache (an empty one builds the
+/// standard library first: 20 s here).
+fn go_build(dir: &Path, src: &str, name: &str, cgo: bool) {
+    let pkg = dir.join(format!("{name}-src"));
+    std::fs::create_dir_all(&pkg).unwrap();
+    std::fs::write(pkg.join("main.go"), src).unwrap();
+    std::fs::write(pkg.join("go.mod"), format!("module {name}\ngo 1.19\n")).unwrap();
+    let out = Command::new(go())
+        .args(["build", "-o"])
+        .arg(dir.join(name))
+        .arg(".")
+        .current_dir(&pkg)
+        .env("CGO_ENABLED", if cgo { "1" } else { "0" })
+        .env("GOTOOLCHAIN", "local")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "go build: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
+fn go_with_cgo() {
+    let dir = open_dir(true);
+    go_build(dir.path(), CGO_GO, "fill", true);
+    tree_within_budget("./fill", 40, &[], dir.path());
+}
+
+/// A static Go binary (cgo off): uswap's library cannot enter it, so
+/// `uswap run` refuses it in one line before it starts, and says how to
+/// build one it can page.
+#[test]
+fn a_static_go_program_is_refused_in_one_line() {
+    let dir = open_dir(false);
+    go_build(
+        dir.path(),
+        "package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"static go ran\") }\n",
+        "st",
+        false,
+    );
+    preload_built();
+    let out = Command::new(env!("CARGO_BIN_EXE_uswap"))
+        .args(["run", "--budget", "64M", "--", "./st"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "refused: {err}");
+    assert!(
+        out.stdout.is_empty(),
+        "the static program ran: {:?}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "one line: {err}");
+    assert!(
+        err.contains("is statically linked") && err.contains("CGO_ENABLED=1"),
+        "{err}"
+    );
 }

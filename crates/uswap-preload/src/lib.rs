@@ -237,6 +237,15 @@ fn start(c: Config) -> Result<(), String> {
         }
     }
     heap::find_libc_usable_size();
+    // glibc's allocator holds uswap's own memory here (and the C
+    // runtime's blocks): tables of 64 KiB and more each get a mapping of
+    // their own, committed as they are used.  glibc's threshold otherwise
+    // rises to the size of any mapped block freed, and the tables made
+    // after it (a 512 KiB swap cache, a swap map) came from the brk heap,
+    // zeroed by `calloc` and resident from the start: 850 KiB of every
+    // process's budget.
+    // SAFETY: a glibc tunable, set before uswap's allocations.
+    unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 10) };
     let swap = builder.build().map_err(|e| e.to_string())?;
     let region = match &c.guard {
         None => swap.map(c.heap as usize),
@@ -306,6 +315,7 @@ fn start(c: Config) -> Result<(), String> {
         guard::start(g)?;
     }
     maps::hold_across_fork();
+    signals::start_own_stacks();
     if c.stats && c.root {
         // A descriptor of its own: programs close stderr on the way out
         // (GNU tools' `close_stdout`, an atexit handler that runs before

@@ -20,21 +20,35 @@ use crossbeam_utils::CachePadded;
 use serde::{Deserialize, Serialize};
 use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
-/// Counter shards per site, one per CPU (modulo this): threads on
-/// different CPUs never share a cache line; two threads on one CPU share a
-/// shard, which costs nothing but an uncontended atomic add, and a thread
-/// that migrates mid-increment only adds to another shard: the sum is the
-/// same.  By CPU rather than by thread because counters are bumped in the
-/// SIGBUS handler, which touches no thread-local storage: a library
-/// preloaded into a program (`uswap run`) reaches it through the thread's
-/// DTV, which glibc allocates with the program's `calloc`, in paged memory.
-const SHARDS: usize = 64;
+/// Counter shards per site, one per CPU (the CPU number masked to their
+/// count): threads on different CPUs never share a cache line; two
+/// threads on one CPU share a shard, which costs nothing but an
+/// uncontended atomic add, and a thread that migrates mid-increment only
+/// adds to another shard: the sum is the same.  By CPU rather than by
+/// thread because counters are bumped in the SIGBUS handler, which
+/// touches no thread-local storage: a library preloaded into a program
+/// (`uswap run`) reaches it through the thread's DTV, which glibc
+/// allocates with the program's `calloc`, in paged memory.
+///
+/// As many as the machine has CPUs (a power of two, at most
+/// [`MAX_SHARDS`]), not the most it could have: every process of a tree
+/// under `uswap run` has its ninety sites, and at 64 shards of a cache
+/// line each they took 700 KiB of its budget from its first instant, on
+/// two CPUs.
+const MAX_SHARDS: usize = 64;
+
+/// The shard count: the possible CPUs, rounded up to a power of two.
+fn shard_count() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| crate::percpu::possible_cpus().next_power_of_two().min(MAX_SHARDS))
+}
 
 /// The counter shard of the calling thread's CPU (`sched_getcpu`: the
-/// rseq area glibc keeps in the thread's control block, or the vDSO).
+/// rseq area glibc keeps in the thread's control block, or the vDSO),
+/// of `len` (a power of two).
 #[inline]
-fn shard_index() -> usize {
-    crate::percpu::current_cpu() % SHARDS
+fn shard_index(len: usize) -> usize {
+    crate::percpu::current_cpu() & (len - 1)
 }
 
 /// A monotonically increasing event count, sharded per thread.
@@ -47,7 +61,9 @@ impl Counter {
     fn new(name: &'static str) -> Self {
         Counter {
             name,
-            shards: (0..SHARDS).map(|_| CachePadded::new(AtomicU64::new(0))).collect(),
+            shards: (0..shard_count())
+                .map(|_| CachePadded::new(AtomicU64::new(0)))
+                .collect(),
         }
     }
 
@@ -59,7 +75,7 @@ impl Counter {
     /// Add `n` events.
     #[inline]
     pub fn add(&self, n: u64) {
-        self.shards[shard_index()].fetch_add(n, Ordering::Relaxed);
+        self.shards[shard_index(self.shards.len())].fetch_add(n, Ordering::Relaxed);
     }
 
     /// Add one event.
@@ -152,7 +168,7 @@ impl LockSite {
     fn new(name: &'static str) -> Self {
         LockSite {
             name,
-            shards: (0..SHARDS)
+            shards: (0..shard_count())
                 .map(|_| CachePadded::new(LockShard::default()))
                 .collect(),
         }
@@ -203,7 +219,7 @@ impl<T> StatMutex<T> {
     /// Take the lock, counting the acquisition and any wait.
     #[inline]
     pub fn lock(&self) -> MutexGuard<'_, T> {
-        let shard = &self.site.shards[shard_index()];
+        let shard = &self.site.shards[shard_index(self.site.shards.len())];
         if let Some(g) = self.try_lock_uncounted() {
             shard.acquisitions.fetch_add(1, Ordering::Relaxed);
             return g;
@@ -230,7 +246,7 @@ impl<T> StatMutex<T> {
     #[inline]
     pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
         let g = self.try_lock_uncounted()?;
-        self.site.shards[shard_index()]
+        self.site.shards[shard_index(self.site.shards.len())]
             .acquisitions
             .fetch_add(1, Ordering::Relaxed);
         Some(g)

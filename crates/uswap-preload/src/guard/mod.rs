@@ -200,7 +200,13 @@ fn install_handler() -> Result<(), String> {
     // SAFETY: zeroed is a valid sigaction; the fields are filled in.
     let mut sa: libc::sigaction = unsafe { std::mem::zeroed() };
     sa.sa_sigaction = on_sigsys as *const () as usize;
-    sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER;
+    // On the alternate stack: a trap from code on a small stack (a Go
+    // goroutine's is 2 KiB to start with) would otherwise push the frame
+    // and this handler's work past its end (a cgo binary's first `write`
+    // of a heap buffer corrupted the goroutine below it).  In SIGBUS mode
+    // every thread has one (`signals::give_own_stack`, 64 KiB) unless the
+    // program set its own.
+    sa.sa_flags = libc::SA_SIGINFO | libc::SA_NODEFER | libc::SA_ONSTACK;
     // Every signal blocked while the buffers are brought in, but SIGBUS,
     // through which they are (and SIGSYS: a trap while it is blocked
     // would kill).

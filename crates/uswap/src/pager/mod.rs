@@ -463,8 +463,14 @@ impl SwapBuilder {
             }
         })?;
         // Bounce frames: one per fault reading a page in, a run per
-        // readahead; 256 is many more than faults in flight at once.
-        let bounce_frames = staging_frames.min(256);
+        // readahead (runs shrink to the frames free; a fault waits for
+        // one).  Populated at start, so they are memory every process
+        // pays for from its first instant, inside its budget: 256 (1 MiB)
+        // is many more than faults in flight at once, and at the budgets
+        // of a tree's small members (a shell, `sha256sum`, a compiler
+        // pass) a quarter of their memory; one frame per 256 pages of the
+        // budget, 64 (two full readahead runs) at the least.
+        let bounce_frames = staging_frames.min(((self.budget / page / 256) as u32).clamp(64, 256));
         let bounce =
             FramePool::new(bounce_frames, &registry, "bounce_frames").map_err(|source| PagerError::Mmap {
                 bytes: bounce_frames as usize * PAGE_SIZE,
