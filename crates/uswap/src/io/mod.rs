@@ -412,6 +412,24 @@ pub trait PageStore: Send + Sync {
     fn compact(&self) -> usize {
         0
     }
+    /// Whether slot `slot` is this process's to free: in a forked child,
+    /// one allocated to it (`file.rs`, "A forked child's files of its
+    /// own").  A store with no file is private memory, each side's own.
+    fn owns(&self, _slot: u64) -> bool {
+        true
+    }
+    /// In a forked child, at its adoption: whether the store can give it
+    /// files of its own (`open_layer`).  A compressed store with a file
+    /// behind cannot yet.
+    fn forked(&self) -> bool {
+        !self.has_file()
+    }
+    /// Slots `offset..offset + pages` were allocated to this process.
+    fn allocated(&self, _offset: u64, _pages: u64) {}
+    /// Make the forked child's files of its own.
+    fn open_layer(&self, _slots: u64) -> Result<(), IoError> {
+        Ok(())
+    }
     /// Check the store's own bookkeeping.
     fn check(&self) -> Result<(), String> {
         Ok(())
@@ -632,12 +650,7 @@ impl IoDevice {
         let (paths, files) = backings.into_iter().map(|b| (b.path, b.file)).unzip();
         Ok(Self::with_store(
             slots,
-            Box::new(FileStore {
-                paths,
-                files,
-                map,
-                sealer,
-            }),
+            Box::new(FileStore::new(paths, files, map, sealer)),
             registry,
         ))
     }
@@ -711,6 +724,31 @@ impl IoDevice {
     /// Whether [`IoDevice::discard`] does anything on this device.
     pub fn discards(&self) -> bool {
         self.store.discards()
+    }
+
+    /// Whether slot `offset` is this process's to free (a forked child's
+    /// own, `PageStore::owns`).
+    pub fn owns(&self, offset: u64) -> bool {
+        self.store.owns(offset)
+    }
+
+    /// In a forked child, at its adoption: whether the device can give it
+    /// swap files of its own ([`IoDevice::open_layer`]).
+    pub fn forked(&self) -> bool {
+        self.store.forked()
+    }
+
+    /// Slots `offset..offset + pages` were just allocated to this
+    /// process: a forked child's own from now on (`PageStore::owns`).
+    /// Allocation-free.
+    pub fn allocated(&self, offset: u64, pages: u64) {
+        self.store.allocated(offset, pages)
+    }
+
+    /// Make a forked child's swap files of its own (`file.rs`); not on
+    /// the fault path (it creates files and allocates).
+    pub fn open_layer(&self) -> Result<(), IoError> {
+        self.store.open_layer(self.slots)
     }
 
     /// Compact a compressed device's store; the blocks freed.

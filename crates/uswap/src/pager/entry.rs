@@ -427,6 +427,9 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             }
             let resident = inner.budget.resident.load(Ordering::Relaxed);
             inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
+            if resident > inner.budget.low() && inner.backing.closed.load(Ordering::Relaxed) {
+                inner.open_layers();
+            }
             if let Some(m) = &inner.member {
                 let ram = inner.backing.devices.iter().map(|d| d.ram_pages()).sum();
                 m.publish(resident, inner.counters.faults.get(), ram);

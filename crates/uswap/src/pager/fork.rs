@@ -36,9 +36,12 @@
 //!   keeps every slot the child may read (the slots its pages held at
 //!   fork, [`Hold`]) out of circulation while the child lives (until the
 //!   end of a pipe the child holds closes: at its exit or `exec`), and the
-//!   child writes no new slots on it (its allocations are closed: a dirty
-//!   page of the child stays resident, counted as swap full) and frees
-//!   none.
+//!   child writes no new slots on it and frees none of its parent's: the
+//!   first time it has pages to swap out, it makes files of its own
+//!   beside it (io/file.rs, "A forked child's files of its own") and
+//!   writes there; until then, or where it cannot (a compressed device
+//!   with a file behind, a block device), its dirty pages stay resident,
+//!   counted as swap full.
 //!
 //! After a fork, a page the two shared is refused by `UFFDIO_MOVE`
 //! (`EBUSY`) until its next write fault, whether or not the child still
@@ -203,7 +206,16 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
     }
     let closed = inner.has_file_device();
     if closed {
+        // Until the child has files of its own, made when it first has
+        // pages to swap out (`Inner::open_layers`).
         inner.backing.closed.store(true, Ordering::Relaxed);
+        let layerable = inner
+            .backing
+            .devices
+            .iter()
+            .filter(|d| d.has_file())
+            .fold(true, |all, d| d.forked() && all);
+        inner.backing.layerable.store(layerable, Ordering::Relaxed);
     }
     for r in entry::regions_of(inner) {
         inner

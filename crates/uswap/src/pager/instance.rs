@@ -304,10 +304,13 @@ pub(crate) struct Backing {
     pub writeback: Backoff,
     /// Slots on swap files that a forked child may read, held (held.rs).
     pub hold: super::held::Hold,
-    /// In a forked child with swap files: no new slots (the parent
-    /// allocates on the same files), and frees of swap-file slots are the
-    /// parent's to make.
+    /// In a forked child with swap files, until it has files of its own
+    /// (`open_layers`): no new slots (the parent allocates on the same
+    /// files), and frees of swap-file slots are the parent's to make.
     pub closed: AtomicBool,
+    /// In a forked child: every swap file can give it files of its own,
+    /// not made yet (io/file.rs, "A forked child's files of its own").
+    pub layerable: AtomicBool,
 }
 
 /// The threads an instance runs.
@@ -630,9 +633,33 @@ impl Inner {
         debug_assert!(freed.is_ok(), "freeing unit {e:?}: {freed:?}");
     }
 
-    /// Whether `e` is a swap-file slot of this forked child's parent.
+    /// Whether `e` is a swap-file slot of this forked child's parent
+    /// (all of them until the child has files of its own; then those it
+    /// did not write there), which the child never frees.
     fn parents_slot(&self, e: SwapEntry) -> bool {
-        self.backing.closed.load(Ordering::Relaxed) && self.backing.devices[e.device() as usize].has_file()
+        let d = &self.backing.devices[e.device() as usize];
+        d.has_file() && (self.backing.closed.load(Ordering::Relaxed) || !d.owns(e.offset()))
+    }
+
+    /// In a forked child whose swap files are its parent's and that has
+    /// pages to swap out: make it files of its own, and open allocation
+    /// (io/file.rs, "A forked child's files of its own").  Once: a
+    /// failure (no room for the files) is said in one line, and the
+    /// child's dirty pages stay resident as before.  From the reclaimer,
+    /// never the fault path: it creates files and allocates.
+    pub fn open_layers(&self) {
+        if !self.backing.layerable.swap(false, Ordering::Relaxed) {
+            return;
+        }
+        for d in self.backing.devices.iter().filter(|d| d.has_file()) {
+            if let Err(e) = d.open_layer() {
+                super::report::line(format_args!(
+                    "uswap: a forked child cannot make a swap file of its own ({e}); its memory stays resident"
+                ));
+                return;
+            }
+        }
+        self.backing.closed.store(false, Ordering::Release);
     }
 
     /// A slot for a page going out; `Full` in a forked child whose
@@ -643,7 +670,9 @@ impl Inner {
                 slots: self.backing.space.total_slots(),
             });
         }
-        self.backing.space.alloc()
+        let e = self.backing.space.alloc()?;
+        self.backing.devices[e.device() as usize].allocated(e.offset(), 1);
+        Ok(e)
     }
 
     /// A whole cluster for a 2 MB unit, as `alloc_slot`.
@@ -653,7 +682,9 @@ impl Inner {
                 slots: self.backing.space.total_slots(),
             });
         }
-        self.backing.space.alloc_huge()
+        let e = self.backing.space.alloc_huge()?;
+        self.backing.devices[e.device() as usize].allocated(e.offset(), crate::swap_space::CLUSTER_SLOTS);
+        Ok(e)
     }
 
     /// Whether no slot is to be had for a page going out.

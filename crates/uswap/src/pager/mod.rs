@@ -579,6 +579,7 @@ impl SwapBuilder {
                 writeback: Backoff::default(),
                 hold: held::Hold::new(&device_slots, registry.lock_site("fork_hold")),
                 closed: AtomicBool::new(false),
+                layerable: AtomicBool::new(false),
             },
             readahead: self.readahead,
             per_page_evict: self.per_page_evict,

@@ -499,6 +499,149 @@ fn a_forked_child_sees_its_parents_memory() {
     }
 }
 
+/// Wait for forked child `pid`; its exit status, or `None` if it hung
+/// (then killed).
+fn wait_child(pid: libc::pid_t) -> Option<i32> {
+    let mut status = 0;
+    for _ in 0..6000 {
+        // SAFETY: waits for our own child.
+        if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
+            return Some(if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else {
+                128 + libc::WTERMSIG(status)
+            });
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    // SAFETY: our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    // SAFETY: as above.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    None
+}
+
+/// A forked child on a swap file writes its pages to a file of its own
+/// (io/file.rs, "A forked child's files of its own"), and a child of that
+/// child to another, each reading its parents' slots through them: the
+/// parent fills 8 MiB (8x its budget) with A; the child writes B over all
+/// of it, staying within its budget (before, its dirty pages stayed
+/// resident: its parent's file was not its to write); its child writes C
+/// over the first half and reads B in the second through the child's
+/// file; then the child reads B in all of it and the parent A.
+fn fork_layers_scenario(mode: FaultMode) {
+    let dir = tempfile::tempdir().unwrap();
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(ram_or_file(true, &dir, "layers"))
+        .fault_mode(mode)
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    let half = pages / 2;
+    write_seeded(base, 0..pages, 0xa);
+    // SAFETY: fork; the child touches its copy of the region and leaves
+    // with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let written = swap.stats().counter("evict_write");
+        write_seeded(base, 0..pages, 0xb);
+        if let Some(bad) = check_seeded(base, 0..pages, 0xb) {
+            eprintln!("child: its data differs at {bad:?}");
+            child::exit(3);
+        }
+        let out = swap.stats().counter("evict_write") - written;
+        let (peak, budget) = (swap.peak_resident_pages(), swap.budget_pages());
+        eprintln!("child: {out} pages written out, resident at most {peak} of a budget of {budget}");
+        if out < half as u64 {
+            eprintln!("child: its pages did not go out");
+            child::exit(4);
+        }
+        // SAFETY: as above, one level down.
+        let grandchild = unsafe { libc::fork() };
+        assert!(grandchild >= 0);
+        if grandchild == 0 {
+            write_seeded(base, 0..half, 0xc);
+            if let Some(bad) = check_seeded(base, 0..half, 0xc) {
+                eprintln!("grandchild: its data differs at {bad:?}");
+                child::exit(5);
+            }
+            if let Some(bad) = check_seeded(base, half..pages, 0xb) {
+                eprintln!("grandchild: its parent's data differs at {bad:?}");
+                child::exit(6);
+            }
+            eprintln!("grandchild: ok");
+            child::exit(0);
+        }
+        if wait_child(grandchild) != Some(0) {
+            eprintln!("child: the grandchild failed");
+            child::exit(7);
+        }
+        if let Some(bad) = check_seeded(base, 0..pages, 0xb) {
+            eprintln!("child: its data differs after its child at {bad:?}");
+            child::exit(8);
+        }
+        eprintln!("child: ok");
+        child::exit(0);
+    }
+    let status = wait_child(pid);
+    if status != Some(0) {
+        eprintln!("parent: the child failed: {status:?}");
+        child::exit(9);
+    }
+    if let Some(bad) = check_seeded(base, 0..pages, 0xa) {
+        eprintln!("parent: its data differs after the fork at {bad:?}");
+        child::exit(10);
+    }
+    drop(region);
+    eprintln!("parent: ok");
+}
+
+#[test]
+fn a_forked_child_swaps_to_a_file_of_its_own() {
+    if let Some(arg) = child::scenario() {
+        fork_layers_scenario(mode_from(&arg));
+        child::exit(0);
+    }
+    for mode in [FaultMode::HandlerThread, FaultMode::Sigbus] {
+        let arg = mode_name(mode).to_string();
+        let out = child::run(
+            "pager::tests::defects::a_forked_child_swaps_to_a_file_of_its_own",
+            &arg,
+            Duration::from_secs(120),
+        );
+        assert!(out.code == Some(0), "{arg}: {out:?}");
+        for who in ["grandchild: ok", "child: ok", "parent: ok"] {
+            assert!(out.stderr.contains(who), "{arg}: {out:?}");
+        }
+        // Within the budget and its overrun (10%), and the pages of a
+        // fault or two.
+        let line = out
+            .stderr
+            .lines()
+            .find(|l| l.contains("resident at most"))
+            .unwrap();
+        let n = |after: &str| -> usize {
+            line.split(after)
+                .nth(1)
+                .unwrap()
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let (peak, budget) = (n("resident at most "), n("budget of "));
+        assert!(
+            peak <= budget + budget / 10 + 64,
+            "{arg}: the child held {peak} pages: {line}"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------
 // 5. SIGBUS blocked in a thread, or a SIGBUS handler installed later.
 
