@@ -209,12 +209,12 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
         // Until the child has files of its own, made when it first has
         // pages to swap out (`Inner::open_layers`).
         inner.backing.closed.store(true, Ordering::Relaxed);
-        let layerable = inner
-            .backing
-            .devices
-            .iter()
-            .filter(|d| d.has_file())
-            .fold(true, |all, d| d.forked() && all);
+        // Every device hears of the fork (each counts its depth), so no
+        // short cut.
+        let mut layerable = true;
+        for d in inner.backing.devices.iter().filter(|d| d.has_file()) {
+            layerable &= d.forked();
+        }
         inner.backing.layerable.store(layerable, Ordering::Relaxed);
     }
     for r in entry::regions_of(inner) {
