@@ -53,6 +53,71 @@ fn a_pipeline_behind_a_shell_shares_the_budget() {
     tree_within_budget(&script, 32, &[], dir.path());
 }
 
+/// A pseudo-random stream (xorshift64*), the same in every run.
+fn stream(seed: u64) -> impl FnMut() -> u64 {
+    let mut x = seed;
+    move || {
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+}
+
+/// GNU sort in a pipeline behind `sh -c`: `tr` feeds it 300 000 lines (23
+/// MB) that it holds all of (`-S 400M`: one run in memory, no temporary
+/// files), `sha256sum` digests its output; each a process of the tree.
+/// The lines are in nearly the order sort puts them (a log's, by time):
+/// sorting 23 MB of random keys at 3x its budget faults at random
+/// millions of times, minutes under uswap and the kernel alike
+/// (`scripts/bench-programs`'s sort-pipeline, docs/PERFORMANCE.md).
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
+fn gnu_sort_in_a_pipeline() {
+    let dir = open_dir(true);
+    let mut next = stream(23);
+    let mut lines = String::with_capacity(24 << 20);
+    for i in 0..300_000u64 {
+        let jitter = next() % 50_000;
+        let pad = 20 + (next() % 80) as usize;
+        lines.push_str(&format!("{:012x} {}\n", i * 1000 + jitter, "x".repeat(pad)));
+    }
+    std::fs::write(dir.path().join("log.txt"), lines).unwrap();
+    tree_within_budget(
+        "tr a-m n-z < log.txt | sort -S 400M | sha256sum",
+        13,
+        &[],
+        dir.path(),
+    );
+}
+
+/// `xz -9` in a pipeline: 135 KB of text that compresses as little as
+/// base64 of random bytes does, so that xz's match finder touches its
+/// tables (a 64 MiB hash of them), compressed and digested, under 20 MiB.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
+fn xz_9_in_a_pipeline() {
+    let dir = open_dir(true);
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut next = stream(9);
+    let mut text = Vec::with_capacity(140_000);
+    for i in 0..135_000 {
+        text.push(if i % 77 == 76 {
+            b'\n'
+        } else {
+            ALPHABET[(next() % 64) as usize]
+        });
+    }
+    std::fs::write(dir.path().join("rand.txt"), text).unwrap();
+    tree_within_budget("xz -9 < rand.txt | sha256sum", 20, &[], dir.path());
+}
+
 /// `make -j2` compiling generated C files: make, the shells it runs, the
 /// compiler driver, cc1 and as, each a process of the tree (dozens in
 /// all, two compilers at a time, each holding about 40 MiB); the program
