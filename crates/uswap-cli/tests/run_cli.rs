@@ -115,8 +115,8 @@ fn the_kernel_reads_and_writes_swapped_out_buffers() {
 }
 
 /// GNU sort of a file three times the budget (its 12 MiB of lines and
-/// their pointers, under 8 MiB of which uswap's own memory takes about
-/// 3.5 MiB: the budget holds the process's whole anonymous memory), its
+/// their pointers, under 8 MiB, which holds the process's whole anonymous
+/// memory, uswap's own included), its
 /// buffer (-S) as large as the file, reading it with `fread` into a heap buffer that may be out
 /// (stdio reads straight into the caller's buffer when it is large: the
 /// kernel's fault, served by a handler thread, or pinned by the

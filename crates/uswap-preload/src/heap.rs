@@ -222,7 +222,7 @@ mod interpose {
             if align > MI_ALIGN_MAX && align.is_power_of_two() {
                 return big_aligned(align, size);
             }
-            enomem_if_null(grown(size, || mi_memalign(align, size)))
+            enomem_if_null(grown(grows_for(align, size), || mi_memalign(align, size)))
         }
     }
 
@@ -237,7 +237,7 @@ mod interpose {
             if align > MI_ALIGN_MAX && align.is_power_of_two() {
                 return big_aligned(align, size);
             }
-            enomem_if_null(grown(size, || mi_aligned_alloc(align, size)))
+            enomem_if_null(grown(grows_for(align, size), || mi_aligned_alloc(align, size)))
         }
     }
 
@@ -321,11 +321,12 @@ fn grow_arenas(need: usize, seen: usize) -> bool {
     }
     let (start, len, handed, last) = *a;
     let left = len - handed;
-    if left == 0 {
+    if left == 0 || need >= ARENA_PIECE {
+        // No piece could hold it (`malloc(SIZE_MAX)`): ENOMEM, as glibc.
         return false;
     }
     // Room for the arena's metadata past the block: a slice per 64 KiB.
-    let fits = need.saturating_add(need / 64).saturating_add(16 << 20);
+    let fits = need + need / 64 + (16 << 20);
     let piece = (last * 2)
         .max(FIRST_ARENA)
         .max(fits.next_multiple_of(FIRST_ARENA))
@@ -352,6 +353,17 @@ fn grow_arenas(need: usize, seen: usize) -> bool {
     *a = (start, len, handed + piece, piece);
     ARENA_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
     true
+}
+
+/// What an aligned allocation that failed may grow the heap for: nothing
+/// when its alignment is not one mimalloc serves (it fails for that, not
+/// for want of room).
+fn grows_for(align: usize, size: usize) -> usize {
+    if align.is_power_of_two() {
+        size
+    } else {
+        usize::MAX
+    }
 }
 
 /// Run `f`, an allocation of about `need` bytes from mimalloc, marked as a

@@ -77,7 +77,7 @@ const LOOK_EVERY: Duration = Duration::from_millis(50);
 
 /// What the tree may hold past its budget and overrun before the arbiter
 /// calls it out of memory: the members' fixed costs (uswap's tables and
-/// frames in each process, about 3.5 MiB a member) and what faults bring
+/// frames in each process, a few hundred KiB a member) and what faults bring
 /// in between two ticks; the bound the tests hold the tree to
 /// (docs/DESIGN.md, "The process tree").
 pub const OOM_SLACK: u64 = (16 << 20) / PAGE_SIZE as u64;
