@@ -216,6 +216,7 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
             layerable &= d.forked();
         }
         inner.backing.layerable.store(layerable, Ordering::Relaxed);
+        inner.backing.layers_tried.store(false, Ordering::Relaxed);
     }
     for r in entry::regions_of(inner) {
         inner

@@ -308,9 +308,13 @@ pub(crate) struct Backing {
     /// (`open_layers`): no new slots (the parent allocates on the same
     /// files), and frees of swap-file slots are the parent's to make.
     pub closed: AtomicBool,
-    /// In a forked child: every swap file can give it files of its own,
-    /// not made yet (io/file.rs, "A forked child's files of its own").
+    /// In a forked child: every swap file can give it files of its own
+    /// (io/file.rs, "A forked child's files of its own"); false again if
+    /// making them failed.  A fault past the budget waits for them while
+    /// this holds and `closed` does.
     pub layerable: AtomicBool,
+    /// Whether the reclaimer set out to make them (once).
+    pub layers_tried: AtomicBool,
 }
 
 /// The threads an instance runs.
@@ -648,7 +652,9 @@ impl Inner {
     /// child's dirty pages stay resident as before.  From the reclaimer,
     /// never the fault path: it creates files and allocates.
     pub fn open_layers(&self) {
-        if !self.backing.layerable.swap(false, Ordering::Relaxed) {
+        if !self.backing.layerable.load(Ordering::Relaxed)
+            || self.backing.layers_tried.swap(true, Ordering::Relaxed)
+        {
             return;
         }
         for d in self.backing.devices.iter().filter(|d| d.has_file()) {
@@ -656,6 +662,8 @@ impl Inner {
                 super::report::line(format_args!(
                     "uswap: a forked child cannot make a swap file of its own ({e}); its memory stays resident"
                 ));
+                // Faults waiting for it (reclaim.rs's `hold_to_bound`) go on.
+                self.backing.layerable.store(false, Ordering::Release);
                 return;
             }
         }

@@ -580,6 +580,7 @@ impl SwapBuilder {
                 hold: held::Hold::new(&device_slots, registry.lock_site("fork_hold")),
                 closed: AtomicBool::new(false),
                 layerable: AtomicBool::new(false),
+                layers_tried: AtomicBool::new(false),
             },
             readahead: self.readahead,
             per_page_evict: self.per_page_evict,

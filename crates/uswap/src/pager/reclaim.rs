@@ -150,11 +150,34 @@ const PATIENCE_MS: u32 = 60_000;
 /// ends the process.
 fn hold_to_bound(inner: &Inner, n: usize) {
     let b = &inner.budget;
-    if b.max_overrun() == usize::MAX || inner.backing.closed.load(Ordering::Relaxed) {
-        // Unbounded; or a forked child of an instance with a swap file,
-        // which writes no slots there (fork.rs): its dirty pages stay
-        // resident for want of a way out, not for want of swap.
+    if b.max_overrun() == usize::MAX {
         return;
+    }
+    if inner.backing.closed.load(Ordering::Relaxed) {
+        // A forked child of an instance with a swap file, which writes no
+        // slots there (fork.rs): its reclaimer is making it a file of its
+        // own (`Inner::open_layers`), which the fault waits for, within
+        // the budget, as it waits for writeback (a debug build's child
+        // ran 50% past its budget meanwhile).
+        let mut waited = 0;
+        while inner.spawn.reclaimer
+            && inner.backing.closed.load(Ordering::Acquire)
+            && inner.backing.layerable.load(Ordering::Relaxed)
+            && waited < PATIENCE_MS
+        {
+            let ts = libc::timespec {
+                tv_sec: 0,
+                tv_nsec: 1_000_000,
+            };
+            // SAFETY: nanosleep reads the timespec; async-signal-safe.
+            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            waited += 1;
+        }
+        if inner.backing.closed.load(Ordering::Acquire) {
+            // No file of its own (none can be made here): its dirty pages
+            // stay resident for want of a way out, not for want of swap.
+            return;
+        }
     }
     let space = &inner.backing.space;
     // Over the bound with the swap full (less than a 2 MB unit free:

@@ -542,6 +542,8 @@ fn fork_layers_scenario(mode: FaultMode) {
     let pages = region.len() / PAGE_SIZE;
     let half = pages / 2;
     write_seeded(base, 0..pages, 0xa);
+    let shared = swap.resident_pages();
+    eprintln!("parent: {shared} pages resident at the fork");
     // SAFETY: fork; the child touches its copy of the region and leaves
     // with _exit.
     let pid = unsafe { libc::fork() };
@@ -617,15 +619,19 @@ fn a_forked_child_swaps_to_a_file_of_its_own() {
         for who in ["grandchild: ok", "child: ok", "parent: ok"] {
             assert!(out.stderr.contains(who), "{arg}: {out:?}");
         }
-        // Within the budget and its overrun (10%), and the pages of a
-        // fault or two.
+        // Within the budget and its overrun (10%), the pages it shares
+        // with its parent since the fork (each is copied before it can
+        // go out: `evict.rs`'s `unshare`, a pass behind the faults; the
+        // child held up to 400 pages of a 256-page budget meanwhile), and
+        // the pages of a fault or two.  Without a file of its own it held
+        // all 2048.
         let line = out
             .stderr
             .lines()
             .find(|l| l.contains("resident at most"))
             .unwrap();
-        let n = |after: &str| -> usize {
-            line.split(after)
+        let n = |text: &str, after: &str| -> usize {
+            text.split(after)
                 .nth(1)
                 .unwrap()
                 .split_whitespace()
@@ -634,10 +640,11 @@ fn a_forked_child_swaps_to_a_file_of_its_own() {
                 .parse()
                 .unwrap()
         };
-        let (peak, budget) = (n("resident at most "), n("budget of "));
+        let (peak, budget) = (n(line, "resident at most "), n(line, "budget of "));
+        let shared = n(&out.stderr, "parent: ");
         assert!(
-            peak <= budget + budget / 10 + 64,
-            "{arg}: the child held {peak} pages: {line}"
+            peak <= budget + budget / 10 + shared + 64,
+            "{arg}: the child held {peak} pages ({shared} shared at the fork): {line}"
         );
     }
 }
