@@ -96,7 +96,7 @@ mod interpose {
             if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_malloc(size);
             }
-            enomem_if_null(grown(size, || mi_malloc(size)))
+            enomem_if_null(mimalloc(|| mi_malloc(size)))
         }
     }
 
@@ -107,7 +107,7 @@ mod interpose {
             if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_calloc(n, size);
             }
-            enomem_if_null(grown(n.saturating_mul(size), || mi_calloc(n, size)))
+            enomem_if_null(mimalloc(|| mi_calloc(n, size)))
         }
     }
 
@@ -127,7 +127,7 @@ mod interpose {
             if let Some(q) = realloc_big_aligned(p, size) {
                 return q;
             }
-            enomem_if_null(grown(size, || mi_realloc(p, size)))
+            enomem_if_null(mimalloc(|| mi_realloc(p, size)))
         }
     }
 
@@ -154,7 +154,7 @@ mod interpose {
                 .and_then(|bytes| realloc_big_aligned(p, bytes))
             {
                 Some(q) => q,
-                None => enomem_if_null(grown(n.saturating_mul(size), || mi_reallocarray(p, n, size))),
+                None => enomem_if_null(mimalloc(|| mi_reallocarray(p, n, size))),
             }
         }
     }
@@ -189,25 +189,7 @@ mod interpose {
                 *out = p;
                 return 0;
             }
-            if !align.is_power_of_two() || align < std::mem::size_of::<usize>() {
-                return libc::EINVAL;
-            }
-            {
-                let got = grown(size, || {
-                    let mut p = std::ptr::null_mut();
-                    if mi_posix_memalign(&mut p, align, size) == 0 {
-                        p
-                    } else {
-                        std::ptr::null_mut()
-                    }
-                });
-                if got.is_null() {
-                    libc::ENOMEM
-                } else {
-                    *out = got;
-                    0
-                }
-            }
+            mimalloc(|| mi_posix_memalign(out, align, size))
         }
     }
 
@@ -222,7 +204,7 @@ mod interpose {
             if align > MI_ALIGN_MAX && align.is_power_of_two() {
                 return big_aligned(align, size);
             }
-            enomem_if_null(grown(grows_for(align, size), || mi_memalign(align, size)))
+            enomem_if_null(mimalloc(|| mi_memalign(align, size)))
         }
     }
 
@@ -237,7 +219,7 @@ mod interpose {
             if align > MI_ALIGN_MAX && align.is_power_of_two() {
                 return big_aligned(align, size);
             }
-            enomem_if_null(grown(grows_for(align, size), || mi_aligned_alloc(align, size)))
+            enomem_if_null(mimalloc(|| mi_aligned_alloc(align, size)))
         }
     }
 
@@ -249,7 +231,7 @@ mod interpose {
             if to_libc() {
                 return __libc_valloc(size);
             }
-            grown(size, || mi_valloc(size))
+            mimalloc(|| mi_valloc(size))
         }
     }
 
@@ -261,7 +243,7 @@ mod interpose {
             if to_libc() {
                 return __libc_pvalloc(size);
             }
-            grown(size, || mi_pvalloc(size))
+            mimalloc(|| mi_pvalloc(size))
         }
     }
 
@@ -288,97 +270,6 @@ mod interpose {
 /// near the largest block the heap gives (`malloc`, a mapping or a
 /// runtime's reservation): 12 GiB less the arena's metadata.
 pub(crate) const ARENA_PIECE: usize = 12 << 30;
-
-/// The first arena handed to mimalloc: the region is handed over a piece
-/// at a time, as the heap grows (`grow`), each piece twice the last (or
-/// what a failed allocation needs) up to [`ARENA_PIECE`].  Handed over
-/// whole (24 GiB in two arenas), mimalloc's metadata for it cost every
-/// process 720 KiB of its budget from its first instant, and its start
-/// 10 ms of faults: a shell, `sha256sum` and each compiler pass of a
-/// `make` paid it.
-const FIRST_ARENA: usize = 64 << 20;
-
-/// The region and how much of it mimalloc has: `(start, len, handed,
-/// last piece)`; the generation counts the pieces.
-static ARENAS: Mutex<(usize, usize, usize, usize)> = Mutex::new((0, 0, 0, 0));
-static ARENA_GENERATION: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// Hand mimalloc the heap region `[start, start + len)`, its first piece
-/// now.  Returns false if mimalloc refused it.
-pub(crate) fn start_arenas(start: usize, len: usize) -> bool {
-    *ARENAS.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = (start, len, 0, 0);
-    grow_arenas(FIRST_ARENA, 0)
-}
-
-/// Hand mimalloc the next piece of the region, large enough for a block
-/// of `need` bytes; none if another thread did since generation `seen`
-/// (then the caller tries again).  False when the region is all handed
-/// over, or mimalloc refused the piece.
-fn grow_arenas(need: usize, seen: usize) -> bool {
-    let mut a = ARENAS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    if ARENA_GENERATION.load(std::sync::atomic::Ordering::Acquire) != seen {
-        return true;
-    }
-    let (start, len, handed, last) = *a;
-    let left = len - handed;
-    if left == 0 || need >= ARENA_PIECE {
-        // No piece could hold it (`malloc(SIZE_MAX)`): ENOMEM, as glibc.
-        return false;
-    }
-    // Room for the arena's metadata past the block: a slice per 64 KiB.
-    let fits = need + need / 64 + (16 << 20);
-    let piece = (last * 2)
-        .max(FIRST_ARENA)
-        .max(fits.next_multiple_of(FIRST_ARENA))
-        .min(ARENA_PIECE)
-        .min(left);
-    // SAFETY: this part of the region is ours for the life of the process
-    // (the instance is never dropped), mapped, zero, and usable (uswap
-    // serves its faults); no arena has it yet.
-    let managed = mimalloc(|| unsafe {
-        libmimalloc_sys::mi_manage_os_memory_ex(
-            (start + handed) as *mut c_void,
-            piece,
-            true,
-            false,
-            true,
-            -1,
-            false,
-            std::ptr::null_mut(),
-        )
-    });
-    if !managed {
-        return false;
-    }
-    *a = (start, len, handed + piece, piece);
-    ARENA_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Release);
-    true
-}
-
-/// What an aligned allocation that failed may grow the heap for: nothing
-/// when its alignment is not one mimalloc serves (it fails for that, not
-/// for want of room).
-fn grows_for(align: usize, size: usize) -> usize {
-    if align.is_power_of_two() {
-        size
-    } else {
-        usize::MAX
-    }
-}
-
-/// Run `f`, an allocation of about `need` bytes from mimalloc, marked as a
-/// call into it; where the arenas it has cannot hold the block, hand it
-/// the next piece of the region and try again.
-#[inline]
-pub(crate) fn grown(need: usize, f: impl Fn() -> *mut c_void) -> *mut c_void {
-    loop {
-        let seen = ARENA_GENERATION.load(std::sync::atomic::Ordering::Acquire);
-        let p = mimalloc(&f);
-        if !p.is_null() || !grow_arenas(need, seen) {
-            return p;
-        }
-    }
-}
 
 // mimalloc v3's option numbers (`mi_option_t` in mimalloc.h).
 pub(crate) const MI_OPTION_PURGE_DELAY: i32 = 15;
@@ -637,7 +528,7 @@ fn big_aligned(align: usize, size: usize) -> *mut c_void {
         return enomem_if_null(std::ptr::null_mut());
     };
     // SAFETY: an allocation call.
-    let p = unsafe { grown(total, || mi_malloc(total)) };
+    let p = unsafe { mimalloc(|| mi_malloc(total)) };
     if p.is_null() {
         return enomem_if_null(p);
     }

@@ -235,7 +235,7 @@ fn serve(len: usize, prot: i32) -> Option<*mut c_void> {
     let (base, _, r) = heap()?;
     let len = len.next_multiple_of(PAGE);
     // SAFETY: an allocation call.
-    let p = unsafe { crate::heap::grown(len, || mi_malloc_aligned(len, PAGE)) };
+    let p = unsafe { mimalloc(|| mi_malloc_aligned(len, PAGE)) };
     if p.is_null() {
         return None;
     }
