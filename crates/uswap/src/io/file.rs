@@ -233,68 +233,6 @@ impl FileStore {
         }
     }
 
-    /// Whether slot `slot` is this process's own: always at depth 0; in a
-    /// forked child, a slot allocated to it since it has its layer (the
-    /// rest are its parents', which it never frees).  Marked at
-    /// allocation, not at the write: a slot allocated for a page whose
-    /// move is then refused (shared with the parent since the fork) is
-    /// freed unwritten, and counted as a parent's it leaked: a child
-    /// emptied its free slots in a second.
-    pub(crate) fn owns(&self, slot: u64) -> bool {
-        match self.writer() {
-            Some(Place::Base) => true,
-            Some(Place::Layer(_, l)) => l.has(slot),
-            None => false,
-        }
-    }
-
-    /// In a forked child (fork.rs's adoption): one fork further down.
-    /// Returns whether the child may have a layer (not past
-    /// [`MAX_LAYERS`], and every backing a regular file).
-    pub(crate) fn forked(&self) -> bool {
-        let d = self.depth.load(Ordering::Relaxed);
-        if d >= MAX_LAYERS {
-            return false;
-        }
-        self.depth.store(d + 1, Ordering::Relaxed);
-        self.files
-            .iter()
-            .all(|f| f.metadata().is_ok_and(|m| m.file_type().is_file()))
-    }
-
-    /// Make this forked child's layer (module docs): files beside the
-    /// base's, as long and as `O_DIRECT`, and a key of its own.
-    pub(crate) fn open_layer(&self, slots: u64) -> Result<(), IoError> {
-        let d = self.depth.load(Ordering::Relaxed);
-        if d == 0 || self.layers[d - 1].get().is_some() {
-            return Ok(());
-        }
-        let mut files = Vec::with_capacity(self.files.len());
-        for (f, path) in self.files.iter().zip(&self.paths) {
-            let len = f.metadata().map_err(|source| IoError::Open {
-                path: path.clone(),
-                source,
-            })?;
-            // SAFETY: fcntl on a descriptor we hold open.
-            let direct = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) } & libc::O_DIRECT != 0;
-            // Beside the base (its directory): a name for an instant only
-            // where the file system has no O_TMPFILE.
-            let at = path.with_file_name(format!("uswap-child-{}.swap", std::process::id()));
-            files.push(create_private(&at, len.len(), direct)?.file);
-        }
-        let sealer = match &self.sealer {
-            Some(_) => Some(Sealer::new(slots)?),
-            None => None,
-        };
-        let written = crate::table::zeroed(slots.div_ceil(64) as usize, "a forked child's swap file map")?;
-        let _ = self.layers[d - 1].set(Box::new(Layer {
-            files,
-            sealer,
-            written,
-        }));
-        Ok(())
-    }
-
     /// Cut slots `offset..offset + pages` into runs contiguous on one
     /// backing of one place (`place(slot)`) and call `io(file, byte
     /// position, buffer byte range, place)` for each, in order.  `io`
@@ -491,22 +429,72 @@ impl PageStore for FileStore {
         Some(&self.map)
     }
 
+    /// Whether slot `slot` is this process's own: always at depth 0; in a
+    /// forked child, a slot allocated to it since it has its layer (the
+    /// rest are its parents', which it never frees).  Marked at
+    /// allocation, not at the write: a slot allocated for a page whose
+    /// move is then refused (shared with the parent since the fork) is
+    /// freed unwritten, and counted as a parent's it leaked: a child
+    /// emptied its free slots in a second.
     fn owns(&self, slot: u64) -> bool {
-        FileStore::owns(self, slot)
+        match self.writer() {
+            Some(Place::Base) => true,
+            Some(Place::Layer(_, l)) => l.has(slot),
+            None => false,
+        }
+    }
+
+    /// In a forked child (fork.rs's adoption): one fork further down.
+    /// Returns whether the child may have a layer (not past
+    /// [`MAX_LAYERS`], and every backing a regular file).
+    fn forked(&self) -> bool {
+        let d = self.depth.load(Ordering::Relaxed);
+        if d >= MAX_LAYERS {
+            return false;
+        }
+        self.depth.store(d + 1, Ordering::Relaxed);
+        self.files
+            .iter()
+            .all(|f| f.metadata().is_ok_and(|m| m.file_type().is_file()))
+    }
+
+    /// Make this forked child's layer (module docs): files beside the
+    /// base's, as long and as `O_DIRECT`, and a key of its own.
+    fn open_layer(&self, slots: u64) -> Result<(), IoError> {
+        let d = self.depth.load(Ordering::Relaxed);
+        if d == 0 || self.layers[d - 1].get().is_some() {
+            return Ok(());
+        }
+        let mut files = Vec::with_capacity(self.files.len());
+        for (f, path) in self.files.iter().zip(&self.paths) {
+            let len = f.metadata().map_err(|source| IoError::Open {
+                path: path.clone(),
+                source,
+            })?;
+            // SAFETY: fcntl on a descriptor we hold open.
+            let direct = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_GETFL) } & libc::O_DIRECT != 0;
+            // Beside the base (its directory): a name for an instant only
+            // where the file system has no O_TMPFILE.
+            let at = path.with_file_name(format!("uswap-child-{}.swap", std::process::id()));
+            files.push(create_private(&at, len.len(), direct)?.file);
+        }
+        let sealer = match &self.sealer {
+            Some(_) => Some(Sealer::new(slots)?),
+            None => None,
+        };
+        let written = crate::table::zeroed(slots.div_ceil(64) as usize, "a forked child's swap file map")?;
+        let _ = self.layers[d - 1].set(Box::new(Layer {
+            files,
+            sealer,
+            written,
+        }));
+        Ok(())
     }
 
     fn allocated(&self, offset: u64, pages: u64) {
         if let Some(Place::Layer(_, l)) = self.writer() {
             l.mark(offset, pages);
         }
-    }
-
-    fn forked(&self) -> bool {
-        FileStore::forked(self)
-    }
-
-    fn open_layer(&self, slots: u64) -> Result<(), IoError> {
-        FileStore::open_layer(self, slots)
     }
 
     fn describe(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {

@@ -145,6 +145,18 @@ const TRIES: u32 = 200;
 /// The longest a fault past the bound waits on failing writes.
 const PATIENCE_MS: u32 = 60_000;
 
+/// A millisecond's sleep, from a fault (a signal handler included):
+/// `nanosleep` is async-signal-safe, `std::thread::sleep` is not promised
+/// to be.
+fn nap() {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    // SAFETY: nanosleep reads the timespec.
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
 /// Called by a fault about to install `n` pages when reclaim freed
 /// nothing: returns once they fit under the budget and its overrun, or
 /// ends the process.
@@ -165,12 +177,7 @@ fn hold_to_bound(inner: &Inner, n: usize) {
             && inner.backing.layerable.load(Ordering::Relaxed)
             && waited < PATIENCE_MS
         {
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 1_000_000,
-            };
-            // SAFETY: nanosleep reads the timespec; async-signal-safe.
-            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            nap();
             waited += 1;
         }
         if inner.backing.closed.load(Ordering::Acquire) {
@@ -202,12 +209,7 @@ fn hold_to_bound(inner: &Inner, n: usize) {
             tries += 1;
         }
         if reclaim(inner, n.max(SLACK), None) == 0 {
-            let ts = libc::timespec {
-                tv_sec: 0,
-                tv_nsec: 1_000_000,
-            };
-            // SAFETY: nanosleep reads the timespec; async-signal-safe.
-            unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+            nap();
         }
     }
     if !over() {

@@ -360,17 +360,10 @@ fn check_seeded(base: *const u8, pages: std::ops::Range<usize>, seed: u64) -> Op
 /// Parent, after: A and C; once the child is gone, every slot comes back.
 fn fork_scenario(mode: FaultMode, file: bool) {
     let dir = tempfile::tempdir().unwrap();
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(ram_or_file(file, &dir, "fork"))
-        .fault_mode(mode)
-        .build()
-        .unwrap();
-    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let (swap, mut region) = filled_before_a_fork(mode, ram_or_file(file, &dir, "fork"));
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
     let half = pages / 2;
-    write_seeded(base, 0..pages, 0xa);
     let out_before = swap.stats().counter("evictions");
     eprintln!("parent: {out_before} pages went out before the fork");
     // The child reads only once the parent has written C over the second
@@ -433,28 +426,16 @@ fn fork_scenario(mode: FaultMode, file: bool) {
     );
     // SAFETY: writes one byte to our pipe.
     unsafe { libc::write(go[1], b"g".as_ptr().cast(), 1) };
-    let mut status = 0;
-    let mut waited = 0;
-    loop {
-        // SAFETY: waits for our own child.
-        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-        if r == pid {
-            break;
-        }
-        waited += 1;
-        if waited > 3000 {
+    match wait_child(pid, Duration::from_secs(30)) {
+        None => {
             eprintln!("parent: the child hung");
-            // SAFETY: our own child.
-            unsafe { libc::kill(pid, libc::SIGKILL) };
-            // SAFETY: as above.
-            unsafe { libc::waitpid(pid, &mut status, 0) };
             child::exit(8);
         }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
-        eprintln!("parent: the child failed: status {status:#x}");
-        child::exit(9);
+        Some(0) => {}
+        Some(code) => {
+            eprintln!("parent: the child failed: {code}");
+            child::exit(9);
+        }
     }
     if let Some(bad) = check_seeded(base, 0..half, 0xa) {
         eprintln!("parent: its data differs after the fork at {bad:?}");
@@ -499,11 +480,26 @@ fn a_forked_child_sees_its_parents_memory() {
     }
 }
 
-/// Wait for forked child `pid`; its exit status, or `None` if it hung
-/// (then killed).
-fn wait_child(pid: libc::pid_t) -> Option<i32> {
+/// A swap of a 1 MiB budget on `device` and an 8 MiB region of it filled
+/// with seed A (most of it gone out): where the fork scenarios start.
+fn filled_before_a_fork(mode: FaultMode, device: SwapDeviceSpec) -> (Swap, Region) {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(device)
+        .fault_mode(mode)
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    write_seeded(region.as_mut_slice().as_mut_ptr(), 0..pages, 0xa);
+    (swap, region)
+}
+
+/// Wait up to `within` for forked child `pid`: its exit code (128 + the
+/// signal that ended it), or `None` if it hung (then killed).
+fn wait_child(pid: libc::pid_t, within: Duration) -> Option<i32> {
     let mut status = 0;
-    for _ in 0..6000 {
+    for _ in 0..within.as_millis() / 10 {
         // SAFETY: waits for our own child.
         if unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } == pid {
             return Some(if libc::WIFEXITED(status) {
@@ -531,17 +527,10 @@ fn wait_child(pid: libc::pid_t) -> Option<i32> {
 /// file; then the child reads B in all of it and the parent A.
 fn fork_layers_scenario(mode: FaultMode) {
     let dir = tempfile::tempdir().unwrap();
-    let swap = Swap::builder()
-        .budget(MIB)
-        .device(ram_or_file(true, &dir, "layers"))
-        .fault_mode(mode)
-        .build()
-        .unwrap();
-    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let (swap, mut region) = filled_before_a_fork(mode, ram_or_file(true, &dir, "layers"));
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
     let half = pages / 2;
-    write_seeded(base, 0..pages, 0xa);
     let shared = swap.resident_pages();
     eprintln!("parent: {shared} pages resident at the fork");
     // SAFETY: fork; the child touches its copy of the region and leaves
@@ -578,7 +567,7 @@ fn fork_layers_scenario(mode: FaultMode) {
             eprintln!("grandchild: ok");
             child::exit(0);
         }
-        if wait_child(grandchild) != Some(0) {
+        if wait_child(grandchild, Duration::from_secs(60)) != Some(0) {
             eprintln!("child: the grandchild failed");
             child::exit(7);
         }
@@ -589,7 +578,7 @@ fn fork_layers_scenario(mode: FaultMode) {
         eprintln!("child: ok");
         child::exit(0);
     }
-    let status = wait_child(pid);
+    let status = wait_child(pid, Duration::from_secs(60));
     if status != Some(0) {
         eprintln!("parent: the child failed: {status:?}");
         child::exit(9);
