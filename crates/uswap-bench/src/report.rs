@@ -14,7 +14,7 @@ use std::time::Duration;
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
-use uswap::stats::{LockStats, Snapshot};
+use uswap::stats::{LockStats, Stats};
 
 /// One measured configuration.
 #[derive(Clone, Debug, Serialize)]
@@ -52,7 +52,7 @@ pub struct Round {
     pub elapsed: Duration,
     pub threads: usize,
     /// Statistics accumulated during the run.
-    pub stats: Snapshot,
+    pub stats: Stats,
 }
 
 impl Round {
@@ -189,16 +189,18 @@ pub fn median(mut v: Vec<f64>) -> f64 {
 pub fn add_stats<'a, K: ToString + 'a>(
     locks: &mut BTreeMap<String, LockStats>,
     counters: &mut BTreeMap<String, u64>,
-    run_locks: impl IntoIterator<Item = (K, &'a LockStats)>,
-    run_counters: impl IntoIterator<Item = (K, &'a u64)>,
+    run_locks: impl IntoIterator<Item = (K, LockStats)>,
+    run_counters: impl IntoIterator<Item = (K, u64)>,
 ) {
-    for (k, v) in run_locks {
+    // Sites never taken and counters never counted are left out: a
+    // report lists what the run did.
+    for (k, v) in run_locks.into_iter().filter(|(_, v)| v.acquisitions > 0) {
         let e = locks.entry(k.to_string()).or_default();
         e.acquisitions += v.acquisitions;
         e.contended += v.contended;
         e.wait_ns += v.wait_ns;
     }
-    for (k, v) in run_counters {
+    for (k, v) in run_counters.into_iter().filter(|(_, v)| *v > 0) {
         *counters.entry(k.to_string()).or_default() += v;
     }
 }
@@ -208,7 +210,12 @@ pub fn summarize(name: &str, rounds: &[Round], extra: BTreeMap<String, serde_jso
     let mut locks: BTreeMap<String, LockStats> = BTreeMap::new();
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
     for r in rounds {
-        add_stats(&mut locks, &mut counters, &r.stats.locks, &r.stats.counters);
+        add_stats(
+            &mut locks,
+            &mut counters,
+            r.stats.locks.iter(),
+            r.stats.counters.iter(),
+        );
     }
     Variant {
         name: name.to_string(),

@@ -94,7 +94,9 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
             Mode::Handler => FaultMode::HandlerThread,
         })
         .max_mapped(args.size.max(1 << 20) * 2)
-        .overrun(args.overrun);
+        .overrun(args.overrun)
+        // `uswap stat` and `uswap top` show it while it runs.
+        .publish(true);
     for d in &args.swap {
         b = b.device(d.clone());
     }
@@ -170,7 +172,7 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     let verify = start.elapsed();
 
     let st = swap.stats();
-    let c = |n: &str| st.counter(n);
+    let c = &st.counters;
     println!(
         "filled   {} in {:.2}s ({:.0} MiB/s)",
         mib(args.size),
@@ -185,27 +187,27 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
     );
     println!(
         "faults {}: {} zero fills, {} swap-ins, {} swap-cache hits (no IO), {} first writes to clean pages; {} pages read ahead",
-        c("faults"),
-        c("zero_fills"),
-        c("swapins"),
-        c("swapcache_hits"),
-        c("wp_faults"),
-        c("readahead")
+        c.faults,
+        c.zero_fills,
+        c.swapins,
+        c.swapcache_hits,
+        c.wp_faults,
+        c.readahead
     );
     println!(
         "evictions {}: {} written to swap ({}), {} clean, dropped without IO; {} direct reclaims",
-        c("evictions"),
-        c("evict_write"),
-        mib(c("evict_write") * PAGE as u64),
-        c("evict_clean"),
-        c("direct_reclaim")
+        c.evictions,
+        c.evict_write,
+        mib(c.evict_write * PAGE as u64),
+        c.evict_clean,
+        c.direct_reclaim
     );
     if args.huge {
         println!(
             "2 MB units: {} swapped out ({} split into single slots for want of a free cluster), {} swapped in; {} of the process is in transparent huge pages now",
-            c("huge_swapouts"),
-            c("huge_fallbacks"),
-            c("huge_swapins"),
+            c.huge_swapouts,
+            c.huge_fallbacks,
+            c.huge_swapins,
             anon_huge()
         );
     }
@@ -215,39 +217,38 @@ pub fn run(args: &DemoArgs) -> anyhow::Result<()> {
         mib(args.budget),
         mib((swap.total_slots() - swap.free_slots()) * PAGE as u64)
     );
-    if st.gauges.contains_key("store_orig_bytes") {
-        let g = |n: &str| st.gauge(n);
-        let pages = g("store_orig_bytes") / PAGE as u64;
+    if st.gauges.store_limit_bytes > 0 {
+        let g = &st.gauges;
+        let pages = g.store_orig_bytes / PAGE as u64;
         println!(
             "compressed store: {} pages ({}) held in {} of memory, {:.0} bytes a page ({:.0}% of their size; {} compressed, the rest fragmentation and headers); {} same-filled, {} stored whole; {} written back to a file",
             pages,
-            mib(g("store_orig_bytes")),
-            mib(g("store_mem_bytes")),
-            g("store_mem_bytes") as f64 / pages.max(1) as f64,
-            100.0 * g("store_mem_bytes") as f64 / g("store_orig_bytes").max(1) as f64,
-            mib(g("store_compr_bytes")),
-            g("store_same_pages"),
-            g("store_whole_pages"),
-            c("store_writebacks")
+            mib(g.store_orig_bytes),
+            mib(g.store_mem_bytes),
+            g.store_mem_bytes as f64 / pages.max(1) as f64,
+            100.0 * g.store_mem_bytes as f64 / g.store_orig_bytes.max(1) as f64,
+            mib(g.store_compr_bytes),
+            g.store_same_pages,
+            g.store_whole_pages,
+            c.store_writebacks
         );
     }
-    if c("swap_full") > 0 {
+    if c.swap_full > 0 {
         println!(
             "swap space full: {} eviction attempts found no free slot and left their pages resident; add swap with --swap",
-            c("swap_full")
+            c.swap_full
         );
     }
-    if c("budget_overrun") > 0 {
+    if c.budget_overrun > 0 {
         println!(
             "{} faults found the budget exhausted with nothing ready to evict and went over it for a moment",
-            c("budget_overrun")
+            c.budget_overrun
         );
     }
-    if c("swapout_errors") + c("swapin_errors") > 0 {
+    if c.swapout_errors + c.swapin_errors > 0 {
         println!(
             "IO errors: {} swap-outs failed (pages kept, slots retired), {} swap-ins failed (pages poisoned)",
-            c("swapout_errors"),
-            c("swapin_errors")
+            c.swapout_errors, c.swapin_errors
         );
     }
     let bad = bad.into_inner();

@@ -4,6 +4,7 @@ mod cgroup;
 mod demo;
 mod run;
 mod supervisor;
+mod watch;
 
 use anyhow::Result;
 use clap::{Parser, Subcommand};
@@ -11,8 +12,10 @@ use uswap_bench::{micro, workload};
 
 /// uswap: a swap subsystem in user space, after the Linux swap design.
 ///
-/// `uswap demo` maps memory larger than a budget and pages it out and in
-/// transparently.
+/// `uswap run --budget 1G -- PROGRAM` runs a program, and all it starts,
+/// paged under a budget; `uswap stat` and `uswap top` show what it holds
+/// while it runs.  `uswap demo` maps memory larger than a budget and
+/// pages it out and in transparently.
 /// `uswap bench` reproduces the seed patches' experiments on uswap's core:
 /// every seed mechanism is a switch, and each bench measures the shipped
 /// configuration ("default") against each switch flipped back to the
@@ -57,6 +60,23 @@ enum Command {
     /// program, they run unpaged), set-user-ID ones, shared and file
     /// mappings.
     Run(run::RunArgs),
+    /// What running paged programs hold and do, read while they run:
+    /// resident against the budget, swapped by device, the store's ratio,
+    /// faults by kind and their latency, evictions, IO, pressure (PSI's
+    /// some and full) and events.
+    ///
+    /// Every instance publishes its statistics in a directory of its
+    /// user's ($USWAP_RUNTIME_DIR, else $XDG_RUNTIME_DIR/uswap, else
+    /// /tmp/uswap-$UID; mode 0700), read here without a call into the
+    /// program and without a lock its pager takes.  A tree under one
+    /// `uswap run` is one block, with a row per process.  Text is
+    /// `key value` in bytes and counts, as a cgroup's memory.stat;
+    /// `--json` and `--prometheus` give every statistic.
+    Stat(watch::stat::StatArgs),
+    /// A live view of every paged process of this user: resident against
+    /// its budget, swapped, store ratio, faults per second and pressure,
+    /// refreshed every second; `s` changes the sort, `q` quits.
+    Top(watch::top::TopArgs),
     /// Benchmarks of the core, one per seed experiment.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -167,6 +187,8 @@ fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Demo(a) => demo::run(&a),
         Command::Run(a) => run::run(&a),
+        Command::Stat(a) => watch::stat::run(&a),
+        Command::Top(a) => watch::top::run(&a),
         Command::Bench(b) => match b {
             BenchCommand::Alloc(a) => micro::alloc::run(&a),
             BenchCommand::Extent(a) => micro::extent::run(&a),

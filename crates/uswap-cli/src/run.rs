@@ -89,6 +89,11 @@ pub struct RunArgs {
     /// memory now and at its peak.
     #[arg(long)]
     pub stats: bool,
+    /// At exit, write the program's statistics to FILE as JSON (the
+    /// fields `uswap stat --json` gives a process).  While it runs,
+    /// `uswap stat` and `uswap top` show every process of the tree.
+    #[arg(long, value_name = "FILE")]
+    pub stats_json: Option<PathBuf>,
     /// How far past the budget the heap may stay resident when the swap
     /// is full: a share of the budget (10%), a size (64M), or unbounded.
     /// Past it the program is killed, as a memory cgroup's would be, with
@@ -415,6 +420,13 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     if args.stats {
         cmd.env(uswap_env::STATS, "1");
     }
+    if let Some(p) = &args.stats_json {
+        let p = std::path::absolute(p).with_context(|| format!("--stats-json {}", p.display()))?;
+        // Said now, not at the program's end: a file that cannot be
+        // written there would lose the run's numbers.
+        std::fs::File::create(&p).with_context(|| format!("--stats-json {}", p.display()))?;
+        cmd.env(uswap_env::STATS_JSON, p);
+    }
     if mode == RunMode::Sigbus && args.syscall_guard == Guard::On {
         let mut random = [0u8; 8];
         rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).context("getrandom")?;
@@ -423,5 +435,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         cmd.env(uswap_env::GUARD, layout.to_env());
     }
     let ended = crate::supervisor::supervise(cmd, arbiter)?;
+    // What members killed outright left in the statistics directory.
+    uswap::stats::live::remove_group(&uswap::stats::live::directory(), std::process::id() as i32);
     crate::supervisor::end_as(ended)
 }

@@ -92,6 +92,8 @@ struct Config {
     mode: FaultMode,
     overrun: uswap::pager::Overrun,
     stats: bool,
+    /// `--stats-json`: where to write the statistics at exit.
+    stats_json: Option<std::path::PathBuf>,
     /// Where the heap goes, under the system-call guard.
     guard: Option<env::GuardLayout>,
 }
@@ -129,6 +131,7 @@ impl Config {
             Ok(other) => return Err(format!("{}={other}: sigbus or handler", env::MODE)),
         };
         let stats = std::env::var_os(env::STATS).is_some();
+        let stats_json = std::env::var_os(env::STATS_JSON).map(std::path::PathBuf::from);
         let overrun = match std::env::var(env::OVERRUN) {
             Ok(v) => v.parse().map_err(|e| format!("{}: {e}", env::OVERRUN))?,
             Err(_) => uswap::pager::Overrun::default(),
@@ -151,6 +154,7 @@ impl Config {
             mode,
             overrun,
             stats,
+            stats_json,
             guard: guard.filter(|_| mode == FaultMode::Sigbus),
         })))
     }
@@ -217,11 +221,21 @@ fn start(c: Config) -> Result<(), String> {
     heap::keep_runtime_blocks_out();
     // Before the instance opens any: its descriptors go above the floor.
     descriptors::start();
+    // The tree's supervisor, whose pid the domain's name begins with: the
+    // statistics of every process of the tree are shown under it.
+    let group = c
+        .domain
+        .as_deref()
+        .and_then(|d| d.split_once(':'))
+        .and_then(|(pid, _)| pid.parse().ok())
+        .unwrap_or(0);
     let mut builder = Swap::builder()
         .budget(c.budget)
         .fault_mode(c.mode)
         .max_mapped(c.heap)
-        .overrun(c.overrun);
+        .overrun(c.overrun)
+        .publish(true)
+        .group(group);
     // A swap file this creates has no name (uswap creates it unnamed,
     // `O_TMPFILE`): nothing to unlink, nothing left if the program is
     // killed.
@@ -320,15 +334,60 @@ fn start(c: Config) -> Result<(), String> {
         // A descriptor of its own: programs close stderr on the way out
         // (GNU tools' `close_stdout`, an atexit handler that runs before
         // ours, registered earlier).
-        // SAFETY: duplicates descriptor 2; registers a function with no
-        // preconditions.
+        // SAFETY: duplicates descriptor 2.
         unsafe {
             let fd = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3);
             STATS_FD.store(uswap::descriptors::place_raw(fd), Ordering::Relaxed);
-            libc::atexit(print_stats);
         }
     }
+    if c.root {
+        if let Some(p) = c.stats_json {
+            let _ = STATS_JSON.set(p);
+        }
+    }
+    // At exit: the statistics said (the program's, if asked) and the
+    // published block removed, so that `uswap stat` does not list a
+    // process that is gone.  A process killed outright leaves it to the
+    // readers, who find it stale.
+    // SAFETY: registers a function with no preconditions.
+    unsafe { libc::atexit(leave) };
     Ok(())
+}
+
+/// `--stats-json`: where the program writes its statistics at exit.
+static STATS_JSON: OnceLock<std::path::PathBuf> = OnceLock::new();
+
+extern "C" fn leave() {
+    print_stats();
+    write_stats_json();
+    if let Some(r) = RUNNING.get() {
+        r.swap.unpublish();
+    }
+}
+
+/// `--stats-json FILE`: the statistics, as `uswap stat --json` gives a
+/// process's, with the budget and mode.
+fn write_stats_json() {
+    let (Some(r), Some(path)) = (RUNNING.get(), STATS_JSON.get()) else {
+        return;
+    };
+    // SAFETY: getpid has no preconditions.
+    if r.pid != unsafe { libc::getpid() } {
+        return;
+    }
+    let doc = serde_json::json!({
+        "pid": r.pid,
+        "budget_bytes": r.budget,
+        "mode": match (r.mode, r.swap.user_mode_only()) {
+            (FaultMode::HandlerThread, _) => "handler",
+            (_, true) => "sigbus-user",
+            _ => "sigbus",
+        },
+        "stats": r.swap.stats(),
+    });
+    if let Err(e) = std::fs::write(path, format!("{doc:#}\n")) {
+        say(&format!("uswap run: --stats-json {}: {e}", path.display()));
+    }
 }
 
 /// End the process with one line on stderr: something this library
@@ -357,7 +416,7 @@ pub(crate) fn say(line: &str) {
 static STATS_FD: AtomicI32 = AtomicI32::new(-1);
 
 /// `--stats`: what was swapped, one block on stderr, at exit.
-extern "C" fn print_stats() {
+fn print_stats() {
     let (Some(r), fd) = (RUNNING.get(), STATS_FD.load(Ordering::Relaxed)) else {
         return;
     };
@@ -368,14 +427,15 @@ extern "C" fn print_stats() {
         return;
     }
     let st = r.swap.stats();
-    let c = |k: &str| st.counter(k);
+    let c = &st.counters;
     let mib = |pages: u64| pages as f64 * uswap::PAGE_SIZE as f64 / (1 << 20) as f64;
     let text = format!(
         "uswap run: budget {:.0} MiB (this process's share at its end {:.0} MiB), heap region {:.0} MiB, {}\n  \
          faults {} (zero fills {}, swap-ins {}, swap-cache hits {}, write-protect {}), {:.3} s serving them; \
          pages read ahead {}, zero pages filled around {}\n  \
          evictions {} (clean drops {}, written {}, zero pages {}); swap IO: {:.1} MiB written, {:.1} MiB read\n  \
-         resident now {:.1} MiB, at most {:.1} MiB; direct reclaim {}, over budget {}; unevictable {}, unshared after a fork {}\n",
+         resident now {:.1} MiB, at most {:.1} MiB; direct reclaim {}, over budget {}; unevictable {}, unshared after a fork {}\n  \
+         stalled in uswap {:.3} s (some thread), {:.3} s (every thread); fault latency p50 <= {:.1} us, p99 <= {:.1} us, max band {:.1} us\n",
         r.budget as f64 / (1 << 20) as f64,
         mib(r.swap.budget_pages() as u64),
         r.region.len() as f64 / (1 << 20) as f64,
@@ -384,40 +444,45 @@ extern "C" fn print_stats() {
             (_, true) => "SIGBUS mode (user-mode faults only)",
             _ => "SIGBUS mode",
         },
-        c("faults"),
-        c("zero_fills"),
-        c("swapins"),
-        c("swapcache_hits"),
-        c("wp_faults"),
-        c("fault_ns") as f64 / 1e9,
-        c("readahead"),
-        c("fault_around"),
-        c("evictions"),
-        c("evict_clean"),
-        c("evict_write"),
-        c("evict_zero"),
-        mib(c("io_write_pages")),
-        mib(c("io_read_pages")),
+        c.faults,
+        c.zero_fills,
+        c.swapins,
+        c.swapcache_hits,
+        c.wp_faults,
+        c.fault_ns as f64 / 1e9,
+        c.readahead,
+        c.fault_around,
+        c.evictions,
+        c.evict_clean,
+        c.evict_write,
+        c.evict_zero,
+        mib(c.io_write_pages),
+        mib(c.io_read_pages),
         mib(r.swap.resident_pages() as u64),
         mib(r.swap.peak_resident_pages() as u64),
-        c("direct_reclaim"),
-        c("budget_overrun"),
-        c("unevictable"),
-        c("evict_unshared"),
+        c.direct_reclaim,
+        c.budget_overrun,
+        c.unevictable,
+        c.evict_unshared,
+        st.pressure.some.total_us as f64 / 1e6,
+        st.pressure.full.total_us as f64 / 1e6,
+        st.fault_latency.quantile_ns(0.5) as f64 / 1e3,
+        st.fault_latency.quantile_ns(0.99) as f64 / 1e3,
+        st.fault_latency.quantile_ns(1.0) as f64 / 1e3,
     );
     let mut text = text;
-    if st.gauges.contains_key("store_orig_bytes") {
-        let g = |k: &str| st.gauge(k);
-        let pages = g("store_orig_bytes") / uswap::PAGE_SIZE as u64;
+    if st.gauges.store_limit_bytes > 0 {
+        let g = &st.gauges;
+        let pages = g.store_orig_bytes / uswap::PAGE_SIZE as u64;
         text.push_str(&format!(
             "  compressed store: {} pages in {:.1} MiB ({:.0} bytes a page; at most {:.1} MiB), {} same-filled, {} stored whole, {} written back to the file\n",
             pages,
-            g("store_mem_bytes") as f64 / (1 << 20) as f64,
-            g("store_mem_bytes") as f64 / pages.max(1) as f64,
-            g("store_mem_peak_bytes") as f64 / (1 << 20) as f64,
-            g("store_same_pages"),
-            g("store_whole_pages"),
-            c("store_writebacks"),
+            g.store_mem_bytes as f64 / (1 << 20) as f64,
+            g.store_mem_bytes as f64 / pages.max(1) as f64,
+            g.store_mem_peak_bytes as f64 / (1 << 20) as f64,
+            g.store_same_pages,
+            g.store_whole_pages,
+            c.store_writebacks,
         ));
     }
     // SAFETY: writes our own buffer to our own descriptor.

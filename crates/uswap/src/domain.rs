@@ -57,7 +57,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::sys::SharedMapping;
+use crate::sys::{start_time, SharedMapping};
 use crate::PAGE_SIZE;
 
 /// Members at once at most: more than a tree runs at a time (`make -j`
@@ -157,35 +157,6 @@ fn shared(map: &SharedMapping) -> &Shared {
     // lives as long as the borrow; every field is an atomic, for which the
     // file's zeros (or any bytes another member wrote) are valid values.
     unsafe { &*(map.as_ptr() as *const Shared) }
-}
-
-/// This process's start time, from `/proc/self/stat`, read into a buffer
-/// on the stack (a forked child's handler calls it).
-fn start_time(pid: i32) -> Option<(u64, u8)> {
-    let mut path = [0u8; 32];
-    let mut w = std::io::Cursor::new(&mut path[..]);
-    std::io::Write::write_fmt(&mut w, format_args!("/proc/{pid}/stat\0")).ok()?;
-    let mut buf = [0u8; 1024];
-    // SAFETY: a NUL-terminated path on the stack; a buffer we own.
-    let n = unsafe {
-        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
-        if fd < 0 {
-            return None;
-        }
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        n
-    };
-    let text = buf.get(..usize::try_from(n).ok()?)?;
-    // The command name may hold anything, spaces and parentheses too: the
-    // fields that follow it start after its last ')'.
-    let close = text.iter().rposition(|&b| b == b')')?;
-    let mut fields = text[close + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty());
-    let state = *fields.next()?.first()?;
-    // Field 3 was the state; the start time is field 22.
-    let start = fields.nth(18)?;
-    let start = std::str::from_utf8(start).ok()?.trim().parse().ok()?;
-    Some((start, state))
 }
 
 /// A process's anonymous resident pages: `/proc/PID/statm`'s resident

@@ -54,6 +54,7 @@
 //! (entries are copied out and the batch lock released before the LRU lock
 //! is taken); the LRU lock is never held while taking a batch lock.
 
+use crate::stats::{CounterId, LockId};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -304,7 +305,7 @@ impl Lru {
             return Err(LruError::ZeroCpus);
         }
         let cap = config.capacity as usize;
-        let batch_site = registry.lock_site("lru_batch");
+        let batch_site = registry.lock_site(LockId::LRU_BATCH);
         // Unbatched instances never touch the batches: keep one slot.
         let slots = if batch == 0 { 1 } else { config.cpus };
         Ok(Lru {
@@ -313,7 +314,7 @@ impl Lru {
             pages: table::zeroed(cap, "LRU page words")?,
             lists: CachePadded::new(StatMutex::new(
                 Lists::new_lazy(cap, "LRU links")?,
-                registry.lock_site("lru"),
+                registry.lock_site(LockId::LRU),
             )),
             nr: CachePadded::new([AtomicUsize::new(0), AtomicUsize::new(0)]),
             cpu: PerCpu::new(slots, |_| {
@@ -327,13 +328,13 @@ impl Lru {
                 )
             }),
             counters: Counters {
-                add: registry.counter("lru_add"),
-                activate: registry.counter("lru_activate"),
-                deactivate: registry.counter("lru_deactivate"),
-                drain: registry.counter("lru_drain"),
-                rotated: registry.counter("lru_rotated"),
-                isolated: registry.counter("lru_isolated"),
-                remove: registry.counter("lru_remove"),
+                add: registry.counter(CounterId::LRU_ADD),
+                activate: registry.counter(CounterId::LRU_ACTIVATE),
+                deactivate: registry.counter(CounterId::LRU_DEACTIVATE),
+                drain: registry.counter(CounterId::LRU_DRAIN),
+                rotated: registry.counter(CounterId::LRU_ROTATED),
+                isolated: registry.counter(CounterId::LRU_ISOLATED),
+                remove: registry.counter(CounterId::LRU_REMOVE),
             },
         })
     }
@@ -959,7 +960,7 @@ mod tests {
             l.drain_all();
             assert!(l.on_lru(3) && !l.is_active(3));
             assert_eq!((l.nr_inactive(), l.nr_active()), (1, 0));
-            assert_eq!(reg.snapshot().counter("lru_add"), 1);
+            assert_eq!(reg.snapshot().counters.lru_add, 1);
             l.check_invariants().unwrap();
         }
     }
@@ -976,7 +977,7 @@ mod tests {
         assert!(!l.on_lru(0));
         l.add(3);
         assert_eq!(l.nr_inactive(), 4, "the fourth fills and flushes it");
-        assert_eq!(reg.snapshot().counter("lru_drain"), 1);
+        assert_eq!(reg.snapshot().counters.lru_drain, 1);
         // Flushed in order: the last added is at the head.
         assert_eq!(l.lists_snapshot().0, vec![3, 2, 1, 0]);
     }
@@ -996,7 +997,7 @@ mod tests {
             assert!(l.is_active(1) && l.is_active(2) && !l.is_active(0));
             assert_eq!((l.nr_inactive(), l.nr_active()), (2, 2));
             assert_eq!(l.lists_snapshot(), (vec![3, 0], vec![2, 1]));
-            assert_eq!(reg.snapshot().counter("lru_activate"), 2);
+            assert_eq!(reg.snapshot().counters.lru_activate, 2);
             // Absent pages: no-op.
             l.activate(9);
             l.drain_all();
@@ -1088,7 +1089,7 @@ mod tests {
             }
             let before = reg.snapshot();
             assert_eq!(l.remove_batch(&[0, 3, 5, 11, 20, 21]), 4, "{mode:?}");
-            let acq = reg.snapshot().since(&before).locks["lru"].acquisitions;
+            let acq = reg.snapshot().since(&before).locks.lru.acquisitions;
             assert_eq!(acq, 1, "{mode:?}: one lock acquisition");
             for p in [0, 3, 5, 11] {
                 assert!(!l.on_lru(p), "{mode:?}: {p}");
@@ -1165,8 +1166,8 @@ mod tests {
             assert!(!l.on_lru(1) && !l.is_resident(1));
             assert_eq!(l.lists_snapshot(), (vec![5, 4], vec![2, 0]));
             let s = reg.snapshot();
-            assert_eq!(s.counter("lru_rotated"), 2);
-            assert_eq!(s.counter("lru_isolated"), 2);
+            assert_eq!(s.counters.lru_rotated, 2);
+            assert_eq!(s.counters.lru_isolated, 2);
             // Victims buffer bounds the isolation.
             let n = l.shrink_inactive(100, &mut victims[..1]);
             assert_eq!((n, victims[0]), (1, 4));
@@ -1192,7 +1193,7 @@ mod tests {
             // 0 rotated first, then 1 and 2 deactivated, then 3 rotated.
             assert_eq!(l.lists_snapshot(), (vec![2, 1], vec![3, 0]));
             assert!(!l.is_referenced(0) && !l.is_referenced(3));
-            assert_eq!(reg.snapshot().counter("lru_rotated"), 2);
+            assert_eq!(reg.snapshot().counters.lru_rotated, 2);
             assert_eq!(l.age_active(1), 1);
             assert_eq!(l.lists_snapshot(), (vec![0, 2, 1], vec![3]));
             assert_eq!(l.age_active(0), 0);
@@ -1227,7 +1228,7 @@ mod tests {
             assert!(l.on_lru(3));
             assert_eq!(l.nr_inactive(), 2);
             l.check_invariants().unwrap();
-            assert_eq!(reg.snapshot().counter("lru_remove"), 3);
+            assert_eq!(reg.snapshot().counters.lru_remove, 3);
         }
     }
 
@@ -1745,12 +1746,12 @@ mod tests {
         // Every page that joined the LRU left it or is still there.
         let s = reg.snapshot();
         assert_eq!(
-            s.counter("lru_add") - s.counter("lru_remove") - s.counter("lru_isolated"),
+            s.counters.lru_add - s.counters.lru_remove - s.counters.lru_isolated,
             (STRESS_PAGES as usize - nr_out) as u64,
             "{mode:?}: {s:?}"
         );
-        assert!(s.counter("lru_isolated") > 0 && s.counter("lru_remove") > 0);
-        assert!(s.counter("lru_activate") > 0 && s.counter("lru_deactivate") > 0);
+        assert!(s.counters.lru_isolated > 0 && s.counters.lru_remove > 0);
+        assert!(s.counters.lru_activate > 0 && s.counters.lru_deactivate > 0);
     }
 
     #[test]

@@ -21,6 +21,8 @@ pub const OVERRUN: &str = "USWAP_RUN_OVERRUN";
 pub const MODE: &str = "USWAP_RUN_MODE";
 /// Set: print the statistics at exit.
 pub const STATS: &str = "USWAP_RUN_STATS";
+/// A path: write the statistics there at exit, as JSON.
+pub const STATS_JSON: &str = "USWAP_RUN_STATS_JSON";
 
 /// The largest heap the preload library can give its allocator: mimalloc
 /// takes the region in arenas of at most 8 GiB, and holds 160 arenas.

@@ -15,6 +15,7 @@
 //! old or the new value of a slot.  Every trunk's table is allocated up
 //! front (8 bytes per slot), so no operation allocates.
 
+use crate::stats::{CounterId, LockId};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -82,7 +83,7 @@ impl SwapCache {
                 "trunk size must be at least 1 slot".into(),
             ));
         }
-        let site = registry.lock_site("swap_cache_trunk");
+        let site = registry.lock_site(LockId::SWAP_CACHE_TRUNK);
         // Entries are 8 bytes a slot, committed as slots are used.
         let devices = device_slots
             .iter()
@@ -103,10 +104,10 @@ impl SwapCache {
             devices,
             trunk_slots,
             counters: Counters {
-                add: registry.counter("swap_cache_add"),
-                delete: registry.counter("swap_cache_delete"),
-                lookup: registry.counter("swap_cache_lookup"),
-                hit: registry.counter("swap_cache_hit"),
+                add: registry.counter(CounterId::SWAP_CACHE_ADD),
+                delete: registry.counter(CounterId::SWAP_CACHE_DELETE),
+                lookup: registry.counter(CounterId::SWAP_CACHE_LOOKUP),
+                hit: registry.counter(CounterId::SWAP_CACHE_HIT),
             },
         })
     }
@@ -279,7 +280,7 @@ mod tests {
         let pages: Vec<_> = (1..=600).map(h).collect();
         c.add_batch(SwapEntry::new(0, 300), &pages).unwrap();
         // Two trunk locks for a batch spanning two trunks.
-        assert_eq!(reg.snapshot().lock("swap_cache_trunk").acquisitions, 2);
+        assert_eq!(reg.snapshot().locks.swap_cache_trunk.acquisitions, 2);
         assert_eq!(c.len(), 600);
         // A batch that collides in its second trunk leaves nothing behind.
         let more: Vec<_> = (1000..1500).map(h).collect();

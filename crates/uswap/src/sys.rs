@@ -566,3 +566,55 @@ pub fn fiemap<const N: usize>(
     out[..n].copy_from_slice(&buf.extents[..n]);
     Ok(n)
 }
+
+/// `CLOCK_MONOTONIC` in nanoseconds (a vDSO call; allocation-free).
+pub(crate) fn monotonic_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_REALTIME, in ns since the epoch (the vDSO: async-signal-safe).
+pub(crate) fn realtime_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes the timespec it is given.
+    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// A process's start time and state, from `/proc/PID/stat`, read into a
+/// buffer on the stack (a forked child's handler calls it): its start
+/// time tells it from another process under a reused pid.
+pub(crate) fn start_time(pid: i32) -> Option<(u64, u8)> {
+    let mut path = [0u8; 32];
+    let mut w = std::io::Cursor::new(&mut path[..]);
+    std::io::Write::write_fmt(&mut w, format_args!("/proc/{pid}/stat\0")).ok()?;
+    let mut buf = [0u8; 1024];
+    // SAFETY: a NUL-terminated path on the stack; a buffer we own.
+    let n = unsafe {
+        let fd = libc::open(path.as_ptr().cast(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return None;
+        }
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        n
+    };
+    let text = buf.get(..usize::try_from(n).ok()?)?;
+    // The command name may hold anything, spaces and parentheses too: the
+    // fields that follow it start after its last ')'.
+    let close = text.iter().rposition(|&b| b == b')')?;
+    let mut fields = text[close + 1..].split(|&b| b == b' ').filter(|f| !f.is_empty());
+    let state = *fields.next()?.first()?;
+    // Field 3 was the state; the start time is field 22.
+    let start = fields.nth(18)?;
+    let start = std::str::from_utf8(start).ok()?.trim().parse().ok()?;
+    Some((start, state))
+}

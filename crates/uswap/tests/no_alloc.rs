@@ -184,15 +184,15 @@ fn fault_path_does_not_allocate() {
     assert!(sum >= 3 * 2048);
     let st = swap.stats();
     assert!(
-        st.counter("evictions") > 2000
-            && st.counter("swapins") > 50
-            && st.counter("swapins") + st.counter("readahead") > 1000
-            && st.counter("evict_clean") > 20
-            && st.counter("fault_around") > 100,
+        st.counters.evictions > 2000
+            && st.counters.swapins > 50
+            && st.counters.swapins + st.counters.readahead > 1000
+            && st.counters.evict_clean > 20
+            && st.counters.fault_around > 100,
         "{:?}",
         st.counters
     );
-    assert!(st.counter("direct_reclaim") > 0);
+    assert!(st.counters.direct_reclaim > 0);
     assert_eq!(n, 0, "the fault path allocated {n} times");
     assert!(region.as_slice().chunks(4096).all(|p| p[17] == 3 || p[17] == 4));
     drop(region);
@@ -224,7 +224,7 @@ fn fault_path_does_not_allocate() {
     assert_eq!(sum, 5 * 2048);
     let st = swap.stats();
     assert!(
-        st.counter("readahead") > 100 && st.counter("io_write_pages") > 1000,
+        st.counters.readahead > 100 && st.counters.io_write_pages > 1000,
         "{:?}",
         st.counters
     );
@@ -251,7 +251,7 @@ fn fault_path_does_not_allocate() {
     });
     let st = swap.stats();
     assert!(
-        st.counter("huge_swapouts") > 4 && st.counter("huge_swapins") > 2,
+        st.counters.huge_swapouts > 4 && st.counters.huge_swapins > 2,
         "{:?}",
         st.counters
     );
@@ -300,11 +300,11 @@ fn compressed_fault_path_does_not_allocate() {
         });
         let st = swap.stats();
         assert!(
-            st.counter("evictions") > 2000 && st.counter("swapins") > 50 && st.gauge("store_orig_bytes") > 0,
+            st.counters.evictions > 2000 && st.counters.swapins > 50 && st.gauges.store_orig_bytes > 0,
             "{what}: {st:?}"
         );
         if what == "tier" {
-            assert!(st.counter("store_writebacks") > 100, "{what}: {st:?}");
+            assert!(st.counters.store_writebacks > 100, "{what}: {st:?}");
         }
         assert!(sum > 0);
         assert_eq!(n, 0, "{what}: the fault path allocated {n} times");

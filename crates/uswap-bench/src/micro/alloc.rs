@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use anyhow::Context;
 use clap::Args;
@@ -208,7 +208,7 @@ pub fn run(args: &AllocArgs) -> anyhow::Result<()> {
         &combos,
         |(threads, (name, _))| format!("{name} x{threads}"),
         |round, &(threads, (_, sw))| {
-            let reg = Arc::new(Registry::default());
+            let reg = Registry::new();
             let s = setup(args, sw, threads, &reg, 0x9e37_79b9 ^ round as u64)?;
             Ok(run_timed(threads, c.duration(), &reg, |t, stop| {
                 work(&s, t, stop)

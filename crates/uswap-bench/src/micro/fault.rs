@@ -39,7 +39,7 @@ use anyhow::Context;
 use clap::Args;
 use uswap::io::FileOptions;
 use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
-use uswap::stats::Snapshot;
+use uswap::stats::Stats;
 use uswap::uffd::{Features, Reach, RegisterMode, Uffd};
 
 use super::threads_by_variant;
@@ -155,7 +155,7 @@ fn kernel_anon(len: usize, threads: usize) -> anyhow::Result<Round> {
         ops: (len / PAGE) as u64,
         elapsed,
         threads,
-        stats: Snapshot::default(),
+        stats: Stats::default(),
     })
 }
 
@@ -228,7 +228,7 @@ fn bare_uffd(len: usize, threads: usize) -> anyhow::Result<Round> {
         ops: (len / PAGE) as u64,
         elapsed,
         threads,
-        stats: Snapshot::default(),
+        stats: Stats::default(),
     })
 }
 

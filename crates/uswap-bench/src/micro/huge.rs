@@ -16,7 +16,6 @@
 use std::collections::{BTreeMap, VecDeque};
 use std::num::NonZeroU64;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use anyhow::Context;
 use clap::Args;
@@ -160,7 +159,7 @@ pub fn run(args: &HugeArgs) -> anyhow::Result<()> {
         &combos,
         |(threads, (name, _))| format!("{name} x{threads}"),
         |_, &(threads, (name, sw))| {
-            let reg = Arc::new(Registry::default());
+            let reg = Registry::new();
             let space = SwapSpace::builder()
                 .switches(sw)
                 .device(SlotDeviceConfig::new(args.slots))

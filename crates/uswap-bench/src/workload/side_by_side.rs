@@ -401,7 +401,12 @@ fn summarize(
     let mut locks: BTreeMap<String, uswap::stats::LockStats> = BTreeMap::new();
     let mut counters: BTreeMap<String, u64> = BTreeMap::new();
     for r in rounds {
-        add_stats(&mut locks, &mut counters, &r.locks, &r.counters);
+        add_stats(
+            &mut locks,
+            &mut counters,
+            r.locks.iter().map(|(k, v)| (k, *v)),
+            r.counters.iter().map(|(k, v)| (k, *v)),
+        );
     }
     let thread_ns: f64 = rounds
         .iter()

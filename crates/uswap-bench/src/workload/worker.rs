@@ -244,15 +244,15 @@ impl StoreUse {
         self.mem_bytes as f64 / self.pages.max(1) as f64
     }
 
-    fn of_uswap(s: &uswap::stats::Snapshot) -> Option<StoreUse> {
-        s.gauges.contains_key("store_orig_bytes").then(|| StoreUse {
-            pages: s.gauge("store_orig_bytes") / PAGE as u64,
-            mem_bytes: s.gauge("store_mem_bytes"),
-            mem_peak_bytes: s.gauge("store_mem_peak_bytes"),
-            compr_bytes: s.gauge("store_compr_bytes"),
-            same_pages: s.gauge("store_same_pages"),
-            whole_pages: s.gauge("store_whole_pages"),
-            written_back: s.counter("store_writebacks"),
+    fn of_uswap(s: &uswap::stats::Stats) -> Option<StoreUse> {
+        (s.gauges.store_limit_bytes > 0).then(|| StoreUse {
+            pages: s.gauges.store_orig_bytes / PAGE as u64,
+            mem_bytes: s.gauges.store_mem_bytes,
+            mem_peak_bytes: s.gauges.store_mem_peak_bytes,
+            compr_bytes: s.gauges.store_compr_bytes,
+            same_pages: s.gauges.store_same_pages,
+            whole_pages: s.gauges.store_whole_pages,
+            written_back: s.counters.store_writebacks,
         })
     }
 
@@ -422,15 +422,15 @@ impl Pager {
             Pager::Uswap(s) => {
                 let st = s.stats();
                 (
-                    st.counter("io_read_pages") * PAGE as u64,
-                    st.counter("io_write_pages") * PAGE as u64,
+                    st.counters.io_read_pages * PAGE as u64,
+                    st.counters.io_write_pages * PAGE as u64,
                 )
             }
             Pager::Kernel => (vmstat("pswpin") * PAGE as u64, vmstat("pswpout") * PAGE as u64),
         }
     }
 
-    fn snapshot(&self) -> uswap::stats::Snapshot {
+    fn snapshot(&self) -> uswap::stats::Stats {
         match self {
             Pager::Uswap(s) => s.stats(),
             Pager::Kernel => Default::default(),
@@ -540,8 +540,18 @@ pub fn main(args: &WorkerArgs) -> Result<()> {
     qs.extend([0.9995, 0.9999, 1.0]);
     result.cdf = qs.iter().map(|&q| (h.value_at_quantile(q) as f64, q)).collect();
     result.timeline = timed.timeline;
-    result.locks = stats.locks.iter().map(|(k, v)| (k.to_string(), *v)).collect();
-    result.counters = stats.counters.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+    result.locks = stats
+        .locks
+        .iter()
+        .filter(|(_, v)| v.acquisitions > 0)
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+    result.counters = stats
+        .counters
+        .iter()
+        .filter(|(_, v)| *v > 0)
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
     drop(region);
     let text = serde_json::to_string(&result)?;
     std::fs::write(&spec.result, text).with_context(|| format!("writing {}", spec.result.display()))

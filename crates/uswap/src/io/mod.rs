@@ -47,6 +47,7 @@ mod ram;
 mod uring;
 mod zpool;
 
+use crate::stats::CounterId;
 use std::io;
 use std::path::PathBuf;
 #[cfg(test)]
@@ -671,12 +672,12 @@ impl IoDevice {
             window_errno: std::sync::atomic::AtomicI32::new(0),
             #[cfg(test)]
             short_writes: std::sync::atomic::AtomicUsize::new(0),
-            write_pages: registry.counter("io_write_pages"),
-            writes: registry.counter("io_writes"),
-            read_pages: registry.counter("io_read_pages"),
-            reads: registry.counter("io_reads"),
-            write_errors: registry.counter("io_write_errors"),
-            read_errors: registry.counter("io_read_errors"),
+            write_pages: registry.counter(CounterId::IO_WRITE_PAGES),
+            writes: registry.counter(CounterId::IO_WRITES),
+            read_pages: registry.counter(CounterId::IO_READ_PAGES),
+            reads: registry.counter(CounterId::IO_READS),
+            write_errors: registry.counter(CounterId::IO_WRITE_ERRORS),
+            read_errors: registry.counter(CounterId::IO_READ_ERRORS),
         }
     }
 
@@ -987,16 +988,7 @@ impl IoDevice {
     }
 }
 
-/// `CLOCK_MONOTONIC` in nanoseconds (a vDSO call; allocation-free).
-pub(crate) fn monotonic_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes the timespec it is given.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
+pub(crate) use crate::sys::monotonic_ns;
 
 #[cfg(test)]
 mod tests;

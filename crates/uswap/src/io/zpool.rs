@@ -33,6 +33,7 @@
 //! A block's object bitmap and counts are atomics only so that they can
 //! sit in a shared table: they change under the class's exclusive lock.
 
+use crate::stats::{GaugeId, LockId};
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -190,11 +191,11 @@ impl Pool {
             blocks,
             meta: crate::table::zeroed(blocks, "compressed store blocks")?,
             classes: (0..CLASSES).map(|_| RwLock::new(ClassState::default())).collect(),
-            lists: StatMutex::new(lists, registry.lock_site("store_blocks")),
+            lists: StatMutex::new(lists, registry.lock_site(LockId::STORE_BLOCKS)),
             used_blocks: AtomicUsize::new(0),
             object_bytes: AtomicUsize::new(0),
-            mem: registry.gauge("store_mem_bytes"),
-            mem_peak: registry.gauge("store_mem_peak_bytes"),
+            mem: registry.gauge(GaugeId::STORE_MEM_BYTES),
+            mem_peak: registry.gauge(GaugeId::STORE_MEM_PEAK_BYTES),
         })
     }
 

@@ -284,6 +284,7 @@ pub(super) fn serve_signal(addr: u64, access: Access) -> bool {
         return false;
     }
     let start = crate::io::monotonic_ns();
+    inner.registry.stall_begin();
     match unit {
         Some(base) => {
             fault::serve_unit(inner, base, id, addr, access);
@@ -292,10 +293,10 @@ pub(super) fn serve_signal(addr: u64, access: Access) -> bool {
             fault::serve(inner, addr, id, access);
         }
     }
-    inner
-        .counters
-        .fault_ns
-        .add(crate::io::monotonic_ns().saturating_sub(start));
+    inner.registry.stall_end();
+    let took = crate::io::monotonic_ns().saturating_sub(start);
+    inner.counters.fault_ns.add(took);
+    inner.registry.fault_latency(took);
     true
 }
 
@@ -330,6 +331,9 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
                 write: write && !wp,
             };
             let start = crate::io::monotonic_ns();
+            // The faulting thread waits from its fault to its wake-up; what
+            // is seen here is the serving of it (not the kernel's delivery).
+            inner.registry.stall_begin();
             let wake = match lookup(address) {
                 Some(Hit {
                     inner: owner,
@@ -351,15 +355,15 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
                 // area): let the thread retry.
                 _ => Some((page_addr, PAGE)),
             };
-            inner
-                .counters
-                .fault_ns
-                .add(crate::io::monotonic_ns().saturating_sub(start));
+            let took = crate::io::monotonic_ns().saturating_sub(start);
+            inner.counters.fault_ns.add(took);
+            inner.registry.fault_latency(took);
             if let Some((at, len)) = wake {
                 // A failed wake means the range is gone (unmapped): the
                 // thread waiting there was woken by the unmap.
                 let _ = inner.uffd.wake(at, len);
             }
+            inner.registry.stall_end();
         }
     })
 }
@@ -387,6 +391,10 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
     signals::spawn("uswap-reclaim", move || {
         let mut last_watch = Instant::now();
         let mut watches = 0u32;
+        // The levels that cost a lock or a read of /proc, for readers of
+        // the statistics block: every 100 ms, the first pass included.
+        const LEVELS_EVERY: Duration = Duration::from_millis(100);
+        let mut last_levels = Instant::now() - LEVELS_EVERY;
         // Swap files are written back through an io_uring of this
         // thread's, several writes in flight; without one (no io_uring in
         // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
@@ -427,6 +435,11 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             }
             let resident = inner.budget.resident.load(Ordering::Relaxed);
             inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
+            let slow = last_levels.elapsed() >= LEVELS_EVERY;
+            if slow {
+                last_levels = Instant::now();
+            }
+            inner.publish_levels(resident, slow);
             if resident > inner.budget.low() && inner.backing.closed.load(Ordering::Relaxed) {
                 inner.open_layers();
             }
@@ -777,6 +790,11 @@ fn scan_blocked_threads() {
             continue;
         }
         watched.reported.push(tid);
+        for inner in super::fork::instances() {
+            inner
+                .registry
+                .event(crate::stats::EventKind::SigbusBlocked, tid as u64);
+        }
         report::line(format_args!(
             "uswap: thread {tid} ({name}) blocks SIGBUS: in SIGBUS fault mode its first touch of swapped memory kills the process; unblock SIGBUS in that thread, or build the Swap with FaultMode::HandlerThread"
         ));

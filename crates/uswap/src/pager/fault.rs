@@ -224,6 +224,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             }
             inner.counters.read_errors.inc();
             page::log_poison(addr, PAGE, e, &err);
+            inner.registry.event(crate::stats::EventKind::PagePoisoned, addr);
             let _ = inner.uffd.wake(addr, PAGE);
             inner.free_slot(e);
             claim.commit(page::POISONED);
@@ -361,6 +362,7 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
                 return;
             }
             page::log_poison(base, UNIT, e, &err);
+            inner.registry.event(crate::stats::EventKind::PagePoisoned, base);
             let _ = inner.uffd.wake(base, UNIT);
             inner.counters.read_errors.inc();
             inner.free_unit_slots(head, w);

@@ -71,7 +71,7 @@ use crate::PAGE_SIZE;
 /// the lock is never held at a fork.
 static INSTANCES: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
-fn instances() -> Vec<Arc<Inner>> {
+pub(super) fn instances() -> Vec<Arc<Inner>> {
     let mut list = INSTANCES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -166,6 +166,8 @@ extern "C" fn child() {
         unsafe { libc::close(r) };
     }
     for inner in instances() {
+        // Statistics of its own, published under its own pid.
+        inner.registry.reopen_here();
         inner.backing.hold.forget();
         inner.reports.pinned.store(true, Ordering::Relaxed);
         if let Some(m) = &inner.member {

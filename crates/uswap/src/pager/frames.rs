@@ -8,7 +8,7 @@ pub(crate) use crate::sys::Mapping;
 use crate::sys::{Discarder, DISCARD_BATCH};
 
 use super::page::{self, UNIT_BYTES};
-use crate::stats::{Registry, StatMutex};
+use crate::stats::{LockId, Registry, StatMutex};
 use crate::PAGE_SIZE;
 
 const UNIT: u64 = UNIT_BYTES as u64;
@@ -106,7 +106,7 @@ impl FreeFrames {
 }
 
 impl FramePool {
-    pub fn new(frames: u32, registry: &Registry, site: &'static str) -> io::Result<FramePool> {
+    pub fn new(frames: u32, registry: &Registry, site: LockId) -> io::Result<FramePool> {
         let map = Mapping::new(frames as usize * PAGE_SIZE, PAGE_SIZE)?;
         let free = FreeFrames::all_free(frames);
         Ok(FramePool {
@@ -214,7 +214,7 @@ pub(crate) struct UnitPool {
 }
 
 impl UnitPool {
-    pub fn new(units: u32, registry: &Registry, site: &'static str) -> std::io::Result<UnitPool> {
+    pub fn new(units: u32, registry: &Registry, site: LockId) -> std::io::Result<UnitPool> {
         let map = Mapping::new(units as usize * UNIT_BYTES, UNIT_BYTES)?;
         // Without THP, units still go whole, just as 512 small pages.
         let _ = map.advise_huge();

@@ -14,7 +14,7 @@ use super::page::{self, PageClaim, UNIT_PAGES};
 use super::report;
 use crate::io::IoDevice;
 use crate::lru::Lru;
-use crate::stats::{Counter, Registry, StatMutex};
+use crate::stats::{Counter, CounterId, Gauge, GaugeId, Registry, StatMutex};
 use crate::swap_cache::SwapCache;
 use crate::swap_space::{SwapEntry, SwapSpace};
 use crate::uffd::{Uffd, UffdError};
@@ -59,43 +59,71 @@ pub(crate) struct Counters {
     /// page's lookup to the install, or in a handler thread per event
     /// (neither counts the kernel's delivery or the wake-up).
     pub fault_ns: Arc<Counter>,
+    /// The levels the background reclaimer publishes (`publish_levels`).
+    pub levels: Levels,
+}
+
+/// Levels kept in the statistics block for readers in other processes,
+/// set by the background reclaimer on each pass (the cheap ones) or every
+/// 100 ms (those that take a lock or read /proc).
+pub(crate) struct Levels {
+    pub budget: Arc<Gauge>,
+    pub share: Arc<Gauge>,
+    pub resident: Arc<Gauge>,
+    pub resident_peak: Arc<Gauge>,
+    pub staged_now: Arc<Gauge>,
+    pub mapped: Arc<Gauge>,
+    pub swapped: Arc<Gauge>,
+    pub swap_total: Arc<Gauge>,
+    pub threads: Arc<Gauge>,
 }
 
 impl Counters {
     pub fn new(r: &Registry) -> Self {
         Counters {
-            faults: r.counter("faults"),
-            zero_fills: r.counter("zero_fills"),
-            swapins: r.counter("swapins"),
-            huge_swapins: r.counter("huge_swapins"),
-            huge_swapouts: r.counter("huge_swapouts"),
-            huge_fallbacks: r.counter("huge_fallbacks"),
-            move_fallbacks: r.counter("move_fallbacks"),
-            staged: r.counter("staged"),
-            evict_moves: r.counter("evict_moves"),
-            swapcache_hits: r.counter("swapcache_hits"),
-            wp_faults: r.counter("wp_faults"),
-            evictions: r.counter("evictions"),
-            evict_clean: r.counter("evict_clean"),
-            evict_write: r.counter("evict_write"),
-            evict_zero: r.counter("evict_zero"),
-            install_retries: r.counter("install_retries"),
-            overrun: r.counter("budget_overrun"),
-            swap_full: r.counter("swap_full"),
-            write_errors: r.counter("swapout_errors"),
-            read_errors: r.counter("swapin_errors"),
-            direct_reclaim: r.counter("direct_reclaim"),
-            busy_waits: r.counter("busy_waits"),
-            unevictable: r.counter("unevictable"),
-            discarded: r.counter("discarded"),
-            swapout_retries: r.counter("swapout_retries"),
-            evict_copies: r.counter("evict_copies"),
-            evict_unshared: r.counter("evict_unshared"),
-            swapin_retries: r.counter("swapin_retries"),
-            readahead: r.counter("readahead"),
-            fault_around: r.counter("fault_around"),
-            prefetched: r.counter("prefetched"),
-            fault_ns: r.counter("fault_ns"),
+            faults: r.counter(CounterId::FAULTS),
+            zero_fills: r.counter(CounterId::ZERO_FILLS),
+            swapins: r.counter(CounterId::SWAPINS),
+            huge_swapins: r.counter(CounterId::HUGE_SWAPINS),
+            huge_swapouts: r.counter(CounterId::HUGE_SWAPOUTS),
+            huge_fallbacks: r.counter(CounterId::HUGE_FALLBACKS),
+            move_fallbacks: r.counter(CounterId::MOVE_FALLBACKS),
+            staged: r.counter(CounterId::STAGED),
+            evict_moves: r.counter(CounterId::EVICT_MOVES),
+            swapcache_hits: r.counter(CounterId::SWAPCACHE_HITS),
+            wp_faults: r.counter(CounterId::WP_FAULTS),
+            evictions: r.counter(CounterId::EVICTIONS),
+            evict_clean: r.counter(CounterId::EVICT_CLEAN),
+            evict_write: r.counter(CounterId::EVICT_WRITE),
+            evict_zero: r.counter(CounterId::EVICT_ZERO),
+            install_retries: r.counter(CounterId::INSTALL_RETRIES),
+            overrun: r.counter(CounterId::BUDGET_OVERRUN),
+            swap_full: r.counter(CounterId::SWAP_FULL),
+            write_errors: r.counter(CounterId::SWAPOUT_ERRORS),
+            read_errors: r.counter(CounterId::SWAPIN_ERRORS),
+            direct_reclaim: r.counter(CounterId::DIRECT_RECLAIM),
+            busy_waits: r.counter(CounterId::BUSY_WAITS),
+            unevictable: r.counter(CounterId::UNEVICTABLE),
+            discarded: r.counter(CounterId::DISCARDED),
+            swapout_retries: r.counter(CounterId::SWAPOUT_RETRIES),
+            evict_copies: r.counter(CounterId::EVICT_COPIES),
+            evict_unshared: r.counter(CounterId::EVICT_UNSHARED),
+            swapin_retries: r.counter(CounterId::SWAPIN_RETRIES),
+            readahead: r.counter(CounterId::READAHEAD),
+            fault_around: r.counter(CounterId::FAULT_AROUND),
+            prefetched: r.counter(CounterId::PREFETCHED),
+            fault_ns: r.counter(CounterId::FAULT_NS),
+            levels: Levels {
+                budget: r.gauge(GaugeId::BUDGET),
+                share: r.gauge(GaugeId::SHARE),
+                resident: r.gauge(GaugeId::RESIDENT),
+                resident_peak: r.gauge(GaugeId::RESIDENT_PEAK),
+                staged_now: r.gauge(GaugeId::STAGED_NOW),
+                mapped: r.gauge(GaugeId::MAPPED),
+                swapped: r.gauge(GaugeId::SWAPPED),
+                swap_total: r.gauge(GaugeId::SWAP_TOTAL),
+                threads: r.gauge(GaugeId::THREADS),
+            },
         }
     }
 }
@@ -399,6 +427,47 @@ impl Inject {
 }
 
 impl Inner {
+    /// Publish the levels a reader of the statistics block wants: each
+    /// pass the cheap ones (atomics this instance keeps anyway); with
+    /// `slow`, every 100 ms, those that take a device lock or read
+    /// `/proc`.  Also moves the pressure averages on.
+    pub fn publish_levels(&self, resident: usize, slow: bool) {
+        let l = &self.counters.levels;
+        l.resident.set(resident as u64);
+        l.resident_peak
+            .set(self.budget.peak.load(Ordering::Relaxed).max(resident) as u64);
+        l.share.set(self.budget.limit() as u64);
+        l.staged_now
+            .set(self.budget.staged.load(Ordering::Relaxed) as u64);
+        self.registry.update_pressure();
+        if !slow {
+            return;
+        }
+        let space = &self.backing.space;
+        l.swapped.set(space.total_slots().saturating_sub(space.nr_free()));
+        l.swap_total.set(space.total_slots());
+        l.mapped.set(self.ids.lock().mapped as u64);
+        for (i, (d, io)) in space
+            .devices()
+            .iter()
+            .zip(self.backing.devices.iter())
+            .enumerate()
+        {
+            let kind = match io.kind() {
+                crate::io::BackendKind::Ram => 1,
+                crate::io::BackendKind::File => 2,
+                crate::io::BackendKind::Compressed => 3,
+            };
+            // Less the header slot, which is never handed out.
+            self.registry
+                .device_level(i, kind, d.pages(), d.inuse().saturating_sub(1));
+        }
+        if let Some(n) = process_threads() {
+            let own = self.threads.lock().len() as u64;
+            l.threads.set(n.saturating_sub(own).max(1));
+        }
+    }
+
     /// Whether page `id`, whose claim the caller (an evictor) has just
     /// taken, is pinned: then it must stay.  The fence pairs with the one
     /// in `Region::pin`: either this sees the pin, or the pinner sees the
@@ -659,6 +728,7 @@ impl Inner {
         }
         for d in self.backing.devices.iter().filter(|d| d.has_file()) {
             if let Err(e) = d.open_layer() {
+                self.registry.event(crate::stats::EventKind::ChildFileFailed, 0);
                 super::report::line(format_args!(
                     "uswap: a forked child cannot make a swap file of its own ({e}); its memory stays resident"
                 ));
@@ -720,6 +790,15 @@ impl Inner {
     /// say once per reason why such pages stay resident.
     pub fn unevictable(&self, addr: u64, errno: Option<i32>) {
         self.counters.unevictable.inc();
+        let first = match errno {
+            Some(libc::EBUSY) => &self.reports.pinned,
+            Some(libc::EINVAL) => &self.reports.locked,
+            _ => &self.reports.refused,
+        };
+        if !first.load(Ordering::Relaxed) {
+            // The first of its kind, as the line below says it.
+            self.registry.event(crate::stats::EventKind::Unevictable, addr);
+        }
         match errno {
             Some(libc::EBUSY) => report::once(
                 &self.reports.pinned,
@@ -1008,4 +1087,12 @@ impl Inner {
             }
         }
     }
+}
+
+/// This process's threads, from `/proc/self/stat` (its 20th field).
+fn process_threads() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let close = text.rfind(')')?;
+    // Field 3 (the state) follows the command; the thread count is 20.
+    text[close + 1..].split_whitespace().nth(17)?.parse().ok()
 }

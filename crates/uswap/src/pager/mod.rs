@@ -96,13 +96,14 @@ pub fn serving_sigbus() -> bool {
     signals::serving_sigbus()
 }
 
+use crate::stats::LockId;
 pub use signals::{program_sigmask, NEVER_BLOCKED};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use crate::io::{CompressedOptions, FileOptions, IoDevice, IoError};
 use crate::lru::{Lru, LruBatch, LruConfig, LruError};
-use crate::stats::{Registry, Snapshot, StatMutex};
+use crate::stats::{Registry, StatMutex, Stats};
 use crate::swap_cache::SwapCache;
 use crate::swap_space::{SlotDeviceConfig, SwapError, SwapSpace, Switches};
 use crate::table::{self, TableError};
@@ -253,6 +254,10 @@ pub struct SwapBuilder {
     per_page_evict: bool,
     overrun: Overrun,
     domain: Option<Arc<crate::domain::Member>>,
+    /// Publish statistics for `uswap stat` (`publish`), and the tree's
+    /// supervisor to name in them.
+    publish: bool,
+    group: i32,
 }
 
 impl SwapBuilder {
@@ -365,6 +370,25 @@ impl SwapBuilder {
         self
     }
 
+    /// Publish the instance's statistics while it runs, for `uswap stat`
+    /// and `uswap top` (default off; `uswap run` and `uswap demo` turn it
+    /// on): its statistics block becomes a file in this user's directory
+    /// (`stats::live`), removed when the instance goes.  Publishing costs
+    /// the pager nothing: the block is the memory it counts in anyway.
+    /// Where the directory cannot be used the instance runs unpublished,
+    /// saying why in one line.
+    pub fn publish(mut self, on: bool) -> Self {
+        self.publish = on;
+        self
+    }
+
+    /// The process tree the instance's statistics are shown under: the pid
+    /// of its supervisor (`uswap run`'s), 0 for none (the default).
+    pub fn group(mut self, supervisor: i32) -> Self {
+        self.group = supervisor;
+        self
+    }
+
     /// Check the configuration and start the instance.
     pub fn build(self) -> Result<Swap, PagerError> {
         let page = PAGE_SIZE as u64;
@@ -394,7 +418,36 @@ impl SwapBuilder {
                 self.handler_threads
             )));
         }
-        let registry = Registry::new();
+        let label = crate::stats::Label {
+            group: self.group,
+            mode: u64::from(self.mode != FaultMode::HandlerThread),
+        };
+        let registry = match self.publish.then(crate::stats::live::ensure_directory) {
+            Some(Ok(dir)) => match Registry::published(&dir, &label) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    report::line(format_args!(
+                        "uswap: statistics not published ({}: {e}); the program runs as it would",
+                        dir.display()
+                    ));
+                    None
+                }
+            },
+            Some(Err(e)) => {
+                report::line(format_args!(
+                    "uswap: statistics not published: {e}; the program runs as it would"
+                ));
+                None
+            }
+            None => None,
+        };
+        let registry = match registry {
+            Some(r) => r,
+            None => Registry::try_new().map_err(|source| PagerError::Mmap {
+                bytes: crate::PAGE_SIZE,
+                source,
+            })?,
+        };
         let mut features = Features::MOVE
             .with(Features::PAGEFAULT_FLAG_WP)
             .with(Features::POISON);
@@ -456,12 +509,13 @@ impl SwapBuilder {
         let max_pages = u32::try_from(max_pages)
             .map_err(|_| PagerError::Config(format!("max_mapped of {max_pages} pages exceeds 2^32 pages")))?;
         let lru = Lru::new(LruConfig::new(max_pages).batch(self.lru_batch), &registry)?;
-        let staging = FramePool::new(staging_frames, &registry, "staging_frames").map_err(|source| {
-            PagerError::Mmap {
-                bytes: staging_frames as usize * PAGE_SIZE,
-                source,
-            }
-        })?;
+        let staging =
+            FramePool::new(staging_frames, &registry, LockId::STAGING_FRAMES).map_err(|source| {
+                PagerError::Mmap {
+                    bytes: staging_frames as usize * PAGE_SIZE,
+                    source,
+                }
+            })?;
         // Bounce frames: one per fault reading a page in, a run per
         // readahead (runs shrink to the frames free; a fault waits for
         // one).  Populated at start, so they are memory every process
@@ -471,11 +525,12 @@ impl SwapBuilder {
         // pass) a quarter of their memory; one frame per 256 pages of the
         // budget, 64 (two full readahead runs) at the least.
         let bounce_frames = staging_frames.min(((self.budget / page / 256) as u32).clamp(64, 256));
-        let bounce =
-            FramePool::new(bounce_frames, &registry, "bounce_frames").map_err(|source| PagerError::Mmap {
+        let bounce = FramePool::new(bounce_frames, &registry, LockId::BOUNCE_FRAMES).map_err(|source| {
+            PagerError::Mmap {
                 bytes: bounce_frames as usize * PAGE_SIZE,
                 source,
-            })?;
+            }
+        })?;
         // Bounce frames are read into and copied from: populate them now,
         // not on the fault path.
         for f in 0..bounce_frames {
@@ -515,8 +570,8 @@ impl SwapBuilder {
                 source,
             })
         };
-        let unit_in = unit_pool("unit_in")?;
-        let unit_out = unit_pool("unit_out")?;
+        let unit_in = unit_pool(LockId::UNIT_IN)?;
+        let unit_out = unit_pool(LockId::UNIT_OUT)?;
         uffd.register(
             unit_out.mapping().addr(),
             unit_out.mapping().len() as u64,
@@ -536,7 +591,7 @@ impl SwapBuilder {
             pins: table::zeroed(max_pages as usize, "page pins")?,
             // SAFETY: getpid has no preconditions.
             pid: std::sync::atomic::AtomicI32::new(unsafe { libc::getpid() }),
-            threads: StatMutex::new(Vec::new(), registry.lock_site("threads")),
+            threads: StatMutex::new(Vec::new(), registry.lock_site(LockId::THREADS)),
             spawn: instance::Spawn {
                 handlers: if self.mode == FaultMode::HandlerThread {
                     self.handler_threads
@@ -553,7 +608,7 @@ impl SwapBuilder {
                     max: max_user,
                     fresh: 0,
                 },
-                registry.lock_site("page_ids"),
+                registry.lock_site(LockId::PAGE_IDS),
             ),
             frames: Frames {
                 staging,
@@ -574,10 +629,10 @@ impl SwapBuilder {
                 swap_cache,
                 staged: StatMutex::new(
                     StagedRing::new(2 * staging_frames as usize),
-                    registry.lock_site("staged_ring"),
+                    registry.lock_site(LockId::STAGED_RING),
                 ),
                 writeback: Backoff::default(),
-                hold: held::Hold::new(&device_slots, registry.lock_site("fork_hold")),
+                hold: held::Hold::new(&device_slots, registry.lock_site(LockId::FORK_HOLD)),
                 closed: AtomicBool::new(false),
                 layerable: AtomicBool::new(false),
                 layers_tried: AtomicBool::new(false),
@@ -594,6 +649,15 @@ impl SwapBuilder {
             #[cfg(test)]
             inject: Inject::default(),
             registry,
+        });
+        inner.counters.levels.budget.set(self.budget / page);
+        inner.registry.label(&crate::stats::Label {
+            group: self.group,
+            mode: match (self.mode, inner.uffd.user_mode_only()) {
+                (FaultMode::HandlerThread, _) => 0,
+                (_, false) => 1,
+                (_, true) => 2,
+            },
         });
         if self.mode == FaultMode::Sigbus {
             entry::install();
@@ -631,6 +695,8 @@ impl Swap {
             per_page_evict: false,
             overrun: Overrun::default(),
             domain: None,
+            publish: false,
+            group: 0,
         }
     }
 
@@ -786,7 +852,7 @@ impl Swap {
     }
 
     /// The instance's counters and lock statistics.
-    pub fn stats(&self) -> Snapshot {
+    pub fn stats(&self) -> Stats {
         let _inside = gate::enter(0);
         self.inner.registry.snapshot()
     }
@@ -851,7 +917,23 @@ impl Swap {
             )));
         }
         self.inner.budget.set(pages);
+        self.inner.counters.levels.budget.set(pages as u64);
+        self.inner
+            .registry
+            .event(crate::stats::EventKind::BudgetChanged, pages as u64);
         Ok(())
+    }
+
+    /// The file this instance's statistics are published as, if they are
+    /// (`SwapBuilder::publish`).
+    pub fn published_path(&self) -> Option<std::path::PathBuf> {
+        self.inner.registry.published_path()
+    }
+
+    /// Remove the published statistics now (a process about to exit that
+    /// will not drop its instance); they are read no more.
+    pub fn unpublish(&self) {
+        self.inner.registry.unpublish();
     }
 
     /// Free slots over all swap devices.

@@ -215,6 +215,10 @@ fn hold_to_bound(inner: &Inner, n: usize) {
     if !over() {
         return;
     }
+    inner.registry.event(
+        crate::stats::EventKind::OomKill,
+        b.resident.load(Ordering::Relaxed) as u64,
+    );
     report::line(format_args!(
         "uswap: out of memory: {} pages resident, past the budget of {} pages and its overrun of {}, and nothing can be evicted ({} of {} swap slots free); killing the process, as a memory cgroup would: raise the budget, add swap, or allow an unbounded overrun",
         b.resident.load(Ordering::Relaxed),

@@ -156,6 +156,10 @@ pub(super) fn writeback_failed(inner: &Inner, err: &IoError) {
     b.backoff_ns.store(next, Ordering::Relaxed);
     b.hold_until.store(monotonic_ns() + next, Ordering::Relaxed);
     if prev == 0 {
+        inner.registry.event(
+            crate::stats::EventKind::WritebackPaused,
+            err.errno().unwrap_or(0) as u64,
+        );
         report::line(format_args!(
             "uswap: swap writes fail for now ({err}); writeback pauses (1 ms, doubling to 1 s while it goes on) and the pages wait in memory"
         ));
@@ -358,6 +362,9 @@ fn write_failed(
     f: u32,
     err: &IoError,
 ) -> Option<u32> {
+    inner
+        .registry
+        .event(crate::stats::EventKind::SlotRetired, e.offset());
     report::once(
         &inner.reports.bad_slot,
         format_args!(

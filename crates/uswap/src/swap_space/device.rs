@@ -18,6 +18,7 @@
 //! the device lock dropped, as the kernel does; a slot found free there is
 //! re-checked under its cluster lock before it is taken.
 
+use crate::stats::{CounterId, LockId};
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, MutexGuard};
 
@@ -145,7 +146,7 @@ impl SlotDevice {
         let map_len = nr_clusters * CLUSTER_SLOTS;
         // One byte a slot, zero (free) until used: committed as used.
         let map: Box<[AtomicU8]> = table::zeroed(map_len as usize, "swap_map")?;
-        let cluster_site = registry.lock_site("cluster");
+        let cluster_site = registry.lock_site(LockId::CLUSTER);
         let mut counts = vec![0u32; nr_clusters as usize];
         // The header slot and the tail past `max` are never usable: mark
         // them bad and count them in their cluster, so that cluster never
@@ -206,12 +207,12 @@ impl SlotDevice {
             trunk_slots,
             map,
             clusters,
-            inner: CachePadded::new(StatMutex::new(inner, registry.lock_site("swap_info"))),
+            inner: CachePadded::new(StatMutex::new(inner, registry.lock_site(LockId::SWAP_INFO))),
             shared,
             counters: DeviceCounters {
-                scanned: registry.counter("scan_slots"),
-                frag_scan_slots: registry.counter("fragmented_scan_slots"),
-                cluster_switch: registry.counter("cluster_switch"),
+                scanned: registry.counter(CounterId::SCAN_SLOTS),
+                frag_scan_slots: registry.counter(CounterId::FRAGMENTED_SCAN_SLOTS),
+                cluster_switch: registry.counter(CounterId::CLUSTER_SWITCH),
             },
         })
     }

@@ -24,6 +24,7 @@ mod cluster;
 mod device;
 mod slot_cache;
 
+use crate::stats::{CounterId, LockId};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
@@ -294,7 +295,10 @@ impl SwapSpaceBuilder {
             return Err(SwapError::Config("trunk_slots must be at least 1".into()));
         }
         let shared = Arc::new(SpaceShared {
-            avail: StatMutex::new(Vec::with_capacity(MAX_DEVICES), registry.lock_site("swap_avail")),
+            avail: StatMutex::new(
+                Vec::with_capacity(MAX_DEVICES),
+                registry.lock_site(LockId::SWAP_AVAIL),
+            ),
             nr_free: AtomicI64::new(0),
             priorities: self.devices.iter().map(|d| d.priority).collect(),
         });
@@ -391,17 +395,17 @@ struct Counters {
 impl Counters {
     fn new(r: &Registry) -> Self {
         Counters {
-            alloc: r.counter("alloc"),
-            alloc_fail: r.counter("alloc_fail"),
-            refill: r.counter("slot_cache_refill"),
-            refill_slots: r.counter("slot_cache_refill_slots"),
-            free: r.counter("free"),
-            free_batch: r.counter("free_batch"),
-            dup: r.counter("dup"),
-            huge_alloc: r.counter("huge_alloc"),
-            huge_fallback: r.counter("huge_fallback"),
-            huge_free: r.counter("huge_free"),
-            cache_drain: r.counter("slot_cache_drain"),
+            alloc: r.counter(CounterId::ALLOC),
+            alloc_fail: r.counter(CounterId::ALLOC_FAIL),
+            refill: r.counter(CounterId::SLOT_CACHE_REFILL),
+            refill_slots: r.counter(CounterId::SLOT_CACHE_REFILL_SLOTS),
+            free: r.counter(CounterId::FREE),
+            free_batch: r.counter(CounterId::FREE_BATCH),
+            dup: r.counter(CounterId::DUP),
+            huge_alloc: r.counter(CounterId::HUGE_ALLOC),
+            huge_fallback: r.counter(CounterId::HUGE_FALLBACK),
+            huge_free: r.counter(CounterId::HUGE_FREE),
+            cache_drain: r.counter(CounterId::SLOT_CACHE_DRAIN),
         }
     }
 }

@@ -14,6 +14,7 @@
 
 use super::SwapEntry;
 use crate::percpu::PerCpu;
+use crate::stats::LockId;
 use crate::stats::{Registry, StatMutex};
 
 /// Slots per cache refill and per return batch (`SWAP_SLOTS_CACHE_SIZE`,
@@ -112,8 +113,8 @@ impl SlotCache {
 }
 
 pub(crate) fn new_caches(cpus: usize, registry: &Registry) -> PerCpu<SlotCache> {
-    let alloc_site = registry.lock_site("slot_cache");
-    let ret_site = registry.lock_site("slot_cache_ret");
+    let alloc_site = registry.lock_site(LockId::SLOT_CACHE);
+    let ret_site = registry.lock_site(LockId::SLOT_CACHE_RET);
     PerCpu::new(cpus, |_| SlotCache {
         alloc: StatMutex::new(
             AllocCache {

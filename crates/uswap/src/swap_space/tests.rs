@@ -86,7 +86,7 @@ fn alloc_batch_pinned() {
         // the partial tail cluster) come from the linear scan: batched too
         // with seed 000's fragmented scan (or from nonfull clusters), one
         // per acquisition without it.
-        let acq = reg.snapshot().lock("swap_info").acquisitions;
+        let acq = reg.snapshot().locks.swap_info.acquisitions;
         if sw.fragmented_scan || sw.nonfull_clusters {
             assert!(acq < 2999 / 8, "{sw:?}: {acq}");
         } else {
@@ -672,19 +672,19 @@ fn stress(sw: Switches, threads: usize, ops_total: usize) {
     let st = reg.snapshot();
     eprintln!(
         "{sw:?}: alloc {} (failed {}), free {}, huge {} (fallback {}), dup {}",
-        st.counter("alloc"),
-        st.counter("alloc_fail"),
-        st.counter("free"),
-        st.counter("huge_alloc"),
-        st.counter("huge_fallback"),
-        st.counter("dup")
+        st.counters.alloc,
+        st.counters.alloc_fail,
+        st.counters.free,
+        st.counters.huge_alloc,
+        st.counters.huge_fallback,
+        st.counters.dup
     );
     // The run must have exercised the paths it claims to.
-    assert!(st.counter("alloc") - st.counter("alloc_fail") > ops_total as u64 / 4);
-    assert!(st.counter("alloc_fail") > 0, "the space never ran full");
-    assert!(st.counter("free") > ops_total as u64 / 4);
+    assert!(st.counters.alloc - st.counters.alloc_fail > ops_total as u64 / 4);
+    assert!(st.counters.alloc_fail > 0, "the space never ran full");
+    assert!(st.counters.free > ops_total as u64 / 4);
     if sw.huge_cluster {
-        assert!(st.counter("huge_alloc") > 0);
+        assert!(st.counters.huge_alloc > 0);
     }
 }
 

@@ -38,6 +38,7 @@
 //! were stored (oldest first: the coldest, as zswap's LRU), linked exactly
 //! while their entry is `STORED`, under the `store_lru` lock.
 
+use crate::stats::{CounterId, GaugeId, LockId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -214,17 +215,17 @@ struct Accounts {
 impl Accounts {
     fn new(r: &Registry) -> Self {
         Accounts {
-            orig: r.gauge("store_orig_bytes"),
-            compr: r.gauge("store_compr_bytes"),
-            limit: r.gauge("store_limit_bytes"),
-            same: r.gauge("store_same_pages"),
-            whole: r.gauge("store_whole_pages"),
-            file: r.gauge("store_file_pages"),
-            writebacks: r.counter("store_writebacks"),
-            writeback_errors: r.counter("store_writeback_errors"),
-            compacted: r.counter("store_compacted_blocks"),
-            compactions: r.counter("store_compactions"),
-            to_file: r.counter("store_incompressible_to_file"),
+            orig: r.gauge(GaugeId::STORE_ORIG_BYTES),
+            compr: r.gauge(GaugeId::STORE_COMPR_BYTES),
+            limit: r.gauge(GaugeId::STORE_LIMIT_BYTES),
+            same: r.gauge(GaugeId::STORE_SAME_PAGES),
+            whole: r.gauge(GaugeId::STORE_WHOLE_PAGES),
+            file: r.gauge(GaugeId::STORE_FILE_PAGES),
+            writebacks: r.counter(CounterId::STORE_WRITEBACKS),
+            writeback_errors: r.counter(CounterId::STORE_WRITEBACK_ERRORS),
+            compacted: r.counter(CounterId::STORE_COMPACTED_BLOCKS),
+            compactions: r.counter(CounterId::STORE_COMPACTIONS),
+            to_file: r.counter(CounterId::STORE_INCOMPRESSIBLE_TO_FILE),
         }
     }
 }
@@ -315,7 +316,7 @@ impl CompressedStore {
             keep_copies: opts.keep_copies,
             lru: StatMutex::new(
                 IndexLists::new_lazy(lru_len, "compressed store LRU")?,
-                registry.lock_site("store_lru"),
+                registry.lock_site(LockId::STORE_LRU),
             ),
             writeback: StatMutex::new(
                 WritebackBuf {
@@ -334,7 +335,7 @@ impl CompressedStore {
                         },
                     ); WRITEBACK_BATCH],
                 },
-                registry.lock_site("store_writeback"),
+                registry.lock_site(LockId::STORE_WRITEBACK),
             ),
             writeback_held_until: AtomicU64::new(0),
             compact_at: AtomicU64::new(COMPACT_SLACK as u64),

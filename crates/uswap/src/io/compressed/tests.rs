@@ -111,19 +111,18 @@ fn every_codec_and_kind_of_page_reads_back_and_the_accounts_balance() {
         // A slot never written reads zeros.
         assert_eq!(read(&dev, 900), vec![0; PAGE_SIZE]);
         let s = r.snapshot();
-        assert_eq!(s.gauge("store_same_pages"), 200, "{codec}: zeros and same-filled");
+        assert_eq!(s.gauges.store_same_pages, 200, "{codec}: zeros and same-filled");
         assert_eq!(
-            s.gauge("store_whole_pages"),
-            100,
+            s.gauges.store_whole_pages, 100,
             "{codec}: random pages stored whole"
         );
-        assert_eq!(s.gauge("store_orig_bytes"), 400 * PAGE);
-        let compr = s.gauge("store_compr_bytes");
+        assert_eq!(s.gauges.store_orig_bytes, 400 * PAGE);
+        let compr = s.gauges.store_compr_bytes;
         assert!(
             compr > 100 * PAGE && compr < 150 * PAGE,
             "{codec}: {compr} compressed bytes"
         );
-        assert!(s.gauge("store_mem_bytes") >= compr);
+        assert!(s.gauges.store_mem_bytes >= compr);
         dev.check_store().unwrap();
         // Rewriting a slot replaces its page; discarding frees it all.
         write(&dev, 3, &page(Kind::Text, 1000)).unwrap();
@@ -131,9 +130,17 @@ fn every_codec_and_kind_of_page_reads_back_and_the_accounts_balance() {
         dev.discard(0, 400);
         let s = r.snapshot();
         for g in HELD {
-            assert_eq!(s.gauge(g), 0, "{codec}: {g} after discarding everything");
+            assert_eq!(
+                s.gauges
+                    .iter()
+                    .find(|&(n, _)| n == g)
+                    .expect("a gauge of that name")
+                    .1,
+                0,
+                "{codec}: {g} after discarding everything"
+            );
         }
-        assert!(s.gauge("store_mem_peak_bytes") >= compr);
+        assert!(s.gauges.store_mem_peak_bytes >= compr);
         assert_eq!(read(&dev, 5), vec![0; PAGE_SIZE], "a discarded slot reads zeros");
         dev.check_store().unwrap();
     }
@@ -150,11 +157,11 @@ fn text_pages_take_less_than_their_size_and_zstd_less_than_lz4() {
         }
         let s = r.snapshot();
         assert!(
-            s.gauge("store_mem_bytes") < 1024 * PAGE * 3 / 4,
+            s.gauges.store_mem_bytes < 1024 * PAGE * 3 / 4,
             "{codec}: {}",
-            s.gauge("store_mem_bytes")
+            s.gauges.store_mem_bytes
         );
-        mem.push(s.gauge("store_mem_bytes"));
+        mem.push(s.gauges.store_mem_bytes);
     }
     assert!(mem[1] < mem[0], "zstd {} bytes, lz4 {}", mem[1], mem[0]);
 }
@@ -166,19 +173,19 @@ fn compaction_gathers_part_used_blocks_and_keeps_every_page() {
     for slot in 0..2000u64 {
         write(&dev, slot, &page(Kind::Text, slot)).unwrap();
     }
-    let before = r.snapshot().gauge("store_mem_bytes");
+    let before = r.snapshot().gauges.store_mem_bytes;
     for slot in (0..2000u64).filter(|s| s % 4 != 0) {
         dev.discard(slot, 1);
     }
-    let holey = r.snapshot().gauge("store_mem_bytes");
+    let holey = r.snapshot().gauges.store_mem_bytes;
     let freed = dev.compact();
     assert!(freed > 0, "nothing compacted");
-    let after = r.snapshot().gauge("store_mem_bytes");
+    let after = r.snapshot().gauges.store_mem_bytes;
     assert!(
         after < holey && after < before / 3,
         "{before} -> {holey} -> {after} bytes"
     );
-    assert_eq!(r.snapshot().counter("store_compacted_blocks"), freed as u64);
+    assert_eq!(r.snapshot().counters.store_compacted_blocks, freed as u64);
     dev.check_store().unwrap();
     for slot in (0..2000u64).step_by(4) {
         assert_eq!(
@@ -243,14 +250,14 @@ fn a_full_store_spills_its_oldest_pages_to_the_file_and_loses_none() {
             write(&dev, slot, &page(KINDS[slot as usize % 4], slot)).unwrap();
         }
         let s = r.snapshot();
-        assert!(s.gauge("store_mem_bytes") <= s.gauge("store_limit_bytes"));
+        assert!(s.gauges.store_mem_bytes <= s.gauges.store_limit_bytes);
         assert_eq!(
-            s.counter("store_incompressible_to_file"),
+            s.counters.store_incompressible_to_file,
             N / 4,
             "random pages go straight to the file"
         );
-        assert!(s.counter("store_writebacks") > 0, "{codec}: no writeback: {s:?}");
-        assert_eq!(s.gauge("store_file_pages"), N / 4 + s.counter("store_writebacks"));
+        assert!(s.counters.store_writebacks > 0, "{codec}: no writeback: {s:?}");
+        assert_eq!(s.gauges.store_file_pages, N / 4 + s.counters.store_writebacks);
         // The oldest went first: slot 0's text page is in the file.
         assert_eq!(tag(dev_entry(&dev, 0)), FILE);
         for slot in 0..N {
@@ -263,8 +270,8 @@ fn a_full_store_spills_its_oldest_pages_to_the_file_and_loses_none() {
         dev.check_store().unwrap();
         dev.discard(0, N);
         let s = r.snapshot();
-        assert_eq!(s.gauge("store_file_pages"), 0);
-        assert_eq!(s.gauge("store_orig_bytes"), 0);
+        assert_eq!(s.gauges.store_file_pages, 0);
+        assert_eq!(s.gauges.store_orig_bytes, 0);
     }
 }
 
@@ -294,18 +301,18 @@ fn a_failed_writeback_leaves_the_page_in_the_store() {
     // Writeback rests a moment after a failure: the same write is
     // refused again at once, without trying the file (unless a loaded
     // machine let the rest run out meanwhile: then not checked).
-    let tried = r.snapshot().counter("store_writeback_errors");
+    let tried = r.snapshot().counters.store_writeback_errors;
     assert!(write(&dev, slot, &page(Kind::Random, slot))
         .unwrap_err()
         .is_transient());
     if failed_at.elapsed() < Duration::from_nanos(WRITEBACK_HOLD_NS) {
-        assert_eq!(r.snapshot().counter("store_writeback_errors"), tried);
+        assert_eq!(r.snapshot().counters.store_writeback_errors, tried);
     }
     assert!(e.is_transient(), "a full store is transient: {e}");
     let s = r.snapshot();
-    assert!(s.counter("store_writeback_errors") > 0);
-    assert_eq!(s.counter("store_writebacks"), 0);
-    assert_eq!(s.gauge("store_file_pages"), 0);
+    assert!(s.counters.store_writeback_errors > 0);
+    assert_eq!(s.counters.store_writebacks, 0);
+    assert_eq!(s.gauges.store_file_pages, 0);
     // Every page written before is still there, in the store.
     for i in 0..slot {
         assert_eq!(read(&dev, i), page(Kind::Random, i), "slot {i}");
@@ -317,7 +324,7 @@ fn a_failed_writeback_leaves_the_page_in_the_store() {
     file.inject_errors_for(IoOp::Write, libc::EIO, Duration::ZERO);
     std::thread::sleep(Duration::from_nanos(WRITEBACK_HOLD_NS));
     write(&dev, slot, &page(Kind::Random, slot)).unwrap();
-    assert!(r.snapshot().counter("store_writebacks") > 0);
+    assert!(r.snapshot().counters.store_writebacks > 0);
     for i in 0..=slot {
         assert_eq!(read(&dev, i), page(Kind::Random, i), "slot {i}");
     }
@@ -393,12 +400,17 @@ fn faults_race_compaction_and_writeback() {
         compactor.join().unwrap();
         dev.check_store().unwrap();
         let s = r.snapshot();
-        assert!(
-            s.counter("store_writebacks") > 0,
-            "{codec}: the store never filled"
-        );
+        assert!(s.counters.store_writebacks > 0, "{codec}: the store never filled");
         for g in HELD {
-            assert_eq!(s.gauge(g), 0, "{codec}: {g} left after every slot was discarded");
+            assert_eq!(
+                s.gauges
+                    .iter()
+                    .find(|&(n, _)| n == g)
+                    .expect("a gauge of that name")
+                    .1,
+                0,
+                "{codec}: {g} left after every slot was discarded"
+            );
         }
     }
 }

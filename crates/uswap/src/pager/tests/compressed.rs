@@ -88,7 +88,16 @@ fn assert_stores_empty(swap: &Swap, what: &str) {
         "store_whole_pages",
         "store_file_pages",
     ] {
-        assert_eq!(st.gauge(g), 0, "{what}: {g} left in the store: {:?}", st.gauges);
+        assert_eq!(
+            st.gauges
+                .iter()
+                .find(|&(n, _)| n == g)
+                .expect("a gauge of that name")
+                .1,
+            0,
+            "{what}: {g} left in the store: {:?}",
+            st.gauges
+        );
     }
     for d in &swap.inner.backing.devices {
         d.check_store().unwrap();
@@ -131,32 +140,32 @@ fn compressed_devices_keep_every_page_in_both_modes() {
             mixed(&mut region, 2, true);
             let st = swap.stats();
             assert!(
-                st.counter("evictions") > 4096 && st.counter("swapout_errors") == 0,
+                st.counters.evictions > 4096 && st.counters.swapout_errors == 0,
                 "{what}: {:?}",
                 st.counters
             );
             assert!(
-                st.counter("swapins") + st.counter("readahead") > 2048,
+                st.counters.swapins + st.counters.readahead > 2048,
                 "{what}: {:?}",
                 st.counters
             );
-            assert!(st.gauge("store_same_pages") > 0, "{what}: {:?}", st.gauges);
+            assert!(st.gauges.store_same_pages > 0, "{what}: {:?}", st.gauges);
             if mode == FaultMode::Sigbus {
                 // Pages read back come in sealed and leave by copy.
-                assert!(st.counter("evict_copies") > 1000, "{what}: {:?}", st.counters);
+                assert!(st.counters.evict_copies > 1000, "{what}: {:?}", st.counters);
             }
             if what.starts_with("tier") {
                 assert!(
-                    st.counter("store_writebacks") > 0 && st.counter("store_incompressible_to_file") > 0,
+                    st.counters.store_writebacks > 0 && st.counters.store_incompressible_to_file > 0,
                     "{what}: {st:?}"
                 );
-                assert!(st.gauge("store_mem_peak_bytes") <= MIB, "{what}: {:?}", st.gauges);
+                assert!(st.gauges.store_mem_peak_bytes <= MIB, "{what}: {:?}", st.gauges);
             } else {
-                assert!(st.gauge("store_whole_pages") > 0, "{what}: {:?}", st.gauges);
+                assert!(st.gauges.store_whole_pages > 0, "{what}: {:?}", st.gauges);
                 // Text pages compress: the store holds its pages in less
                 // than their size.
                 assert!(
-                    st.gauge("store_compr_bytes") < st.gauge("store_orig_bytes") * 3 / 4,
+                    st.gauges.store_compr_bytes < st.gauges.store_orig_bytes * 3 / 4,
                     "{what}: {:?}",
                     st.gauges
                 );
@@ -209,7 +218,7 @@ fn a_tier_whose_file_fails_loses_no_page() {
         std::thread::sleep(Duration::from_millis(350));
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         let mut seed = 8;
-        while swap.stats().counter("store_writebacks") == 0 {
+        while swap.stats().counters.store_writebacks == 0 {
             assert!(
                 std::time::Instant::now() < deadline,
                 "{mode:?}: writeback never resumed"
@@ -220,10 +229,10 @@ fn a_tier_whose_file_fails_loses_no_page() {
         }
         let st = swap.stats();
         assert!(
-            st.counter("store_writeback_errors") > 0,
+            st.counters.store_writeback_errors > 0,
             "{mode:?}: no writeback failed: {st:?}"
         );
-        assert!(st.counter("store_writebacks") > 0, "{mode:?}: {st:?}");
+        assert!(st.counters.store_writebacks > 0, "{mode:?}: {st:?}");
         // No slot retired: the drop below finds every one free.
         drop(region);
         assert_stores_empty(&swap, &format!("{mode:?}"));
@@ -247,9 +256,9 @@ fn writes_racing_sealed_eviction_are_kept() {
         hammer_counters(&mut region, 6, &format!("{mode:?}"));
         let st = swap.stats();
         if mode == FaultMode::Sigbus {
-            assert!(st.counter("evict_copies") > 100, "{mode:?}: {:?}", st.counters);
+            assert!(st.counters.evict_copies > 100, "{mode:?}: {:?}", st.counters);
         }
-        assert!(st.counter("wp_faults") > 100, "{mode:?}: {:?}", st.counters);
+        assert!(st.counters.wp_faults > 100, "{mode:?}: {:?}", st.counters);
         drop(region);
         assert_stores_empty(&swap, &format!("{mode:?}"));
     }

@@ -142,7 +142,7 @@ fn pinned_pages_stay_resident() {
             page0[0],
             st.counters
         );
-        assert!(st.counter("unevictable") > 0, "{mode:?}: {:?}", st.counters);
+        assert!(st.counters.unevictable > 0, "{mode:?}: {:?}", st.counters);
         assert_eq!(check_pages(base, 1..pages), None, "{mode:?}");
         drop(region);
         assert_all_returned(&swap, mode_name(mode));
@@ -208,7 +208,7 @@ fn unit_scenario(arg: &str) {
     assert_eq!(check_pages(base, odd + 1..pages), None);
     let st = swap.stats();
     eprintln!("{:?}", st.counters);
-    assert!(st.counter("huge_swapouts") > 4, "{:?}", st.counters);
+    assert!(st.counters.huge_swapouts > 4, "{:?}", st.counters);
     drop(region);
     assert_all_returned(&swap, arg);
 }
@@ -275,7 +275,7 @@ fn dontneed_scenario(mode: FaultMode) {
         let w = region.inner.states[region.id_base as usize + p].load(Ordering::Acquire);
         page::kind(w) == page::RESIDENT && w & page::BUSY == 0
     };
-    let discarded_before = swap.stats().counter("discarded");
+    let discarded_before = swap.stats().counters.discarded;
     let mut gone = Vec::new();
     for p in 2..pages {
         if settled(p) {
@@ -298,7 +298,7 @@ fn dontneed_scenario(mode: FaultMode) {
         let page = unsafe { std::slice::from_raw_parts(base.add(p * PAGE_SIZE), PAGE_SIZE) };
         assert!(page.iter().all(|&b| b == 0), "discarded page {p} is not zeros");
     }
-    let discarded = swap.stats().counter("discarded") - discarded_before;
+    let discarded = swap.stats().counters.discarded - discarded_before;
     assert!(
         discarded >= gone.len() as u64,
         "{discarded} of {} discards counted",
@@ -364,7 +364,7 @@ fn fork_scenario(mode: FaultMode, file: bool) {
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
     let half = pages / 2;
-    let out_before = swap.stats().counter("evictions");
+    let out_before = swap.stats().counters.evictions;
     eprintln!("parent: {out_before} pages went out before the fork");
     // The child reads only once the parent has written C over the second
     // half, so that the slots the parent freed had every chance to be
@@ -408,8 +408,8 @@ fn fork_scenario(mode: FaultMode, file: bool) {
         }
         eprintln!(
             "child: swap-ins {} evictions {}",
-            swap.stats().counter("swapins"),
-            swap.stats().counter("evictions")
+            swap.stats().counters.swapins,
+            swap.stats().counters.evictions
         );
         drop(region);
         drop(swap);
@@ -422,7 +422,7 @@ fn fork_scenario(mode: FaultMode, file: bool) {
     write_seeded(base, 0..half, 0xa);
     eprintln!(
         "parent: {} evictions after the fork",
-        swap.stats().counter("evictions") - out_before
+        swap.stats().counters.evictions - out_before
     );
     // SAFETY: writes one byte to our pipe.
     unsafe { libc::write(go[1], b"g".as_ptr().cast(), 1) };
@@ -538,13 +538,13 @@ fn fork_layers_scenario(mode: FaultMode) {
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0);
     if pid == 0 {
-        let written = swap.stats().counter("evict_write");
+        let written = swap.stats().counters.evict_write;
         write_seeded(base, 0..pages, 0xb);
         if let Some(bad) = check_seeded(base, 0..pages, 0xb) {
             eprintln!("child: its data differs at {bad:?}");
             child::exit(3);
         }
-        let out = swap.stats().counter("evict_write") - written;
+        let out = swap.stats().counters.evict_write - written;
         let (peak, budget) = (swap.peak_resident_pages(), swap.budget_pages());
         eprintln!("child: {out} pages written out, resident at most {peak} of a budget of {budget}");
         if out < half as u64 {
@@ -1013,14 +1013,13 @@ fn transient_write_errors_retire_nothing() {
     write_pages(base, 0..pages);
     assert_eq!(check_pages(base, 0..pages), None);
     let st = swap.stats();
-    assert!(st.counter("io_write_errors") > 0, "{:?}", st.counters);
+    assert!(st.counters.io_write_errors > 0, "{:?}", st.counters);
     assert_eq!(
-        st.counter("swapout_errors"),
-        0,
+        st.counters.swapout_errors, 0,
         "no slot retired: {:?}",
         st.counters
     );
-    assert!(st.counter("swapout_retries") > 0, "{:?}", st.counters);
+    assert!(st.counters.swapout_retries > 0, "{:?}", st.counters);
     drop(region);
     assert_all_returned(&swap, "after ENOSPC");
 }
@@ -1108,7 +1107,7 @@ fn concurrent_read_faults_leave_pages_clean() {
     let mut region = swap.map((16 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr() as usize;
     write_pages(base as *mut u8, 0..4096);
-    let wp_before = swap.stats().counter("wp_faults");
+    let wp_before = swap.stats().counters.wp_faults;
     let barrier = std::sync::Barrier::new(8);
     std::thread::scope(|s| {
         for _ in 0..8 {
@@ -1121,12 +1120,12 @@ fn concurrent_read_faults_leave_pages_clean() {
     });
     let st = swap.stats();
     assert_eq!(
-        st.counter("wp_faults") - wp_before,
+        st.counters.wp_faults - wp_before,
         0,
         "reads were taken for writes: {:?}",
         st.counters
     );
-    assert!(st.counter("swapins") + st.counter("readahead") > 100);
+    assert!(st.counters.swapins + st.counters.readahead > 100);
 }
 
 /// A page whose region the program unmapped and replaced: dropping the
@@ -1233,17 +1232,17 @@ fn locked_and_read_only_pages_are_unevictable() {
                 0
             );
         }
-        let before = swap.stats().counter("evictions");
+        let before = swap.stats().counters.evictions;
         for _ in 0..3 {
             write_pages(base, 64..pages);
         }
         let st = swap.stats();
         assert!(
-            st.counter("evictions") - before > 2000,
+            st.counters.evictions - before > 2000,
             "eviction goes on: {:?}",
             st.counters
         );
-        assert!(st.counter("unevictable") >= 64, "{:?}", st.counters);
+        assert!(st.counters.unevictable >= 64, "{:?}", st.counters);
         assert_eq!(check_pages(base, 0..pages), None);
         // SAFETY: undo them before the region goes.
         unsafe {
@@ -1418,10 +1417,7 @@ fn a_region_can_be_a_coroutine_stack() {
                 for _ in 0..3 {
                     write_pages(flood_base as *mut u8, 0..2048);
                 }
-                eprintln!(
-                    "stack evicted: {} swap-ins so far",
-                    swap.stats().counter("swapins")
-                );
+                eprintln!("stack evicted: {} swap-ins so far", swap.stats().counters.swapins);
                 // Up again, to the end, and back here through uc_link.
                 assert_eq!(libc::swapcontext(main, co), 0);
                 drop(Box::from_raw(main));
@@ -1432,7 +1428,7 @@ fn a_region_can_be_a_coroutine_stack() {
         assert_eq!(bad, 0, "{bad} frames came back wrong");
         let st = swap.stats();
         assert!(
-            st.counter("swapins") + st.counter("swapcache_hits") > 0,
+            st.counters.swapins + st.counters.swapcache_hits > 0,
             "{:?}",
             st.counters
         );
@@ -1614,8 +1610,8 @@ fn discarded_clean_pages_read_as_zeros_after_batched_eviction() {
                 assert_eq!(check_pages(base, p..p + 1), None, "{mode:?}");
             }
         }
-        assert!(st.counter("discarded") >= discards, "{mode:?}: {:?}", st.counters);
-        assert!(st.counter("evict_clean") >= 32, "{mode:?}: {:?}", st.counters);
+        assert!(st.counters.discarded >= discards, "{mode:?}: {:?}", st.counters);
+        assert!(st.counters.evict_clean >= 32, "{mode:?}: {:?}", st.counters);
         assert_eq!(check_pages(base, 256..pages), None, "{mode:?}");
         drop(region);
         assert_all_returned(&swap, mode_name(mode));
@@ -1651,9 +1647,9 @@ fn writers_racing_batched_eviction_lose_nothing() {
             // no eviction lands between reading one counter and another.
             drop(region);
             let st = swap.stats();
-            assert!(st.counter("evict_clean") > 100, "{what}: {:?}", st.counters);
-            assert!(st.counter("staged") > 100, "{what}: {:?}", st.counters);
-            let (moves, staged) = (st.counter("evict_moves"), st.counter("staged"));
+            assert!(st.counters.evict_clean > 100, "{what}: {:?}", st.counters);
+            assert!(st.counters.staged > 100, "{what}: {:?}", st.counters);
+            let (moves, staged) = (st.counters.evict_moves, st.counters.staged);
             if per_page {
                 assert!(moves >= staged, "{what}: a move per page: {:?}", st.counters);
             } else {
@@ -1662,7 +1658,7 @@ fn writers_racing_batched_eviction_lose_nothing() {
                     "{what}: runs of neighbours: {:?}",
                     st.counters
                 );
-                let (writes, pages) = (st.counter("io_writes"), st.counter("io_write_pages"));
+                let (writes, pages) = (st.counters.io_writes, st.counters.io_write_pages);
                 assert!(
                     writes * 2 < pages,
                     "{what}: runs written with one IO: {:?}",
@@ -1705,9 +1701,9 @@ fn queued_writeback_keeps_pages_through_errors_and_short_writes() {
         assert_eq!(check_pages(base, 0..pages), None);
     }
     let st = swap.stats();
-    assert_eq!(st.counter("swapout_errors"), 1, "{:?}", st.counters);
+    assert_eq!(st.counters.swapout_errors, 1, "{:?}", st.counters);
     assert!(
-        st.counter("io_writes") * 2 < st.counter("io_write_pages"),
+        st.counters.io_writes * 2 < st.counters.io_write_pages,
         "{:?}",
         st.counters
     );
@@ -1754,9 +1750,9 @@ fn an_ordinary_user_swaps_in_sigbus_mode() {
                 );
             }
             let st = swap.stats();
-            assert!(st.counter("evictions") > 2048, "{:?}", st.counters);
+            assert!(st.counters.evictions > 2048, "{:?}", st.counters);
             assert!(
-                st.counter("swapins") + st.counter("readahead") > 1024,
+                st.counters.swapins + st.counters.readahead > 1024,
                 "{:?}",
                 st.counters
             );
@@ -1815,4 +1811,122 @@ fn privileged_uffd_refused_to(uid: u32) -> bool {
     let dev_open =
         std::fs::metadata("/dev/userfaultfd").is_ok_and(|m| m.uid() == uid || m.mode() & 0o006 == 0o006);
     sysctl.trim() == "0" && !dev_open
+}
+
+/// A forked child publishes statistics of its own (issue 24): a file for
+/// its pid, beside its parent's; its counters from zero and its levels as
+/// they were at the fork; what it does counted there and not in its
+/// parent's block; its file gone when it leaves, its parent's still there.
+fn fork_publishes_scenario(dir: &str) {
+    // SAFETY: this scenario's process runs one test thread and no other
+    // thread reads the environment yet (the instance is built after).
+    unsafe { std::env::set_var(crate::stats::live::DIR_ENV, dir) };
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(SwapDeviceSpec::ram(32 * MIB))
+        .publish(true)
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    let base = region.as_mut_slice().as_mut_ptr();
+    write_seeded(base, 0..pages, 0xd);
+    let parent_path = swap.published_path().expect("published");
+    let read = |p: &std::path::Path| {
+        crate::stats::MappedBlock::open(p)
+            .unwrap()
+            .unwrap_or_else(|| panic!("{} is a block", p.display()))
+    };
+    let before = read(&parent_path).stats();
+    if before.counters.evictions == 0 {
+        eprintln!("parent: nothing went out");
+        child::exit(2);
+    }
+    // SAFETY: fork; the child reads its copy and leaves with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0);
+    if pid == 0 {
+        let me = std::process::id() as i32;
+        let path = swap.published_path().expect("the child publishes too");
+        let block = read(&path);
+        let (id, at_fork) = (block.identity(), block.stats());
+        let named = path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(&format!("{me}-"));
+        if path == parent_path || !named || id.pid != me || id.parent == me {
+            eprintln!("child: not its own block: {} {id:?}", path.display());
+            child::exit(3);
+        }
+        if at_fork.counters.faults > 16 || at_fork.gauges.budget != before.gauges.budget {
+            eprintln!("child: counters not from zero or levels lost: {at_fork:?}");
+            child::exit(4);
+        }
+        if let Some(bad) = check_seeded(base, 0..pages, 0xd) {
+            eprintln!("child: its data differs at {bad:?}");
+            child::exit(5);
+        }
+        let after = block.stats();
+        // Read back by faults and the readahead around them.
+        if after.counters.swapins == 0 || after.counters.io_read_pages < (pages / 2) as u64 {
+            eprintln!(
+                "child: its swap-ins not counted in its block: {:?}",
+                after.counters
+            );
+            child::exit(6);
+        }
+        swap.unpublish();
+        if path.exists() {
+            eprintln!("child: its file stayed");
+            child::exit(7);
+        }
+        eprintln!("child: ok");
+        child::exit(0);
+    }
+    let status = wait_child(pid, Duration::from_secs(60));
+    if status != Some(0) {
+        eprintln!("parent: the child failed: {status:?}");
+        child::exit(8);
+    }
+    let now = read(&parent_path).stats();
+    // The child read all 2048 pages back; none of that is the parent's.
+    if now.counters.io_read_pages > before.counters.io_read_pages + 64 {
+        eprintln!(
+            "parent: the child's swap-ins counted here: {:?} then {:?}",
+            before.counters, now.counters
+        );
+        child::exit(9);
+    }
+    let files = std::fs::read_dir(dir).unwrap().count();
+    if files != 1 {
+        eprintln!("parent: {files} files, not its own alone");
+        child::exit(10);
+    }
+    drop(region);
+    drop(swap);
+    if parent_path.exists() {
+        eprintln!("parent: its file stayed after the instance went");
+        child::exit(11);
+    }
+    eprintln!("parent: ok");
+}
+
+#[test]
+fn a_forked_child_publishes_statistics_of_its_own() {
+    if let Some(arg) = child::scenario() {
+        fork_publishes_scenario(&arg);
+        child::exit(0);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats");
+    let out = child::run(
+        "pager::tests::defects::a_forked_child_publishes_statistics_of_its_own",
+        stats.to_str().unwrap(),
+        Duration::from_secs(120),
+    );
+    out.assert_success();
+    for who in ["child: ok", "parent: ok"] {
+        assert!(out.stderr.contains(who), "{out:?}");
+    }
 }

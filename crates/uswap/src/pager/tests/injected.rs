@@ -127,8 +127,7 @@ fn a_failed_move_in_keeps_the_page() {
         settle(&region);
         let st = swap.stats();
         assert_eq!(
-            st.counter("move_fallbacks"),
-            1,
+            st.counters.move_fallbacks, 1,
             "{mode:?}: copied in: {:?}",
             st.counters
         );
@@ -138,11 +137,11 @@ fn a_failed_move_in_keeps_the_page() {
         let q = staged_page(&region, 0);
         inject_move(&swap.inner.inject.move_in, 1, 0, libc::ENOMEM);
         inject_copy(&swap, 1, libc::ENOMEM);
-        let retries = swap.stats().counter("install_retries");
+        let retries = swap.stats().counters.install_retries;
         check_page(&region, q);
         settle(&region);
         assert!(
-            swap.stats().counter("install_retries") > retries,
+            swap.stats().counters.install_retries > retries,
             "{mode:?}: retried"
         );
         assert!(region.is_resident(q));
@@ -182,12 +181,12 @@ fn a_failed_move_back_after_a_write_error_keeps_the_page() {
             // retry that covers it (a segment, a queued write) until it is
             // written alone.
             assert!(
-                (1..=3).contains(&st.counter("io_write_errors")),
+                (1..=3).contains(&st.counters.io_write_errors),
                 "{mode:?}: {:?}",
                 st.counters
             );
             assert_eq!(
-                st.counter("swapout_errors"),
+                st.counters.swapout_errors,
                 u64::from(!copy_fails),
                 "{mode:?}: {:?}",
                 st.counters
@@ -241,7 +240,7 @@ fn a_unit_move_in_that_stops_part_way_is_finished() {
             assert_states_true(&region, true);
             let st = swap.stats();
             assert!(
-                st.counter("install_retries") >= copy_failures as u64,
+                st.counters.install_retries >= copy_failures as u64,
                 "{:?}",
                 st.counters
             );
@@ -276,7 +275,7 @@ fn a_failed_unit_eviction_keeps_the_unit() {
         }
         settle(&region);
         let st = swap.stats();
-        assert_eq!(st.counter("unevictable"), 1, "{mode:?}: {:?}", st.counters);
+        assert_eq!(st.counters.unevictable, 1, "{mode:?}: {:?}", st.counters);
         // The refused unit (the oldest, unit 0, as a rule) stayed.
         assert!(
             region.is_resident(0) || region.is_resident(page::UNIT_PAGES),
@@ -299,7 +298,7 @@ fn a_failed_unit_eviction_keeps_the_unit() {
         }
         settle(&region);
         let st = swap.stats();
-        assert_eq!(st.counter("swapout_errors"), 1, "{mode:?}: {:?}", st.counters);
+        assert_eq!(st.counters.swapout_errors, 1, "{mode:?}: {:?}", st.counters);
         assert_states_true(&region, true);
         for p in 0..pages {
             check_page(&region, p);
@@ -342,17 +341,17 @@ fn a_split_unit_goes_in_segments_and_a_bad_block_costs_one_slot() {
         }
         settle(&region);
         let st = swap.stats();
-        assert_eq!(st.counter("swapout_errors"), 1, "{mode:?}: {:?}", st.counters);
+        assert_eq!(st.counters.swapout_errors, 1, "{mode:?}: {:?}", st.counters);
         assert_states_true(&region, true);
         for p in 1536..pages {
             write_page(&mut region, p);
         }
         settle(&region);
         let st = swap.stats();
-        assert!(st.counter("huge_swapouts") >= 2, "{mode:?}: {:?}", st.counters);
+        assert!(st.counters.huge_swapouts >= 2, "{mode:?}: {:?}", st.counters);
         // Split, yet nowhere near one IO a page.
         assert!(
-            st.counter("io_writes") * 32 < st.counter("io_write_pages"),
+            st.counters.io_writes * 32 < st.counters.io_write_pages,
             "{mode:?}: {:?}",
             st.counters
         );
@@ -360,7 +359,7 @@ fn a_split_unit_goes_in_segments_and_a_bad_block_costs_one_slot() {
             check_page(&region, p);
         }
         assert!(
-            st.counter("io_reads") * 32 < st.counter("io_read_pages") + 1,
+            st.counters.io_reads * 32 < st.counters.io_read_pages + 1,
             "{mode:?}: {:?}",
             st.counters
         );

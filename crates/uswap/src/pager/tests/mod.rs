@@ -160,16 +160,16 @@ fn integrity(swap: Swap, region_bytes: usize) {
     let pages = region.len() / PAGE_SIZE;
     fill(&mut region, 1);
     let st = swap.stats();
-    assert!(st.counter("evictions") > pages as u64 / 2, "{:?}", st.counters);
+    assert!(st.counters.evictions > pages as u64 / 2, "{:?}", st.counters);
     verify(&region, 1);
     let st = swap.stats();
     // Read back by faults, or ahead of them.
     assert!(
-        st.counter("swapins") + st.counter("readahead") > pages as u64 / 2,
+        st.counters.swapins + st.counters.readahead > pages as u64 / 2,
         "{:?}",
         st.counters
     );
-    assert!(st.counter("swapin_errors") == 0 && st.counter("swapout_errors") == 0);
+    assert!(st.counters.swapin_errors == 0 && st.counters.swapout_errors == 0);
     // Resident stays near the budget (faults overrun it only while
     // nothing is evictable).
     assert!(
@@ -223,15 +223,15 @@ fn never_written_pages_are_zero_without_io_or_slots() {
     let st = swap.stats();
     // Each page zero-filled once: by its own fault, or around another's.
     assert_eq!(
-        st.counter("zero_fills") + st.counter("fault_around"),
+        st.counters.zero_fills + st.counters.fault_around,
         8 * MIB / PAGE_SIZE as u64,
         "{:?}",
         st.counters
     );
-    assert!(st.counter("fault_around") > 0, "a sequential read faults around");
-    assert!(st.counter("evictions") > 0);
+    assert!(st.counters.fault_around > 0, "a sequential read faults around");
+    assert!(st.counters.evictions > 0);
     assert_eq!(
-        st.counter("evict_write") + st.counter("swapins"),
+        st.counters.evict_write + st.counters.swapins,
         0,
         "no IO for zero pages"
     );
@@ -252,9 +252,9 @@ fn written_zero_pages_are_dropped_without_io() {
         page.fill(data(i));
     }
     let st = swap.stats();
-    assert!(st.counter("evict_zero") > pages as u64 / 4, "{:?}", st.counters);
+    assert!(st.counters.evict_zero > pages as u64 / 4, "{:?}", st.counters);
     assert!(
-        st.counter("io_write_pages") <= pages as u64 / 2,
+        st.counters.io_write_pages <= pages as u64 / 2,
         "only pages with data are written: {:?}",
         st.counters
     );
@@ -262,13 +262,9 @@ fn written_zero_pages_are_dropped_without_io() {
         assert!(page.iter().all(|&b| b == data(i)), "page {i}");
     }
     let st = swap.stats();
+    assert!(st.counters.io_read_pages <= pages as u64 / 2, "{:?}", st.counters);
     assert!(
-        st.counter("io_read_pages") <= pages as u64 / 2,
-        "{:?}",
-        st.counters
-    );
-    assert!(
-        st.counter("zero_fills") + st.counter("fault_around") >= pages as u64 + st.counter("evict_zero") / 2,
+        st.counters.zero_fills + st.counters.fault_around >= pages as u64 + st.counters.evict_zero / 2,
         "{:?}",
         st.counters
     );
@@ -287,11 +283,11 @@ fn no_write_is_lost_to_eviction() {
         hammer_counters(&mut region, 20, &format!("{mode:?}"));
         let st = swap.stats();
         assert!(
-            st.counter("evictions") > pages as u64,
+            st.counters.evictions > pages as u64,
             "{mode:?}: {:?}",
             st.counters
         );
-        assert!(st.counter("wp_faults") > 0);
+        assert!(st.counters.wp_faults > 0);
     }
 }
 
@@ -322,13 +318,13 @@ fn readahead_reads_ahead_in_order_and_loses_nothing() {
             verify(&b, 12);
             let st = swap.stats().since(&before);
             let pages = (a.len() + b.len()) / PAGE_SIZE;
-            let (ra, faults) = (st.counter("readahead"), st.counter("faults"));
+            let (ra, faults) = (st.counters.readahead, st.counters.faults);
             if on && mode == FaultMode::Sigbus {
                 // Each verifying thread's walk is its own stream.
                 assert!(ra > pages as u64 / 4, "{mode:?}: {ra} read ahead of {pages}");
                 if file {
                     // Part of it by the prefetcher, while the walk went on.
-                    assert!(st.counter("prefetched") > 0, "{mode:?}: {:?}", st.counters);
+                    assert!(st.counters.prefetched > 0, "{mode:?}: {:?}", st.counters);
                 }
                 assert!(
                     faults < pages as u64 * 3 / 4,
@@ -390,11 +386,7 @@ fn discard_zeros_pages_wherever_they_are() {
             "{mode:?} file {file}: the discarded pages' slots went back"
         );
         let st = swap.stats();
-        assert!(
-            st.counter("discarded") >= (hi - lo) as u64 / 2,
-            "{:?}",
-            st.counters
-        );
+        assert!(st.counters.discarded >= (hi - lo) as u64 / 2, "{:?}", st.counters);
         for p in 0..pages {
             let page = &region.as_slice()[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
             if (lo..hi).contains(&p) {
@@ -453,7 +445,7 @@ fn writes_racing_readahead_are_kept() {
         let mut region = swap.map((8 * MIB) as usize).unwrap();
         hammer_counters(&mut region, 12, &format!("{mode:?} file={file} readahead"));
         assert!(
-            swap.stats().counter("readahead") > 0,
+            swap.stats().counters.readahead > 0,
             "{mode:?}: nothing read ahead"
         );
         drop(region);
@@ -593,7 +585,7 @@ fn pinned_pages_are_not_evicted() {
         let region = &region;
         let stop = AtomicBool::new(false);
         let mut gone = None;
-        let evictions = swap.stats().counter("evictions");
+        let evictions = swap.stats().counters.evictions;
         std::thread::scope(|s| {
             for t in 0..2 {
                 let stop = &stop;
@@ -613,7 +605,7 @@ fn pinned_pages_are_not_evicted() {
             let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
             // Failures are noted, not asserted here: the writers must be
             // stopped before the scope can end.
-            while gone.is_none() && swap.stats().counter("evictions") < evictions + 4 * pages as u64 {
+            while gone.is_none() && swap.stats().counters.evictions < evictions + 4 * pages as u64 {
                 gone = pinned
                     .clone()
                     .find(|p| !crate::sys::page_mapped((base + p * PAGE_SIZE) as u64));
@@ -626,7 +618,7 @@ fn pinned_pages_are_not_evicted() {
         });
         assert_eq!(gone, None, "{mode:?}: a pinned page went out");
         assert!(
-            swap.stats().counter("evictions") >= evictions + 4 * pages as u64,
+            swap.stats().counters.evictions >= evictions + 4 * pages as u64,
             "{mode:?}: reclaim did not run while the pins were held"
         );
         for p in pinned {
@@ -658,7 +650,7 @@ fn full_swap_keeps_pages_resident() {
         assert!(page.iter().all(|&b| b == p as u8 | 1), "page {p}");
     }
     let st = swap.stats();
-    assert!(st.counter("swap_full") > 0, "{:?}", st.counters);
+    assert!(st.counters.swap_full > 0, "{:?}", st.counters);
     assert!(swap.resident_pages() > swap.budget_pages());
 }
 
@@ -754,10 +746,10 @@ fn the_budget_changes_at_run_time() {
         swap.set_budget(64 * MIB).unwrap();
         verify(&region, 5);
         verify(&region, 5);
-        let evictions = swap.stats().counter("evictions");
+        let evictions = swap.stats().counters.evictions;
         verify(&region, 5);
         assert_eq!(
-            swap.stats().counter("evictions"),
+            swap.stats().counters.evictions,
             evictions,
             "{mode:?}: evicting under a larger budget"
         );
@@ -898,11 +890,11 @@ fn write_error_keeps_the_page_and_retires_the_slot() {
         );
     }
     let st = swap.stats();
-    assert_eq!(st.counter("swapout_errors"), 1, "{:?}", st.counters);
+    assert_eq!(st.counters.swapout_errors, 1, "{:?}", st.counters);
     // The failed call; when it was a run, the bad page fails each retry
     // that covers it until it is written alone.
     assert!(
-        (1..=3).contains(&st.counter("io_write_errors")),
+        (1..=3).contains(&st.counters.io_write_errors),
         "{:?}",
         st.counters
     );
@@ -937,8 +929,8 @@ fn touches_of_staged_pages_hit_the_swap_cache() {
             page[0] = p as u8;
         }
         let st = swap.stats();
-        assert!(st.counter("swapcache_hits") > 100, "{mode:?}: {:?}", st.counters);
-        assert!(st.counter("lru_activate") > 0, "{mode:?}");
+        assert!(st.counters.swapcache_hits > 100, "{mode:?}: {:?}", st.counters);
+        assert!(st.counters.lru_activate > 0, "{mode:?}");
         drop(region);
         assert_all_returned(&swap, &format!("{mode:?}"));
     }
@@ -997,7 +989,7 @@ fn stress_many_threads_and_regions() {
         });
         let st = swap.stats();
         assert!(
-            st.counter("evictions") > 1000 && st.counter("swapins") > 100,
+            st.counters.evictions > 1000 && st.counters.swapins > 100,
             "{mode:?}: {:?}",
             st.counters
         );
@@ -1080,7 +1072,7 @@ fn huge_integrity(swap: Swap, expect_fallback: bool) {
     verify(&region, 3);
     let st = swap.stats();
     assert!(
-        st.counter("huge_swapouts") > 8 && st.counter("huge_swapins") > 4,
+        st.counters.huge_swapouts > 8 && st.counters.huge_swapins > 4,
         "{:?}",
         st.counters
     );
@@ -1088,34 +1080,31 @@ fn huge_integrity(swap: Swap, expect_fallback: bool) {
         // Every unit went out split (the background reclaimer may be in
         // the middle of one more).
         assert!(
-            st.counter("huge_fallbacks") >= st.counter("huge_swapouts"),
+            st.counters.huge_fallbacks >= st.counters.huge_swapouts,
             "{:?}",
             st.counters
         );
-        assert_eq!(st.counter("huge_alloc"), 0);
+        assert_eq!(st.counters.huge_alloc, 0);
         // Split over single slots, a unit still goes as one folio: one IO
         // per segment of neighbouring slots (the per-CPU slot cache hands
         // out neighbours), not one per page, both ways.
-        for (ios, pages) in [("io_writes", "io_write_pages"), ("io_reads", "io_read_pages")] {
+        let c = &st.counters;
+        for (ios, pages) in [(c.io_writes, c.io_write_pages), (c.io_reads, c.io_read_pages)] {
             assert!(
-                st.counter(ios) * 32 < st.counter(pages),
+                ios * 32 < pages,
                 "{ios}: {} for {} pages: {:?}",
-                st.counter(ios),
-                st.counter(pages),
+                ios,
+                pages,
                 st.counters
             );
         }
     } else {
-        assert_eq!(st.counter("huge_fallbacks"), 0, "{:?}", st.counters);
-        assert!(st.counter("huge_alloc") > 8);
+        assert_eq!(st.counters.huge_fallbacks, 0, "{:?}", st.counters);
+        assert!(st.counters.huge_alloc > 8);
         // Whole clusters: one 2 MB IO a unit, each way.
-        for (ios, pages) in [("io_writes", "io_write_pages"), ("io_reads", "io_read_pages")] {
-            assert_eq!(
-                st.counter(ios) * 512,
-                st.counter(pages),
-                "{ios}: {:?}",
-                st.counters
-            );
+        let c = &st.counters;
+        for (ios, pages) in [(c.io_writes, c.io_write_pages), (c.io_reads, c.io_read_pages)] {
+            assert_eq!(ios * 512, pages, "{ios}: {:?}", st.counters);
         }
     }
     // Four threads may each install a unit on the same look at the budget,
@@ -1190,9 +1179,9 @@ fn refused_moves_keep_pages_resident() {
         let mut region = swap.map((2 * MIB) as usize).unwrap();
         hammer_counters(&mut region, 10, &format!("{mode:?}"));
         let st = swap.stats();
-        assert!(st.counter("unevictable") >= 1500, "{mode:?}: {:?}", st.counters);
+        assert!(st.counters.unevictable >= 1500, "{mode:?}: {:?}", st.counters);
         assert!(
-            st.counter("staged") > 100,
+            st.counters.staged > 100,
             "{mode:?}: eviction went on: {:?}",
             st.counters
         );
@@ -1267,10 +1256,10 @@ fn many_threads_fault_on_one_page() {
                 }
             });
             let st = swap.stats();
-            let ins = st.counter("swapins")
-                + st.counter("readahead")
-                + st.counter("huge_swapins") * 512
-                + st.counter("swapcache_hits");
+            let ins = st.counters.swapins
+                + st.counters.readahead
+                + st.counters.huge_swapins * 512
+                + st.counters.swapcache_hits;
             assert!(ins > 1000, "{mode:?} huge={huge}: {:?}", st.counters);
         }
     }

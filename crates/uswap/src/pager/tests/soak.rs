@@ -421,7 +421,7 @@ fn run(seed: u64) -> ! {
     let st = swap.stats();
     drop(Arc::try_unwrap(region).ok().expect("the workers are done"));
     swap.swap_space().drain_slot_caches();
-    let retired = st.counter("swapout_errors");
+    let retired = st.counters.swapout_errors;
     let kept = swap.total_slots() - swap.free_slots();
     assert!(kept <= retired, "{kept} slots not returned, {retired} retired");
     assert_eq!(swap.resident_pages(), 0);
@@ -430,8 +430,8 @@ fn run(seed: u64) -> ! {
         "soak: seed {seed} ok: {} bytes verified, {} faults injected, {} evictions, {} swap-ins",
         verified.load(Ordering::Relaxed),
         injected.load(Ordering::Relaxed),
-        st.counter("evictions"),
-        st.counter("swapins"),
+        st.counters.evictions,
+        st.counters.swapins,
     );
     child::exit(0);
 }

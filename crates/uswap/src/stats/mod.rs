@@ -1,0 +1,732 @@
+//! Statistics: operation counters and lock profiles, cheap enough to leave on.
+//!
+//! The seeds argue from `perf lock` profiles ("`get_swap_pages` 21.03% ->
+//! gone"), so every lock in uswap is a [`StatMutex`] that reports, per lock
+//! *site* (all cluster locks share the site `cluster`, all swap-cache trunks
+//! the site `swap_cache_trunk`), how often it was taken, how often the taker
+//! found it held, and how long it waited.
+//!
+//! Cost: an uncontended acquisition adds one relaxed increment to a counter
+//! shard owned (in practice) by the calling thread, so counters never bounce
+//! a cache line between CPUs.  The clock is read only when the lock was
+//! found held, where the wait dwarfs it.
+//!
+//! Every statistic is declared once, in `table.rs`, and read by field
+//! ([`Stats`]): `stats.counters.faults`, never by a string.  They live in
+//! one block of memory per instance (`block.rs`): CPU-major shards of
+//! counters and lock sites, and a head of gauges, pressure and events;
+//! published, it is a file in the user's directory (`live.rs`) that
+//! `uswap stat` and `uswap top` map and read while the program runs,
+//! taking no lock the pager takes.
+//!
+//! Shards are by CPU rather than by thread because counters are bumped
+//! in the SIGBUS handler, which touches no thread-local storage: a
+//! library preloaded into a program (`uswap run`) reaches it through the
+//! thread's DTV, which glibc allocates with the program's `calloc`, in
+//! paged memory.  As many as the machine has CPUs (a power of two): every
+//! process of a tree under `uswap run` has a block, and at 64 shards it
+//! would take a part of its budget from its first instant, on two CPUs.
+
+mod block;
+pub mod live;
+mod table;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
+
+use block::Block;
+pub use block::{Identity, Label, MappedBlock, EVENT_RING, LATENCY_BUCKETS};
+pub use table::{CounterId, Counters, EventKind, GaugeId, Gauges, LockId, Locks, Unit};
+
+/// A monotonically increasing event count: a word in each CPU's shard of
+/// the instance's block.
+pub struct Counter {
+    block: Arc<Block>,
+    id: CounterId,
+}
+
+impl Counter {
+    /// The name this counter is reported under.
+    pub fn name(&self) -> &'static str {
+        Counters::TABLE[self.id.0 as usize].0
+    }
+
+    /// Add `n` events.
+    #[inline]
+    pub fn add(&self, n: u64) {
+        self.block.count(self.id.0, n);
+    }
+
+    /// Add one event.
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1);
+    }
+
+    /// The sum over all shards.  Concurrent increments may or may not be
+    /// included; a quiescent read is exact.
+    pub fn get(&self) -> u64 {
+        self.block.counter_total(self.id.0)
+    }
+}
+
+/// A level that goes up and down (bytes in a store, pages held), with
+/// the highest it reached.  One word of the block's head: levels change
+/// per page stored, not per fault, and a reader wants one exact value.
+pub struct Gauge {
+    block: Arc<Block>,
+    id: GaugeId,
+}
+
+impl Gauge {
+    /// The name this gauge is reported under.
+    pub fn name(&self) -> &'static str {
+        Gauges::TABLE[self.id.0 as usize].0
+    }
+
+    /// Move the level by `delta`.
+    #[inline]
+    pub fn add(&self, delta: i64) {
+        self.block.gauge(self.id.0).fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Set the level.
+    pub fn set(&self, v: u64) {
+        self.block.gauge(self.id.0).store(v as i64, Ordering::Relaxed);
+    }
+
+    /// Raise the level to `v` if it is below (a peak).
+    #[inline]
+    pub fn raise_to(&self, v: u64) {
+        self.block.gauge(self.id.0).fetch_max(v as i64, Ordering::Relaxed);
+    }
+
+    /// The level (0 if updates racing a read left it below zero).
+    pub fn get(&self) -> u64 {
+        self.block.gauge(self.id.0).load(Ordering::Relaxed).max(0) as u64
+    }
+}
+
+use std::sync::atomic::Ordering;
+
+/// The statistics of one lock site: every lock of one kind (all cluster
+/// locks, all LRU locks of an instance) reports into the same site.
+pub struct LockSite {
+    block: Arc<Block>,
+    id: LockId,
+}
+
+/// What a lock site reports: the seeds' `perf lock` columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockStats {
+    /// Times the lock was taken.
+    pub acquisitions: u64,
+    /// Times the taker found the lock held and had to wait.
+    pub contended: u64,
+    /// Total nanoseconds spent waiting for the lock.
+    pub wait_ns: u64,
+}
+
+impl LockStats {
+    /// Field-wise difference, for measuring an interval.
+    pub fn since(&self, earlier: &LockStats) -> LockStats {
+        LockStats {
+            acquisitions: self.acquisitions.saturating_sub(earlier.acquisitions),
+            contended: self.contended.saturating_sub(earlier.contended),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+        }
+    }
+}
+
+impl LockSite {
+    /// The name this site is reported under.
+    pub fn name(&self) -> &'static str {
+        Locks::TABLE[self.id.0 as usize].0
+    }
+
+    /// The totals over all shards.
+    pub fn get(&self) -> LockStats {
+        self.block.lock_total(self.id.0)
+    }
+}
+
+/// A mutex that reports to a [`LockSite`].
+///
+/// It is the standard library's mutex, which on Linux is a futex word:
+/// it spins briefly, then sleeps in the kernel, and never allocates, not
+/// even the first time a thread waits.  That matters because the pager
+/// takes these locks inside its SIGBUS handler, which may interrupt a
+/// thread in the middle of `malloc` (`parking_lot`, which it replaced,
+/// allocates per-thread parking state on a thread's first wait).  A
+/// panic while holding one does not poison it for everyone else: the
+/// data it protects is kept consistent at every step by its users, as
+/// with a kernel spinlock.
+pub struct StatMutex<T> {
+    lock: Mutex<T>,
+    site: Arc<LockSite>,
+}
+
+impl<T> StatMutex<T> {
+    /// A mutex holding `value`, reporting to `site`.
+    pub fn new(value: T, site: Arc<LockSite>) -> Self {
+        StatMutex {
+            lock: Mutex::new(value),
+            site,
+        }
+    }
+
+    /// Take the lock, counting the acquisition and any wait.
+    #[inline]
+    pub fn lock(&self) -> MutexGuard<'_, T> {
+        if let Some(g) = self.try_lock_uncounted() {
+            self.site.block.lock_acquired(self.site.id.0, None);
+            return g;
+        }
+        let start = Instant::now();
+        let g = self.lock.lock().unwrap_or_else(PoisonError::into_inner);
+        let waited = start.elapsed().as_nanos() as u64;
+        self.site.block.lock_acquired(self.site.id.0, Some(waited));
+        g
+    }
+
+    #[inline]
+    fn try_lock_uncounted(&self) -> Option<MutexGuard<'_, T>> {
+        match self.lock.try_lock() {
+            Ok(g) => Some(g),
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
+    /// Take the lock only if it is free; counts an acquisition on success.
+    #[inline]
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        let g = self.try_lock_uncounted()?;
+        self.site.block.lock_acquired(self.site.id.0, None);
+        Some(g)
+    }
+
+    /// Access without locking through exclusive ownership.
+    pub fn get_mut(&mut self) -> &mut T {
+        self.lock.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The statistics of one uswap instance: its block (`block.rs`), and the
+/// handles its modules count through.
+///
+/// Modules ask for their counters, gauges and lock sites once, at
+/// construction, by typed id, and keep the handles; nothing here is
+/// looked up by name, on any path.
+pub struct Registry {
+    block: Arc<Block>,
+}
+
+/// Fault latency: how many faults were served in each power-of-two band
+/// of nanoseconds (bucket `b`: `[2^(b-1), 2^b)`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Latency {
+    /// Faults per band.
+    pub buckets: [u64; LATENCY_BUCKETS],
+}
+
+impl Default for Latency {
+    fn default() -> Self {
+        Latency {
+            buckets: [0; LATENCY_BUCKETS],
+        }
+    }
+}
+
+impl Latency {
+    /// Faults counted.
+    pub fn count(&self) -> u64 {
+        self.buckets.iter().sum()
+    }
+
+    /// The upper bound, in ns, of the band that holds quantile `q`
+    /// (0 to 1): within a factor of two of the true value.  0 when no
+    /// fault was counted.
+    pub fn quantile_ns(&self, q: f64) -> u64 {
+        let n = self.count();
+        if n == 0 {
+            return 0;
+        }
+        let want = ((n as f64 * q).ceil() as u64).clamp(1, n);
+        let mut seen = 0;
+        for (b, c) in self.buckets.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return 1u64 << b;
+            }
+        }
+        1 << (LATENCY_BUCKETS - 1)
+    }
+
+    /// Field-wise difference.
+    pub fn since(&self, earlier: &Latency) -> Latency {
+        let mut l = *self;
+        for (a, b) in l.buckets.iter_mut().zip(&earlier.buckets) {
+            *a = a.saturating_sub(*b);
+        }
+        l
+    }
+
+    /// Field-wise sum.
+    pub fn plus(&self, other: &Latency) -> Latency {
+        let mut l = *self;
+        for (a, b) in l.buckets.iter_mut().zip(&other.buckets) {
+            *a += b;
+        }
+        l
+    }
+}
+
+/// One line of pressure, as PSI's `memory.pressure` has it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PressureLine {
+    /// Percent of wall time stalled, averaged over 10 s.
+    pub avg10: f64,
+    /// Over 60 s.
+    pub avg60: f64,
+    /// Over 300 s.
+    pub avg300: f64,
+    /// Microseconds stalled in all.
+    pub total_us: u64,
+}
+
+/// The share of wall time the process's threads were stalled in uswap:
+/// waiting for a fault to be served (a swap-in's IO, reclaim a fault had
+/// to do first, a page another thread was bringing in).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Pressure {
+    /// Some thread was stalled.
+    pub some: PressureLine,
+    /// Every thread of the process was stalled at once.
+    pub full: PressureLine,
+}
+
+/// An event, as the ring of recent ones keeps it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// When, in ns since the epoch.
+    pub unix_ns: u64,
+    /// What it concerns (see [`EventKind`]).
+    pub value: u64,
+}
+
+/// Events: how many of each kind, and the last few.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Events {
+    /// Every kind with its count.
+    pub counts: Vec<(EventKind, u64)>,
+    /// The most recent, oldest first (at most [`EVENT_RING`]).
+    pub recent: Vec<Event>,
+}
+
+impl Events {
+    /// How many events of `kind` there were.
+    pub fn count(&self, kind: EventKind) -> u64 {
+        self.counts.iter().find(|(k, _)| *k == kind).map_or(0, |c| c.1)
+    }
+}
+
+/// An instance's statistics at one instant: every counter, gauge and lock
+/// site by field, the fault latency bands, pressure and events.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Stats {
+    /// Operation counters.
+    pub counters: Counters,
+    /// Levels (memory of a compressed store, pages resident).
+    pub gauges: Gauges,
+    /// Lock statistics by site.
+    pub locks: Locks,
+    /// How long faults took to serve.
+    pub fault_latency: Latency,
+    /// Stalled time, as PSI reports it.
+    pub pressure: Pressure,
+    /// Events.
+    pub events: Events,
+    /// Each swap device's slots and those in use (pages out on it).
+    pub devices: Vec<DeviceLevel>,
+}
+
+/// A swap device's levels.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct DeviceLevel {
+    /// "ram", "file" or "compressed".
+    pub kind: &'static str,
+    /// Its slots (pages it can hold).
+    pub slots: u64,
+    /// Slots in use.
+    pub used: u64,
+}
+
+impl Stats {
+    /// Total nanoseconds waited on all lock sites.
+    pub fn total_wait_ns(&self) -> u64 {
+        self.locks.total_wait_ns()
+    }
+
+    /// The events between `earlier` and `self` (gauges, pressure and
+    /// events: as they are now).
+    pub fn since(&self, earlier: &Stats) -> Stats {
+        Stats {
+            counters: self.counters.since(&earlier.counters),
+            gauges: self.gauges,
+            locks: self.locks.since(&earlier.locks),
+            fault_latency: self.fault_latency.since(&earlier.fault_latency),
+            pressure: self.pressure,
+            events: self.events.clone(),
+            devices: self.devices.clone(),
+        }
+    }
+}
+
+impl Registry {
+    /// A registry whose block is anonymous memory: read in this process
+    /// only.
+    pub fn new() -> Arc<Self> {
+        Arc::new(Registry {
+            block: Arc::new(Block::anonymous().expect("mapping a statistics block")),
+        })
+    }
+
+    /// A registry whose block is a file in `dir` (mode 0600), read by
+    /// `uswap stat` from other processes of this user.
+    pub fn published(dir: &std::path::Path, label: &Label) -> std::io::Result<Arc<Self>> {
+        Ok(Arc::new(Registry {
+            block: Arc::new(Block::published(dir, label)?),
+        }))
+    }
+
+    /// A registry in anonymous memory, or an error for a failed mapping.
+    pub fn try_new() -> std::io::Result<Arc<Self>> {
+        Ok(Arc::new(Registry {
+            block: Arc::new(Block::anonymous()?),
+        }))
+    }
+
+    /// The counter `id`.
+    pub fn counter(&self, id: CounterId) -> Arc<Counter> {
+        Arc::new(Counter {
+            block: self.block.clone(),
+            id,
+        })
+    }
+
+    /// The gauge `id`; devices that ask for one share it, so it reports
+    /// their sum.
+    pub fn gauge(&self, id: GaugeId) -> Arc<Gauge> {
+        Arc::new(Gauge {
+            block: self.block.clone(),
+            id,
+        })
+    }
+
+    /// The lock site `id`.
+    pub fn lock_site(&self, id: LockId) -> Arc<LockSite> {
+        Arc::new(LockSite {
+            block: self.block.clone(),
+            id,
+        })
+    }
+
+    /// Everything, read now.
+    pub fn snapshot(&self) -> Stats {
+        self.block
+            .snapshot(CounterId::STALL_SOME_NS.0, CounterId::STALL_FULL_NS.0)
+    }
+
+    /// A fault served in `ns`: counted in its latency band.
+    #[inline]
+    pub fn fault_latency(&self, ns: u64) {
+        self.block.latency(ns);
+    }
+
+    /// A thread of the process begins to wait in uswap.  Async-signal-safe.
+    #[inline]
+    pub fn stall_begin(&self) {
+        let threads = self
+            .block
+            .gauge(GaugeId::THREADS.0)
+            .load(Ordering::Relaxed)
+            .max(1) as u64;
+        self.block.stall_begin(threads);
+    }
+
+    /// The wait `stall_begin` began is over.
+    #[inline]
+    pub fn stall_end(&self) {
+        self.block
+            .stall_end(CounterId::STALL_SOME_NS.0, CounterId::STALL_FULL_NS.0);
+    }
+
+    /// Move the pressure averages on (every 2 s at most; the background
+    /// reclaimer calls it every pass).
+    pub fn update_pressure(&self) {
+        self.block
+            .update_pressure(CounterId::STALL_SOME_NS.0, CounterId::STALL_FULL_NS.0);
+    }
+
+    /// Set swap device `i`'s levels (kind 1 ram, 2 file, 3 compressed).
+    pub fn device_level(&self, i: usize, kind: u64, slots: u64, used: u64) {
+        self.block.device(i, kind, slots, used);
+    }
+
+    /// Note an event.  Async-signal-safe.
+    pub fn event(&self, kind: EventKind, value: u64) {
+        self.block.event(kind, value);
+    }
+
+    /// Say who the instance is: its tree and its fault mode.
+    pub fn label(&self, label: &Label) {
+        self.block.label(label);
+    }
+
+    /// The file the block is published as, if it is.
+    pub fn published_path(&self) -> Option<std::path::PathBuf> {
+        self.block.path()
+    }
+
+    /// Remove the published file (the process is leaving).
+    pub fn unpublish(&self) {
+        self.block.unpublish();
+    }
+
+    /// In a forked child: a block of its own (see `Block::reopen_here`).
+    pub(crate) fn reopen_here(&self) {
+        self.block.reopen_here();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::thread;
+    use std::time::Duration;
+
+    #[test]
+    fn counters_sum_over_threads() {
+        let reg = Registry::new();
+        let c = reg.counter(CounterId::FAULTS);
+        thread::scope(|s| {
+            for _ in 0..8 {
+                let c = c.clone();
+                s.spawn(move || {
+                    for _ in 0..10_000 {
+                        c.inc();
+                    }
+                });
+            }
+        });
+        assert_eq!(reg.snapshot().counters.faults, 80_000);
+        // The same id yields the same counter.
+        reg.counter(CounterId::FAULTS).add(5);
+        assert_eq!(c.get(), 80_005);
+        assert_eq!(c.name(), "faults");
+        // Every other counter is untouched.
+        assert_eq!(
+            reg.snapshot().counters.iter().map(|(_, v)| v).sum::<u64>(),
+            80_005
+        );
+    }
+
+    #[test]
+    fn lock_counts_acquisitions_and_contention() {
+        let reg = Registry::new();
+        let m = Arc::new(StatMutex::new(0u64, reg.lock_site(LockId::CLUSTER)));
+        {
+            let _g = m.lock();
+            let m2 = m.clone();
+            let h = thread::spawn(move || {
+                *m2.lock() += 1;
+            });
+            // Hold the lock long enough that the other thread must wait.
+            thread::sleep(Duration::from_millis(50));
+            drop(_g);
+            h.join().unwrap();
+        }
+        let s = reg.snapshot().locks.cluster;
+        assert_eq!(s.acquisitions, 2);
+        assert_eq!(s.contended, 1);
+        assert!(s.wait_ns >= 10_000_000, "waited only {} ns", s.wait_ns);
+        assert_eq!(*m.lock(), 1);
+        assert!(m.try_lock().is_some());
+        assert_eq!(reg.snapshot().locks.cluster.acquisitions, 4);
+        assert_eq!(
+            reg.snapshot().locks.get("cluster"),
+            Some(reg.snapshot().locks.cluster)
+        );
+    }
+
+    #[test]
+    fn snapshot_difference() {
+        let reg = Registry::new();
+        let c = reg.counter(CounterId::SWAPINS);
+        c.add(3);
+        let before = reg.snapshot();
+        c.add(4);
+        let d = reg.snapshot().since(&before);
+        assert_eq!(d.counters.swapins, 4);
+        assert_eq!(d.counters.faults, 0);
+    }
+
+    #[test]
+    fn gauges_share_a_word_and_keep_peaks() {
+        let reg = Registry::new();
+        let (a, b) = (
+            reg.gauge(GaugeId::STORE_MEM_BYTES),
+            reg.gauge(GaugeId::STORE_MEM_BYTES),
+        );
+        a.add(100);
+        b.add(50);
+        b.add(-30);
+        let p = reg.gauge(GaugeId::STORE_MEM_PEAK_BYTES);
+        p.raise_to(120);
+        p.raise_to(90);
+        let g = reg.snapshot().gauges;
+        assert_eq!(g.store_mem_bytes, 120);
+        assert_eq!(g.store_mem_peak_bytes, 120);
+    }
+
+    #[test]
+    fn latency_bands_and_quantiles() {
+        let reg = Registry::new();
+        for _ in 0..99 {
+            reg.fault_latency(3_000); // band [2048, 4096)
+        }
+        reg.fault_latency(1_000_000); // band [524288, 1048576)
+        let l = reg.snapshot().fault_latency;
+        assert_eq!(l.count(), 100);
+        assert_eq!(l.quantile_ns(0.5), 4096);
+        assert_eq!(l.quantile_ns(0.99), 4096);
+        assert_eq!(l.quantile_ns(1.0), 1 << 20);
+        assert_eq!(Latency::default().quantile_ns(0.5), 0);
+    }
+
+    /// Stalls overlapping in two threads count once for "some"; "full"
+    /// only while every thread of the process is stalled.
+    #[test]
+    fn stall_clock_counts_overlaps_once() {
+        let reg = Registry::new();
+        reg.gauge(GaugeId::THREADS).set(2);
+        reg.stall_begin();
+        thread::sleep(Duration::from_millis(20));
+        reg.stall_begin(); // the second thread: now both ("full")
+        thread::sleep(Duration::from_millis(20));
+        reg.stall_end(); // one runs again: "full" over
+        thread::sleep(Duration::from_millis(20));
+        let open = reg.snapshot().pressure;
+        reg.stall_end();
+        let p = reg.snapshot().pressure;
+        // Some: ~60 ms, counted once; full: ~20 ms.
+        assert!((55_000..200_000).contains(&p.some.total_us), "{p:?}");
+        assert!(
+            (18_000..p.some.total_us - 30_000).contains(&p.full.total_us),
+            "{p:?}"
+        );
+        // An open stall is in the total read while it lasts.
+        assert!(open.some.total_us >= 55_000, "{open:?}");
+        thread::sleep(Duration::from_millis(10));
+        assert_eq!(
+            reg.snapshot().pressure.some.total_us,
+            p.some.total_us,
+            "closed stays closed"
+        );
+        // An end without a begin (a fork zeroed the clock) does nothing.
+        reg.stall_end();
+        assert_eq!(reg.snapshot().pressure.some.total_us, p.some.total_us);
+    }
+
+    #[test]
+    fn stall_clock_balances_under_many_threads() {
+        let reg = Registry::new();
+        reg.gauge(GaugeId::THREADS).set(8);
+        thread::scope(|s| {
+            for _ in 0..8 {
+                s.spawn(|| {
+                    for _ in 0..20_000 {
+                        reg.stall_begin();
+                        reg.stall_end();
+                    }
+                });
+            }
+        });
+        let a = reg.snapshot().pressure;
+        thread::sleep(Duration::from_millis(20));
+        // Every stall ended: nothing open, nothing grows.
+        assert_eq!(reg.snapshot().pressure, a);
+        assert!(a.full.total_us <= a.some.total_us);
+    }
+
+    #[test]
+    fn events_keep_counts_and_the_last_few() {
+        let reg = Registry::new();
+        for i in 0..(EVENT_RING as u64 + 5) {
+            reg.event(EventKind::SlotRetired, i);
+        }
+        reg.event(EventKind::BudgetChanged, 777);
+        let e = reg.snapshot().events;
+        assert_eq!(e.count(EventKind::SlotRetired), EVENT_RING as u64 + 5);
+        assert_eq!(e.count(EventKind::BudgetChanged), 1);
+        assert_eq!(e.count(EventKind::OomKill), 0);
+        assert_eq!(e.recent.len(), EVENT_RING);
+        let last = e.recent.last().unwrap();
+        assert_eq!((last.kind, last.value), (EventKind::BudgetChanged, 777));
+        // Oldest first, in order.
+        let values: Vec<u64> = e.recent[..EVENT_RING - 1].iter().map(|e| e.value).collect();
+        assert_eq!(values, (6..EVENT_RING as u64 + 5).collect::<Vec<_>>());
+        assert!(e.recent.windows(2).all(|w| w[0].unix_ns <= w[1].unix_ns));
+    }
+
+    /// A published block is read from its file by another mapping as the
+    /// pager's own snapshot reads it, and its file goes with the registry.
+    #[test]
+    fn published_block_reads_back_from_its_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let reg = Registry::published(dir.path(), &Label { group: 7, mode: 1 }).unwrap();
+        reg.counter(CounterId::EVICTIONS).add(42);
+        reg.gauge(GaugeId::RESIDENT).set(1000);
+        reg.lock_site(LockId::LRU);
+        reg.event(EventKind::PagePoisoned, 0x1000);
+        let path = reg.published_path().unwrap();
+        assert!(path
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with(&format!("{}-", std::process::id())));
+        let m = MappedBlock::open(&path).unwrap().expect("a block");
+        let id = m.identity();
+        assert_eq!(
+            (id.pid, id.group, id.mode),
+            (std::process::id() as i32, 7, "sigbus")
+        );
+        assert!(!id.command.is_empty());
+        let s = m.stats();
+        assert_eq!(s.counters.evictions, 42);
+        assert_eq!(s.gauges.resident, 1000);
+        assert_eq!(s.events.count(EventKind::PagePoisoned), 1);
+        // Live: later counts show through the other mapping.
+        reg.counter(CounterId::EVICTIONS).add(1);
+        assert_eq!(m.stats().counters.evictions, 43);
+        drop(reg);
+        assert!(!path.exists(), "the file goes with the instance");
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_block_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("1-0.stats");
+        std::fs::write(&p, vec![0u8; 8192]).unwrap();
+        assert!(MappedBlock::open(&p).unwrap().is_none());
+        std::fs::write(&p, b"short").unwrap();
+        assert!(MappedBlock::open(&p).unwrap().is_none());
+    }
+}
