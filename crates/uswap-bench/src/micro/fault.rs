@@ -263,6 +263,9 @@ fn uswap_run(
         // The cost of a fault, not of a page: the touches go in order, and
         // readahead would serve most of them without one.
         .readahead(false)
+        // Published, as `uswap run` publishes: what a fault costs with
+        // `uswap stat` able to read it.
+        .publish(true)
         .build()
         .context("starting uswap")?;
     let mut region = if huge { swap.map_huge(len) } else { swap.map(len) }.context("mapping the region")?;

@@ -398,6 +398,8 @@ impl Pager {
             .lru_batch(a.lru)
             .readahead(a.readahead)
             .per_page_evict(a.per_page_evict)
+            // Published, as `uswap run` publishes.
+            .publish(true)
             .build()
             .context("starting uswap")?;
         Ok(Pager::Uswap(swap))

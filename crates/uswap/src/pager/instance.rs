@@ -76,6 +76,8 @@ pub(crate) struct Levels {
     pub swapped: Arc<Gauge>,
     pub swap_total: Arc<Gauge>,
     pub threads: Arc<Gauge>,
+    /// The process's thread count when `threads` was last worked out.
+    pub threads_seen: AtomicU64,
 }
 
 impl Counters {
@@ -123,6 +125,7 @@ impl Counters {
                 swapped: r.gauge(GaugeId::SWAPPED),
                 swap_total: r.gauge(GaugeId::SWAP_TOTAL),
                 threads: r.gauge(GaugeId::THREADS),
+                threads_seen: AtomicU64::new(0),
             },
         }
     }
@@ -462,9 +465,14 @@ impl Inner {
             self.registry
                 .device_level(i, kind, d.pages(), d.inuse().saturating_sub(1));
         }
+        // The program's threads, for "full" pressure: rescanned when the
+        // process's thread count moved.
         if let Some(n) = process_threads() {
-            let own = self.threads.lock().len() as u64;
-            l.threads.set(n.saturating_sub(own).max(1));
+            if l.threads_seen.swap(n, Ordering::Relaxed) != n {
+                if let Some(p) = program_threads() {
+                    l.threads.set(p.max(1));
+                }
+            }
         }
     }
 
@@ -1087,6 +1095,20 @@ impl Inner {
             }
         }
     }
+}
+
+/// The program's threads: this process's, less uswap's own (named
+/// `uswap-*`) and the kernel's io_uring workers (`iou-*`), which never
+/// fault on the program's memory.
+fn program_threads() -> Option<u64> {
+    let mut n = 0;
+    for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let comm = std::fs::read(t.path().join("comm")).unwrap_or_default();
+        if !comm.starts_with(b"uswap-") && !comm.starts_with(b"iou-") {
+            n += 1;
+        }
+    }
+    Some(n)
 }
 
 /// This process's threads, from `/proc/self/stat` (its 20th field).
