@@ -162,8 +162,9 @@ fn paging(v: &Value, members: usize) -> bool {
 fn stat_reads_a_running_program() {
     let s = Scene::new();
     let budget: u64 = 128 << 20;
+    let json_out = s.dir.path().join("at-exit.json");
     let child = s.start(
-        &["--budget", "128M"],
+        &["--budget", "128M", "--stats-json", json_out.to_str().unwrap()],
         &[PYTHON, &s.hog(), "384", "120", &s.stop_file()],
         false,
     );
@@ -237,6 +238,13 @@ fn stat_reads_a_running_program() {
     assert!(parsed["histogram_count"].as_f64() > Some(0.0), "{parsed}");
 
     s.finish(child);
+    // `--stats-json`: the program's statistics at its exit, the same
+    // fields, and at least what was read while it ran.
+    let at_exit: Value = serde_json::from_slice(&std::fs::read(&json_out).unwrap()).unwrap();
+    assert_eq!(at_exit["pid"].as_i64(), p["pid"].as_i64(), "{at_exit}");
+    assert_eq!(at_exit["budget_bytes"].as_u64(), Some(budget));
+    let faults = at_exit["stats"]["counters"]["faults"].as_u64().unwrap();
+    assert!(faults >= sum(&b, "counters", "faults"), "{at_exit}");
 }
 
 /// The exposition parsed by `prometheus_client` (the Prometheus project's

@@ -145,9 +145,23 @@ pub fn text(g: &Group) -> String {
         kv("store_mem_bytes", gauges.store_mem_bytes.to_string());
         kv("store_mem_peak_bytes", gauges.store_mem_peak_bytes.to_string());
         kv("store_limit_bytes", gauges.store_limit_bytes.to_string());
+        // Two ratios, labelled: what the store holds over the memory it
+        // uses now, and over the most it has used (zram's mem_used_max):
+        // what holding these pages cost at its worst.
         kv(
             "store_ratio_now",
             store_ratio(&gauges).map_or("-".into(), |r| format!("{r:.2}")),
+        );
+        kv(
+            "store_ratio_vs_peak_mem",
+            if gauges.store_mem_peak_bytes > 0 {
+                format!(
+                    "{:.2}",
+                    gauges.store_orig_bytes as f64 / gauges.store_mem_peak_bytes as f64
+                )
+            } else {
+                "-".into()
+            },
         );
         kv("store_same_pages", gauges.store_same_pages.to_string());
         kv("store_written_back", c.store_writebacks.to_string());

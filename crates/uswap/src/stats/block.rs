@@ -811,10 +811,3 @@ impl MappedBlock {
         )
     }
 }
-
-impl Drop for MappedBlock {
-    fn drop(&mut self) {
-        // Block's own drop unmaps and, owner -1, removes nothing; it would
-        // also unlist the range, which was never listed: harmless.
-    }
-}

@@ -31,11 +31,11 @@ mod block;
 pub mod live;
 mod table;
 
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use std::sync::{Mutex, MutexGuard, PoisonError, TryLockError};
 
 use block::Block;
 pub use block::{Identity, Label, MappedBlock, EVENT_RING, LATENCY_BUCKETS};
@@ -109,8 +109,6 @@ impl Gauge {
         self.block.gauge(self.id.0).load(Ordering::Relaxed).max(0) as u64
     }
 }
-
-use std::sync::atomic::Ordering;
 
 /// The statistics of one lock site: every lock of one kind (all cluster
 /// locks, all LRU locks of an instance) reports into the same site.
@@ -390,7 +388,8 @@ impl Stats {
 
 impl Registry {
     /// A registry whose block is anonymous memory: read in this process
-    /// only.
+    /// only.  Panics if the kernel refuses a mapping of a few KiB (the
+    /// pager uses [`Registry::try_new`] and says so instead).
     pub fn new() -> Arc<Self> {
         Arc::new(Registry {
             block: Arc::new(Block::anonymous().expect("mapping a statistics block")),
