@@ -269,7 +269,7 @@ fn lookup(addr: u64) -> Option<Hit> {
 
 /// Serve a SIGBUS fault at `addr`; false when it is not in a region (the
 /// signal is then the program's).
-pub(super) fn serve_signal(addr: u64, access: Access) -> bool {
+pub(super) fn serve_signal(addr: u64, access: Access, tid: i32) -> bool {
     let Some(Hit { inner, id, unit }) = lookup(addr) else {
         return false;
     };
@@ -284,7 +284,7 @@ pub(super) fn serve_signal(addr: u64, access: Access) -> bool {
         return false;
     }
     let start = crate::io::monotonic_ns();
-    inner.registry.stall_begin();
+    inner.registry.stall_begin(tid);
     match unit {
         Some(base) => {
             fault::serve_unit(inner, base, id, addr, access);
@@ -333,7 +333,7 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
             let start = crate::io::monotonic_ns();
             // The faulting thread waits from its fault to its wake-up; what
             // is seen here is the serving of it (not the kernel's delivery).
-            inner.registry.stall_begin();
+            inner.registry.stall_begin(thread as i32);
             let wake = match lookup(address) {
                 Some(Hit {
                     inner: owner,
@@ -822,7 +822,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // goes to the program's handler outside it, which may fault again.
     let served = code == libc::BUS_ADRERR && {
         let _inside = gate::enter_as(tid, 0);
-        serve(addr, ctx)
+        serve(addr, ctx, tid)
     };
     if !served {
         pass_on(sig, info, ctx);
@@ -836,21 +836,24 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
 struct Fault {
     addr: u64,
     access: Access,
+    /// The faulting thread.
+    tid: i32,
     served: bool,
 }
 
 extern "C" fn serve_fault(arg: *mut libc::c_void) {
     // SAFETY: `arg` is the `Fault` of `serve`, alive across this call.
     let f = unsafe { &mut *arg.cast::<Fault>() };
-    f.served = serve_signal(f.addr, f.access);
+    f.served = serve_signal(f.addr, f.access, f.tid);
 }
 
 /// Serve a fault at `addr` on a stack with room (see "Stacks" above).
 /// Returns whether it was a uswap fault.
-fn serve(addr: u64, ctx: *mut libc::c_void) -> bool {
+fn serve(addr: u64, ctx: *mut libc::c_void, tid: i32) -> bool {
     let mut f = Fault {
         addr,
         access: access(ctx),
+        tid,
         served: false,
     };
     let arg = (&mut f as *mut Fault).cast();

@@ -76,8 +76,6 @@ pub(crate) struct Levels {
     pub swapped: Arc<Gauge>,
     pub swap_total: Arc<Gauge>,
     pub threads: Arc<Gauge>,
-    /// The process's thread count when `threads` was last worked out.
-    pub threads_seen: AtomicU64,
 }
 
 impl Counters {
@@ -125,7 +123,6 @@ impl Counters {
                 swapped: r.gauge(GaugeId::SWAPPED),
                 swap_total: r.gauge(GaugeId::SWAP_TOTAL),
                 threads: r.gauge(GaugeId::THREADS),
-                threads_seen: AtomicU64::new(0),
             },
         }
     }
@@ -465,15 +462,8 @@ impl Inner {
             self.registry
                 .device_level(i, kind, d.pages(), d.inuse().saturating_sub(1));
         }
-        // The program's threads, for "full" pressure: rescanned when the
-        // process's thread count moved.
-        if let Some(n) = process_threads() {
-            if l.threads_seen.swap(n, Ordering::Relaxed) != n {
-                if let Some(p) = program_threads() {
-                    l.threads.set(p.max(1));
-                }
-            }
-        }
+        // The program's threads that touch swapped memory, for "full".
+        l.threads.set(self.registry.active_threads());
     }
 
     /// Whether page `id`, whose claim the caller (an evictor) has just
@@ -1095,26 +1085,4 @@ impl Inner {
             }
         }
     }
-}
-
-/// The program's threads: this process's, less uswap's own (named
-/// `uswap-*`) and the kernel's io_uring workers (`iou-*`), which never
-/// fault on the program's memory.
-fn program_threads() -> Option<u64> {
-    let mut n = 0;
-    for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let comm = std::fs::read(t.path().join("comm")).unwrap_or_default();
-        if !comm.starts_with(b"uswap-") && !comm.starts_with(b"iou-") {
-            n += 1;
-        }
-    }
-    Some(n)
-}
-
-/// This process's threads, from `/proc/self/stat` (its 20th field).
-fn process_threads() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let close = text.rfind(')')?;
-    // Field 3 (the state) follows the command; the thread count is 20.
-    text[close + 1..].split_whitespace().nth(17)?.parse().ok()
 }

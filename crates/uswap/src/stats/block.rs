@@ -97,7 +97,16 @@ pub(crate) struct Head {
     /// Per swap device: its kind (1 ram, 2 file, 3 compressed; 0 none),
     /// its slots, and those in use.
     devices: [[AtomicU64; 3]; MAX_DEVICES],
+    /// When a thread of each bucket of thread ids (`tid % 64`) last
+    /// began to wait in uswap, in microseconds of CLOCK_MONOTONIC: the
+    /// threads that touch swapped memory, PSI's non-idle tasks for
+    /// "full".  Not /proc/self/task: reading it from the reclaimer would
+    /// open descriptors at the program's lowest free numbers, under it.
+    active: [AtomicU64; ACTIVE_BUCKETS],
 }
+
+/// Buckets of thread ids for [`Head::active`].
+const ACTIVE_BUCKETS: usize = 64;
 
 /// One CPU's counters, lock sites and latency buckets.
 #[repr(C, align(64))]
@@ -314,6 +323,30 @@ impl Block {
     pub(crate) fn latency(&self, ns: u64) {
         let b = ((64 - ns.leading_zeros()) as usize).min(LATENCY_BUCKETS - 1);
         self.here().latency[b].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Thread `tid` waits in uswap now: its bucket's time, written only
+    /// when it moved on by a millisecond (a line not written per fault).
+    #[inline]
+    pub(crate) fn thread_active(&self, tid: i32) {
+        let slot = &self.head().active[tid as u32 as usize % ACTIVE_BUCKETS];
+        let now = monotonic_us();
+        if now.saturating_sub(slot.load(Ordering::Relaxed)) > 1000 {
+            slot.store(now, Ordering::Relaxed);
+        }
+    }
+
+    /// Buckets with a thread that waited in the last `within_us`.
+    pub(crate) fn active_threads(&self, within_us: u64) -> u64 {
+        let now = monotonic_us();
+        self.head()
+            .active
+            .iter()
+            .filter(|t| {
+                let t = t.load(Ordering::Relaxed);
+                t != 0 && now.saturating_sub(t) < within_us
+            })
+            .count() as u64
     }
 
     /// A thread of the process begins to wait in uswap (a fault being
@@ -652,6 +685,7 @@ impl Block {
         h.events_head.store(0, Ordering::Relaxed);
         h.event_counts.iter().for_each(|w| w.store(0, Ordering::Relaxed));
         h.events.iter().for_each(|e| e.seq.store(0, Ordering::Relaxed));
+        h.active.iter().for_each(|t| t.store(0, Ordering::Relaxed));
         if let Ok(mut last) = self.last_avg.try_lock() {
             *last = (0, 0, monotonic_us());
         }

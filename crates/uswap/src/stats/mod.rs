@@ -448,15 +448,24 @@ impl Registry {
         self.block.latency(ns);
     }
 
-    /// A thread of the process begins to wait in uswap.  Async-signal-safe.
+    /// Thread `tid` of the process begins to wait in uswap (a fault of
+    /// its being served).  Async-signal-safe.
     #[inline]
-    pub fn stall_begin(&self) {
+    pub fn stall_begin(&self, tid: i32) {
+        self.block.thread_active(tid);
         let threads = self
             .block
             .gauge(GaugeId::THREADS.0)
             .load(Ordering::Relaxed)
             .max(1) as u64;
         self.block.stall_begin(threads);
+    }
+
+    /// The threads that waited in uswap in the last 2 s (told apart by
+    /// their thread ids in 64 buckets: a shared bucket counts once), at
+    /// least 1: the threads "full" pressure asks to be stalled at once.
+    pub fn active_threads(&self) -> u64 {
+        self.block.active_threads(2_000_000).max(1)
     }
 
     /// The wait `stall_begin` began is over.
@@ -615,9 +624,9 @@ mod tests {
     fn stall_clock_counts_overlaps_once() {
         let reg = Registry::new();
         reg.gauge(GaugeId::THREADS).set(2);
-        reg.stall_begin();
+        reg.stall_begin(101);
         thread::sleep(Duration::from_millis(20));
-        reg.stall_begin(); // the second thread: now both ("full")
+        reg.stall_begin(102); // the second thread: now both ("full")
         thread::sleep(Duration::from_millis(20));
         reg.stall_end(); // one runs again: "full" over
         thread::sleep(Duration::from_millis(20));
@@ -648,10 +657,11 @@ mod tests {
         let reg = Registry::new();
         reg.gauge(GaugeId::THREADS).set(8);
         thread::scope(|s| {
-            for _ in 0..8 {
-                s.spawn(|| {
+            for t in 0..8 {
+                let reg = &reg;
+                s.spawn(move || {
                     for _ in 0..20_000 {
-                        reg.stall_begin();
+                        reg.stall_begin(t);
                         reg.stall_end();
                     }
                 });
@@ -662,6 +672,23 @@ mod tests {
         // Every stall ended: nothing open, nothing grows.
         assert_eq!(reg.snapshot().pressure, a);
         assert!(a.full.total_us <= a.some.total_us);
+    }
+
+    /// "Full" asks for the threads that waited lately: told apart by
+    /// their ids, one bucket each.
+    #[test]
+    fn active_threads_are_those_that_waited() {
+        let reg = Registry::new();
+        assert_eq!(reg.active_threads(), 1, "at least one");
+        for tid in [1000, 1001, 1002, 1000] {
+            reg.stall_begin(tid);
+            reg.stall_end();
+        }
+        assert_eq!(reg.active_threads(), 3);
+        // Thread 1064 shares thread 1000's bucket: counted once.
+        reg.stall_begin(1064);
+        reg.stall_end();
+        assert_eq!(reg.active_threads(), 3);
     }
 
     #[test]

@@ -343,7 +343,7 @@ gauges! {
     swapped SWAPPED Pages;
     /// Swap slots over all devices.
     swap_total SWAP_TOTAL Pages;
-    /// Threads of the process (for PSI "full").
+    /// Threads that waited in uswap in the last 2 s (PSI "full" asks all of them stalled).
     threads THREADS Events;
     /// Compressed store: bytes of pages it holds, before compression.
     store_orig_bytes STORE_ORIG_BYTES Bytes;
