@@ -427,7 +427,7 @@ pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             if watching && last_watch.elapsed() >= WATCH_EVERY {
                 last_watch = Instant::now();
                 watches += 1;
-                watch(watches % SCAN_EVERY == 1);
+                watch(watches % SCAN_EVERY == 1, &inner);
             }
             if let Some((slots, units)) = inner.backing.hold.release_if_done() {
                 slots.into_iter().for_each(|e| inner.free_slot(e));
@@ -685,7 +685,9 @@ pub(super) fn install() {
 /// The watchdog, called every few milliseconds by an instance's
 /// reclaimer (and by `Swap::map`): a SIGBUS handler installed after
 /// uswap's is put behind it, and a thread that blocks SIGBUS is named.
-pub(super) fn watch(scan_threads: bool) {
+/// `inner` is the watching instance: a thread found blocking SIGBUS is
+/// an event of its statistics.
+pub(super) fn watch(scan_threads: bool, inner: &Inner) {
     if !INSTALL.is_completed() {
         return;
     }
@@ -698,7 +700,7 @@ pub(super) fn watch(scan_threads: bool) {
         ));
     }
     if scan_threads {
-        scan_blocked_threads();
+        scan_blocked_threads(inner);
     }
 }
 
@@ -746,7 +748,7 @@ fn handler_bucket(tid: i32) -> &'static AtomicU64 {
 }
 
 /// Name every thread of the process that blocks SIGBUS (not uswap's own).
-fn scan_blocked_threads() {
+fn scan_blocked_threads(inner: &Inner) {
     let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
         return;
     };
@@ -790,11 +792,9 @@ fn scan_blocked_threads() {
             continue;
         }
         watched.reported.push(tid);
-        for inner in super::fork::instances() {
-            inner
-                .registry
-                .event(crate::stats::EventKind::SigbusBlocked, tid as u64);
-        }
+        inner
+            .registry
+            .event(crate::stats::EventKind::SigbusBlocked, tid as u64);
         report::line(format_args!(
             "uswap: thread {tid} ({name}) blocks SIGBUS: in SIGBUS fault mode its first touch of swapped memory kills the process; unblock SIGBUS in that thread, or build the Swap with FaultMode::HandlerThread"
         ));

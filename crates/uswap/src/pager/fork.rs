@@ -71,7 +71,7 @@ use crate::PAGE_SIZE;
 /// the lock is never held at a fork.
 static INSTANCES: Mutex<Vec<Weak<Inner>>> = Mutex::new(Vec::new());
 
-pub(super) fn instances() -> Vec<Arc<Inner>> {
+fn instances() -> Vec<Arc<Inner>> {
     let mut list = INSTANCES
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);

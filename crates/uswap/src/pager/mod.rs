@@ -751,7 +751,7 @@ impl Swap {
             }
             // A SIGBUS handler installed since the last look goes behind
             // ours before the region can fault.
-            entry::watch(false);
+            entry::watch(false, &self.inner);
         }
         let pages = len.div_ceil(PAGE_SIZE);
         // The page-id lock is one a program's signal handler could want

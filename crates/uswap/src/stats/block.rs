@@ -33,8 +33,6 @@ use rustix::mm::{self, MapFlags, ProtFlags};
 use super::table::{layout_hash, Counters, EventKind, Gauges, Locks};
 use super::LockStats;
 
-/// Bumped when the block's shape changes beyond the table's names.
-pub(crate) const BLOCK_VERSION: u32 = 1;
 const MAGIC: u64 = u64::from_le_bytes(*b"uswapst1");
 /// Recent events kept (the counts are kept for every kind).
 pub const EVENT_RING: usize = 16;
