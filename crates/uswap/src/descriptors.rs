@@ -189,6 +189,12 @@ impl Placed {
     }
 }
 
+impl std::os::fd::AsFd for Placed {
+    fn as_fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
 impl AsRawFd for Placed {
     fn as_raw_fd(&self) -> RawFd {
         self.0.as_raw_fd()

@@ -748,18 +748,30 @@ fn handler_bucket(tid: i32) -> &'static AtomicU64 {
 }
 
 /// Name every thread of the process that blocks SIGBUS (not uswap's own).
+///
+/// The descriptors it reads through are moved above the program's at once
+/// (`descriptors::Placed`): a program closing every descriptor meanwhile
+/// (`close_range`, `closefrom`, the raw system call) must not pull one
+/// from under the scan (std's directory stream panics when its `closedir`
+/// fails), nor may the scan's close hit a number the program reused.
 fn scan_blocked_threads(inner: &Inner) {
-    let Ok(dir) = std::fs::read_dir("/proc/self/task") else {
+    let Some(dir) = open_placed("/proc/self/task", true) else {
         return;
     };
+    let mut tids = Vec::new();
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+    let mut entries = rustix::fs::RawDir::new(std::os::fd::AsFd::as_fd(&dir), &mut buf);
+    while let Some(Ok(e)) = entries.next() {
+        if let Some(tid) = e.file_name().to_str().ok().and_then(|s| s.parse::<i32>().ok()) {
+            tids.push(tid);
+        }
+    }
+    drop(dir);
     let mut watched = WATCHED.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let mut seen = Vec::new();
-    for t in dir.flatten() {
-        let Some(tid) = t.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
-            continue;
-        };
+    for tid in tids {
         let before = handler_bucket(tid).load(Ordering::Acquire);
-        let Ok(status) = std::fs::read_to_string(t.path().join("status")) else {
+        let Some(status) = read_placed(&format!("/proc/self/task/{tid}/status")) else {
             continue;
         };
         let after = handler_bucket(tid).load(Ordering::Acquire);
@@ -830,6 +842,30 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     inside.fetch_sub(1, Ordering::AcqRel);
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };
+}
+
+/// Open `path` read-only, its descriptor moved above the program's at
+/// once (see `scan_blocked_threads`).
+fn open_placed(path: &str, dir: bool) -> Option<crate::descriptors::Placed> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDONLY | OFlags::CLOEXEC | if dir { OFlags::DIRECTORY } else { OFlags::empty() };
+    let fd = rustix::fs::open(path, flags, Mode::empty()).ok()?;
+    Some(crate::descriptors::Placed::new(fd))
+}
+
+/// A small file of /proc, read through a placed descriptor.
+fn read_placed(path: &str) -> Option<String> {
+    let fd = open_placed(path, false)?;
+    let mut out = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match rustix::io::read(std::os::fd::AsFd::as_fd(&fd), &mut buf) {
+            Ok(0) => break,
+            Ok(n) => out.extend_from_slice(&buf[..n]),
+            Err(_) => return None,
+        }
+    }
+    String::from_utf8(out).ok()
 }
 
 /// A fault handed to [`serve_fault`] across a stack switch.

@@ -5,8 +5,9 @@
 //! clock, its recent events) and then one [`Shard`] per CPU (its
 //! counters, lock sites and fault latency histogram).  CPU-major, so a
 //! CPU's counters are contiguous and two CPUs never write one cache line:
-//! the whole of an instance's statistics on two CPUs is 5 KiB, where one
-//! cache line per counter per CPU was 11 KiB.
+//! the whole of an instance's statistics on two CPUs is 4.2 KiB (two
+//! pages mapped), where a padded line (128 bytes) per counter and lock
+//! site per CPU was 22 KiB.
 //!
 //! Every word is an atomic, written with relaxed stores and adds by the
 //! pager and read with relaxed loads by anyone: the reader takes no lock
