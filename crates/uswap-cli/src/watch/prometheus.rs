@@ -96,39 +96,37 @@ pub fn render(groups: &[Group]) -> String {
             .collect(),
     });
 
-    for (i, (name, unit, help)) in Counters::TABLE.iter().enumerate() {
-        // Stalled time is exported as pressure, below.
-        if name.starts_with("stall_") {
-            continue;
+    // Every counter and gauge of the table: each process's values read
+    // once, in the table's order.
+    let counters: Vec<Vec<u64>> = procs
+        .iter()
+        .map(|(_, p)| p.stats.counters.iter().map(|c| c.1).collect())
+        .collect();
+    let gauges: Vec<Vec<u64>> = procs
+        .iter()
+        .map(|(_, p)| p.stats.gauges.iter().map(|c| c.1).collect())
+        .collect();
+    for (table, values, counter) in [
+        (Counters::TABLE, &counters, true),
+        (Gauges::TABLE, &gauges, false),
+    ] {
+        for (i, (name, unit, help)) in table.iter().enumerate() {
+            // Stalled time is exported as pressure, below.
+            if name.starts_with("stall_") {
+                continue;
+            }
+            let (fname, scale) = exported(name, *unit, counter);
+            fams.push(Family {
+                name: fname,
+                kind: if counter { "counter" } else { "gauge" },
+                help: help.trim().to_string(),
+                samples: procs
+                    .iter()
+                    .zip(values)
+                    .map(|((g, p), v)| (labels(g, p, ""), num(v[i] as f64 * scale)))
+                    .collect(),
+            });
         }
-        let (fname, scale) = exported(name, *unit, true);
-        fams.push(Family {
-            name: fname,
-            kind: "counter",
-            help: help.trim().to_string(),
-            samples: procs
-                .iter()
-                .map(|(g, p)| {
-                    let v = p.stats.counters.iter().nth(i).map_or(0, |c| c.1);
-                    (labels(g, p, ""), num(v as f64 * scale))
-                })
-                .collect(),
-        });
-    }
-    for (i, (name, unit, help)) in Gauges::TABLE.iter().enumerate() {
-        let (fname, scale) = exported(name, *unit, false);
-        fams.push(Family {
-            name: fname,
-            kind: "gauge",
-            help: help.trim().to_string(),
-            samples: procs
-                .iter()
-                .map(|(g, p)| {
-                    let v = p.stats.gauges.iter().nth(i).map_or(0, |c| c.1);
-                    (labels(g, p, ""), num(v as f64 * scale))
-                })
-                .collect(),
-        });
     }
     let per_site = |f: &dyn Fn(uswap::stats::LockStats) -> f64| {
         procs

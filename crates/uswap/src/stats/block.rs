@@ -185,15 +185,7 @@ impl Block {
     pub(crate) fn anonymous() -> io::Result<Block> {
         let shards = shard_count();
         let len = block_len(shards);
-        // SAFETY: a fresh mapping at an address of the kernel's choosing.
-        let p = unsafe {
-            mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE,
-            )
-        }?;
+        let p = map_private(len)?;
         crate::sys::remember_memory(p as u64, len as u64);
         let b = Block::at(p.cast(), len, shards);
         b.stamp(&Label::default());
@@ -324,17 +316,6 @@ impl Block {
         self.here().latency[b].fetch_add(1, Ordering::Relaxed);
     }
 
-    /// Thread `tid` waits in uswap now: its bucket's time, written only
-    /// when it moved on by a millisecond (a line not written per fault).
-    #[inline]
-    pub(crate) fn thread_active(&self, tid: i32) {
-        let slot = &self.head().active[tid as u32 as usize % ACTIVE_BUCKETS];
-        let now = monotonic_us();
-        if now.saturating_sub(slot.load(Ordering::Relaxed)) > 1000 {
-            slot.store(now, Ordering::Relaxed);
-        }
-    }
-
     /// Buckets with a thread that waited in the last `within_us`.
     pub(crate) fn active_threads(&self, within_us: u64) -> u64 {
         let now = monotonic_us();
@@ -348,11 +329,18 @@ impl Block {
             .count() as u64
     }
 
-    /// A thread of the process begins to wait in uswap (a fault being
-    /// served for it, reclaim, IO).  Async-signal-safe.
-    pub(crate) fn stall_begin(&self, threads: u64) {
+    /// Thread `tid` of the process begins to wait in uswap (a fault
+    /// being served for it, reclaim, IO), with `threads` the threads
+    /// "full" asks to be stalled.  Its bucket of `active` takes the time,
+    /// written only when it moved on by a millisecond (a line not written
+    /// per fault).  One clock read for both.  Async-signal-safe.
+    pub(crate) fn stall_begin(&self, tid: i32, threads: u64) {
         let h = self.head();
         let now = monotonic_us() & STALL_MASK;
+        let slot = &h.active[tid as u32 as usize % ACTIVE_BUCKETS];
+        if now.saturating_sub(slot.load(Ordering::Relaxed)) > 1000 {
+            slot.store(now, Ordering::Relaxed);
+        }
         let mut s = h.some.load(Ordering::Relaxed);
         let n = loop {
             let n = s >> STALL_SHIFT;
@@ -697,20 +685,18 @@ impl Block {
 
     /// Replace the mapping with a private anonymous copy of itself.
     fn privatize(&self) -> io::Result<()> {
-        // SAFETY: a fresh mapping.
-        let p = unsafe {
-            mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                self.len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE,
-            )
-        }?;
+        let p = map_private(self.len)?;
         // SAFETY: both `len` bytes; then our fresh mapping moved over our
         // own block's address.
         unsafe {
-            std::ptr::copy_nonoverlapping(self.addr, p.cast::<u8>(), self.len);
-            mm::mremap_fixed(p, self.len, self.len, mm::MremapFlags::MAYMOVE, self.addr.cast())?;
+            std::ptr::copy_nonoverlapping(self.addr, p, self.len);
+            mm::mremap_fixed(
+                p.cast(),
+                self.len,
+                self.len,
+                mm::MremapFlags::MAYMOVE,
+                self.addr.cast(),
+            )?;
         }
         Ok(())
     }
@@ -769,6 +755,20 @@ fn create_file(dir: &Path, len: usize) -> io::Result<(File, PathBuf)> {
     };
     file.set_len(len as u64)?;
     Ok((file, path))
+}
+
+/// `len` bytes of fresh private anonymous memory.
+fn map_private(len: usize) -> io::Result<*mut u8> {
+    // SAFETY: a fresh mapping at an address of the kernel's choosing.
+    let p = unsafe {
+        mm::mmap_anonymous(
+            std::ptr::null_mut(),
+            len,
+            ProtFlags::READ | ProtFlags::WRITE,
+            MapFlags::PRIVATE,
+        )
+    }?;
+    Ok(p.cast())
 }
 
 fn map_shared(file: &File, len: usize, prot_read_only: Option<()>) -> io::Result<*mut u8> {

@@ -391,9 +391,7 @@ impl Registry {
     /// only.  Panics if the kernel refuses a mapping of a few KiB (the
     /// pager uses [`Registry::try_new`] and says so instead).
     pub fn new() -> Arc<Self> {
-        Arc::new(Registry {
-            block: Arc::new(Block::anonymous().expect("mapping a statistics block")),
-        })
+        Self::try_new().expect("mapping a statistics block")
     }
 
     /// A registry whose block is a file in `dir` (mode 0600), read by
@@ -452,13 +450,12 @@ impl Registry {
     /// its being served).  Async-signal-safe.
     #[inline]
     pub fn stall_begin(&self, tid: i32) {
-        self.block.thread_active(tid);
         let threads = self
             .block
             .gauge(GaugeId::THREADS.0)
             .load(Ordering::Relaxed)
             .max(1) as u64;
-        self.block.stall_begin(threads);
+        self.block.stall_begin(tid, threads);
     }
 
     /// The threads that waited in uswap in the last 2 s (told apart by
