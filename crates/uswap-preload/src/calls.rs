@@ -39,7 +39,7 @@ use std::ffi::c_void;
 use uswap::pager::Pinned;
 
 use crate::pins::chunk;
-use crate::RUNNING;
+use crate::running::RUNNING;
 
 /// Pin the heap pages of `[addr, addr + len)`: for the kernel to store
 /// into them (`write`) or to read them.  None when pinning is off or no

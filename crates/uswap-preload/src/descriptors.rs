@@ -56,7 +56,7 @@ fn set_errno(e: i32) {
 fn refused_dup(fd: c_int) {
     static SAID: AtomicBool = AtomicBool::new(false);
     if !SAID.swap(true, Ordering::Relaxed) {
-        crate::say(&format!(
+        crate::running::say(&format!(
             "uswap run: the program asked for descriptor {fd}, which uswap holds (its swap device or userfaultfd); refused with EBADF so that neither writes into the other's file. uswap keeps its descriptors from {} up: have the program use lower numbers",
             uswap::descriptors::floor()
         ));

@@ -333,7 +333,7 @@ pub(crate) fn to_libc() -> bool {
 
 #[cold]
 fn decide_route() -> bool {
-    if crate::RUNNING.get().is_none() {
+    if crate::running::RUNNING.get().is_none() {
         // Not started (or not the paged process): mimalloc over ordinary
         // memory, and no decision kept, so that one is made once it runs.
         return false;
@@ -408,7 +408,7 @@ fn libc_block(p: *const c_void) -> bool {
     if p.is_null() {
         return false;
     }
-    if let Some(r) = crate::RUNNING.get() {
+    if let Some(r) = crate::running::RUNNING.get() {
         let base = r.region.as_ptr() as usize;
         if (base..base + r.region.len()).contains(&(p as usize)) {
             return false;

@@ -43,7 +43,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
 use libmimalloc_sys::{mi_manage_os_memory_ex, mi_option_set};
-use uswap::pager::{FaultMode, Region, Swap, SwapDeviceSpec};
+use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
 use uswap::run_env as env;
 
 /// The next definition of a symbol after this library's (libc's), looked
@@ -56,7 +56,7 @@ macro_rules! next {
             // SAFETY: a symbol lookup with a C string.
             at = unsafe { libc::dlsym(libc::RTLD_NEXT, concat!($name, "\0").as_ptr().cast()) } as usize;
             if at == 0 {
-                crate::fatal(concat!("uswap run: libc has no ", $name));
+                crate::running::fatal(concat!("uswap run: libc has no ", $name));
             }
             AT.store(at, std::sync::atomic::Ordering::Relaxed);
         }
@@ -73,10 +73,12 @@ mod guard;
 mod heap;
 mod maps;
 mod pins;
+mod running;
 mod signals;
 mod syscalls;
 
 use heap::{MI_OPTION_ARENA_MAX_OBJECT_SIZE, MI_OPTION_DISALLOW_OS_ALLOC, MI_OPTION_PURGE_DELAY};
+use running::{say, Running, RUNNING};
 
 struct Config {
     budget: u64,
@@ -169,20 +171,6 @@ enum Start {
     /// only (`guard::start_inherited`).
     Inherited(env::GuardLayout),
 }
-
-/// The running instance, and its region (both live until the process
-/// ends: the program's heap is in the region).
-pub(crate) struct Running {
-    swap: Swap,
-    pub(crate) region: Region,
-    mode: FaultMode,
-    /// The process `uswap run` started (a forked child inherits this).
-    pid: i32,
-    /// The budget `uswap run` was given: the process tree's.
-    budget: u64,
-}
-
-pub(crate) static RUNNING: OnceLock<Running> = OnceLock::new();
 
 #[used]
 #[link_section = ".init_array"]
@@ -387,28 +375,6 @@ fn write_stats_json() {
     });
     if let Err(e) = std::fs::write(path, format!("{doc:#}\n")) {
         say(&format!("uswap run: --stats-json {}: {e}", path.display()));
-    }
-}
-
-/// End the process with one line on stderr: something this library
-/// cannot go on without is missing.
-pub(crate) fn fatal(line: &str) -> ! {
-    // SAFETY: the system calls themselves (libc's `write` is interposed),
-    // with our own bytes; then the end of the process.
-    unsafe {
-        libc::syscall(libc::SYS_write, 2, line.as_ptr(), line.len());
-        libc::syscall(libc::SYS_write, 2, b"\n".as_ptr(), 1usize);
-        libc::_exit(127)
-    }
-}
-
-/// Say one line on stderr (the system call itself: libc's `write` is
-/// interposed).
-pub(crate) fn say(line: &str) {
-    // SAFETY: the system call, with our own bytes.
-    unsafe {
-        libc::syscall(libc::SYS_write, 2, line.as_ptr(), line.len());
-        libc::syscall(libc::SYS_write, 2, b"\n".as_ptr(), 1usize);
     }
 }
 

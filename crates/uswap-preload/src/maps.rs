@@ -62,7 +62,7 @@ use std::sync::Mutex;
 use libmimalloc_sys::{mi_free, mi_malloc_aligned};
 
 use crate::heap::{in_mimalloc, mimalloc, to_libc};
-use crate::RUNNING;
+use crate::running::RUNNING;
 
 const PAGE: usize = uswap::PAGE_SIZE;
 
@@ -135,14 +135,14 @@ fn set_errno(e: i32) {
 }
 
 /// The heap region's range, once uswap runs.
-fn heap() -> Option<(usize, usize, &'static crate::Running)> {
+fn heap() -> Option<(usize, usize, &'static crate::running::Running)> {
     let r = RUNNING.get()?;
     let base = r.region.as_ptr() as usize;
     Some((base, base + r.region.len(), r))
 }
 
 /// Discard the whole pages of `[addr, addr + len)` in the heap.
-fn discard(r: &crate::Running, base: usize, addr: usize, len: usize) {
+fn discard(r: &crate::running::Running, base: usize, addr: usize, len: usize) {
     let lo = addr.next_multiple_of(PAGE);
     let hi = (addr + len) / PAGE * PAGE;
     if hi > lo {

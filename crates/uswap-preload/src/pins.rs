@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use uswap::pager::{FaultMode, Pinned};
 
-use crate::RUNNING;
+use crate::running::RUNNING;
 
 /// The longest span pinned at once, in bytes; 0 until SIGBUS mode runs,
 /// and while it is 0 the interposed calls pin nothing.

@@ -346,7 +346,10 @@ pub fn tree_within_budget(
     for mode in Mode::all() {
         let g = MemoryGroup::new(None).unwrap();
         let b = format!("{budget_mib}M");
-        let mut args = vec!["run", "--mode", mode.name(), "--budget", &b];
+        // `--stats`: each member's counters on stderr at its exit, so that
+        // a tree past its bound says whether uswap saw it there (resident
+        // at most, over budget, unevictable) or the memory was not its.
+        let mut args = vec!["run", "--stats", "--mode", mode.name(), "--budget", &b];
         args.extend_from_slice(extra);
         args.extend_from_slice(&["--", "sh", "-c", script]);
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));

@@ -59,7 +59,7 @@ use crate::syscalls::TRAMPOLINE;
 /// Whether the guard runs in this process, paging its heap: the
 /// interposed calls then make their system calls from its trampoline.
 pub(crate) fn active() -> bool {
-    RANGE.1.load(Ordering::Relaxed) != 0 && crate::RUNNING.get().is_some()
+    RANGE.1.load(Ordering::Relaxed) != 0 && crate::running::RUNNING.get().is_some()
 }
 
 /// The guarded layout around a heap mapped at `g.base`: the rest of its

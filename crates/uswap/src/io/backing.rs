@@ -23,7 +23,7 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::IoError;
+use super::error::IoError;
 use crate::extent::{ExtentError, ExtentMap, ExtentMapBuilder, ExtentMapKind};
 use crate::sys::{FiemapExtent, FIEMAP_EXTENT_LAST, FIEMAP_EXTENT_UNWRITTEN};
 use crate::PAGE_SIZE;

@@ -48,7 +48,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use ring::aead::{Aad, LessSafeKey, Nonce, Tag, UnboundKey, AES_256_GCM};
 use ring::rand::{SecureRandom, SystemRandom};
 
-use super::IoError;
+use super::error::IoError;
 use crate::percpu;
 use crate::sys::Mapping;
 use crate::PAGE_SIZE;

@@ -31,10 +31,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use super::backing::Backing;
-use super::crypt::Sealer;
-use super::{BackendKind, IoError, PageStore};
+use super::backing::{self, Access, Backing, ExtentSource};
+use super::crypt::{self, Sealer};
+use super::device::{BackendKind, IoDevice, PageStore};
+use super::error::IoError;
 use crate::extent::ExtentMap;
+use crate::extent::ExtentMapKind;
+use crate::stats::Registry;
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -502,5 +505,236 @@ impl PageStore for FileStore {
             .field("extents", &self.map.len())
             .field("encrypted", &self.sealer.is_some())
             .field("depth", &self.depth.load(Ordering::Relaxed));
+    }
+}
+
+/// How to open a file device.  Built with [`FileOptions::new`] and the
+/// setters; passed to [`IoDevice::file`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FileOptions {
+    path: PathBuf,
+    slots: u64,
+    direct: bool,
+    fiemap: bool,
+    extent_kind: ExtentMapKind,
+    encrypt: bool,
+}
+
+impl FileOptions {
+    /// A device of `slots` pages at `path`: created (mode 0600, fully
+    /// preallocated) if it does not exist, else used as is.  `O_DIRECT`,
+    /// one whole-file extent, a tree extent map.
+    pub fn new(path: impl Into<PathBuf>, slots: u64) -> Self {
+        FileOptions {
+            path: path.into(),
+            slots,
+            direct: true,
+            fiemap: false,
+            extent_kind: ExtentMapKind::Tree,
+            encrypt: true,
+        }
+    }
+
+    /// The path of the file or block device.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// The same options for another path.
+    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.path = path.into();
+        self
+    }
+
+    /// The device's slots.
+    pub fn slots(&self) -> u64 {
+        self.slots
+    }
+
+    /// `O_DIRECT` IO (the default, `true`), or buffered IO (`false`) for
+    /// filesystems without `O_DIRECT`, such as ramfs, or tmpfs before
+    /// Linux 6.6.
+    pub fn direct(mut self, on: bool) -> Self {
+        self.direct = on;
+        self
+    }
+
+    /// Map the file by its physical extents ([`ExtentSource::Fiemap`]), so a
+    /// fragmented file has as many extents as in the kernel; holes and
+    /// unstable extents are refused.  Default `false`: one extent for the
+    /// whole file ([`ExtentSource::Whole`]).
+    pub fn fiemap(mut self, on: bool) -> Self {
+        self.fiemap = on;
+        self
+    }
+
+    /// How the extent map finds a slot's extent (default
+    /// [`ExtentMapKind::Tree`]).
+    pub fn extent_kind(mut self, k: ExtentMapKind) -> Self {
+        self.extent_kind = k;
+        self
+    }
+
+    /// Encrypt and authenticate every page written (the default, `true`):
+    /// AES-256-GCM under a random key held only in this process's memory,
+    /// a fresh nonce per write, the slot bound in, so a block changed,
+    /// moved or replayed on disk fails its check and its page is
+    /// poisoned rather than read wrong (`io/crypt.rs`).  `false` writes
+    /// plaintext: the ablation that measures what encryption costs, or a
+    /// file on storage that is already encrypted and trusted.
+    pub fn encrypt(mut self, on: bool) -> Self {
+        self.encrypt = on;
+        self
+    }
+
+    /// Whether pages are encrypted ([`FileOptions::encrypt`]).
+    pub fn encrypts(&self) -> bool {
+        self.encrypt
+    }
+}
+
+impl IoDevice {
+    /// A file device of `opts.slots` pages at `opts.path`.
+    ///
+    /// A path that does not exist, or a directory, gets a private file:
+    /// unnamed (`O_TMPFILE`) in that directory, mode 0600, preallocated,
+    /// gone with the process however it ends (see `file::create_private`);
+    /// a directory cannot be blocked by a file another user put under the
+    /// name one would pick (`uswap run`'s default is its `$TMPDIR`).  An
+    /// existing path (a block device, or a file the user keeps and
+    /// preallocated) must be this process's alone (`backing.rs`), a
+    /// regular file or block device of at least `slots * 4096` bytes, and
+    /// is used as is: never truncated, never chmodded.  The
+    /// extent map is then built through [`from_sources`]'s machinery (one whole
+    /// extent, or the file's FIEMAP extents) and every IO translated
+    /// through it.
+    ///
+    /// With `O_DIRECT` (the default) on a filesystem that refuses it,
+    /// [`IoError::DirectUnsupported`]; a file this call created has no
+    /// name to remove.
+    pub fn file(opts: &FileOptions, registry: &Registry) -> Result<IoDevice, IoError> {
+        if opts.slots == 0 {
+            return Err(IoError::ZeroSize);
+        }
+        let need = opts.slots.checked_mul(PAGE).ok_or(IoError::Range {
+            offset: 0,
+            pages: opts.slots,
+            slots: u64::MAX / PAGE,
+        })?;
+        let path = &opts.path;
+        // Not following a link: a dangling one is an existing path, which
+        // `open_file` refuses, not a name to create a file through.
+        match std::fs::symlink_metadata(path) {
+            Ok(m) if m.is_dir() => {
+                // A directory: a file of our own in it, with no name.
+                let backing = create_private(&path.join("uswap.swap"), need, opts.direct)?;
+                IoDevice::map_file(opts, need, backing, registry)
+            }
+            Ok(_) => IoDevice::open_file(opts, need, registry),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                let backing = create_private(path, need, opts.direct)?;
+                IoDevice::map_file(opts, need, backing, registry)
+            }
+            Err(e) => Err(IoError::Open {
+                path: path.clone(),
+                source: e,
+            }),
+        }
+    }
+
+    /// [`IoDevice::file`] once the file exists: opened once, checked, and
+    /// mapped.
+    fn open_file(opts: &FileOptions, need: u64, registry: &Registry) -> Result<IoDevice, IoError> {
+        let path = &opts.path;
+        let backing = Backing::open(path, Access::ReadWrite { direct: opts.direct })?;
+        if backing.size < need {
+            return Err(IoError::TooSmall {
+                path: path.clone(),
+                have: backing.size,
+                need,
+            });
+        }
+        if !backing.block_device {
+            use std::os::unix::fs::MetadataExt;
+            let allocated = backing
+                .file
+                .metadata()
+                .map_err(|source| IoError::Open {
+                    path: path.clone(),
+                    source,
+                })?
+                .blocks()
+                * 512;
+            if allocated < need {
+                return Err(IoError::Sparse {
+                    path: path.clone(),
+                    allocated,
+                    need,
+                });
+            }
+        }
+        IoDevice::map_file(opts, need, backing, registry)
+    }
+
+    /// A file device over the one open backing of `opts`: one whole
+    /// extent of `need` bytes, or the file's FIEMAP extents.
+    fn map_file(
+        opts: &FileOptions,
+        need: u64,
+        backing: Backing,
+        registry: &Registry,
+    ) -> Result<IoDevice, IoError> {
+        let path = opts.path.clone();
+        let source = if opts.fiemap {
+            ExtentSource::Fiemap { path }
+        } else {
+            ExtentSource::Whole {
+                path,
+                len: Some(need),
+            }
+        };
+        IoDevice::from_backings(
+            opts.slots,
+            vec![backing],
+            &[source],
+            opts.extent_kind,
+            opts.encrypt,
+            registry,
+        )
+    }
+
+    /// A file device over open backings, slot `i` of `sources` backed by
+    /// `backings[i]`.  A FIEMAP map covers the whole file, which may be
+    /// more than `slots`; only `0..slots` is used.  Sealed (`crypt.rs`)
+    /// when `encrypt`.
+    pub(super) fn from_backings(
+        slots: u64,
+        backings: Vec<Backing>,
+        sources: &[ExtentSource],
+        kind: ExtentMapKind,
+        encrypt: bool,
+        registry: &Registry,
+    ) -> Result<IoDevice, IoError> {
+        let (map, _infos) = backing::map_backings(kind, sources, &backings)?;
+        if map.slots() < slots {
+            // Whole sources were sized to fit; a FIEMAP map is the file's
+            // whole size, checked above, so this is a file that shrank.
+            return Err(IoError::TooSmall {
+                path: backings[0].path.clone(),
+                have: map.slots() * PAGE,
+                need: slots * PAGE,
+            });
+        }
+        let sealer = if encrypt {
+            Some(crypt::Sealer::new(slots)?)
+        } else {
+            None
+        };
+        let (paths, files) = backings.into_iter().map(|b| (b.path, b.file)).unzip();
+        Ok(IoDevice::with_store(
+            slots,
+            Box::new(FileStore::new(paths, files, map, sealer)),
+            registry,
+        ))
     }
 }

@@ -4,7 +4,9 @@
 use std::io;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::{BackendKind, IoError, PageStore};
+use super::device::{BackendKind, IoDevice, PageStore};
+use super::error::IoError;
+use crate::stats::Registry;
 use crate::sys::Mapping;
 use crate::PAGE_SIZE;
 
@@ -170,5 +172,22 @@ unsafe fn from_region(dst: &mut [u8], region: *const u8) {
         // SAFETY: as in `to_region`.
         let word = unsafe { AtomicU64::from_ptr(region.add(8 * i).cast_mut().cast::<u64>()) };
         w.copy_from_slice(&word.load(Ordering::Relaxed).to_ne_bytes());
+    }
+}
+
+impl IoDevice {
+    /// A RAM device of `slots` pages: an anonymous private mapping of
+    /// `slots * 4096` bytes with `MAP_NORESERVE` (pages are only allocated
+    /// when first written), inherited by a forked child as its own copy,
+    /// unmapped on drop.  Unwritten slots read as zeros.
+    pub fn ram(slots: u64, registry: &Registry) -> Result<IoDevice, IoError> {
+        if slots == 0 {
+            return Err(IoError::ZeroSize);
+        }
+        Ok(IoDevice::with_store(
+            slots,
+            Box::new(RamStore::new(slots)?),
+            registry,
+        ))
     }
 }

@@ -1,4 +1,11 @@
+use super::backing::{Access, Backing};
 use super::*;
+use crate::extent::{ExtentError, ExtentMapKind};
+use crate::stats::Registry;
+use crate::PAGE_SIZE;
+use std::io;
+
+const PAGE: u64 = PAGE_SIZE as u64;
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use std::fs::File;
 use std::io::Write as _;

@@ -32,7 +32,7 @@ use std::os::fd::AsRawFd;
 
 use io_uring::{opcode, types, IoUring};
 
-use super::{BackendKind, IoDevice};
+use super::device::{BackendKind, IoDevice};
 use crate::sys::Mapping;
 use crate::PAGE_SIZE;
 

@@ -176,12 +176,13 @@ impl std::fmt::Debug for Pool {
 
 impl Pool {
     /// A store of `blocks` blocks (address space now, memory as used).
-    pub fn new(blocks: usize, registry: &Registry) -> Result<Pool, crate::io::IoError> {
+    pub fn new(blocks: usize, registry: &Registry) -> Result<Pool, super::error::IoError> {
         assert!(blocks > 0 && blocks < u32::MAX as usize);
-        let arena = Mapping::new(blocks * BLOCK, PAGE_SIZE).map_err(|source| crate::io::IoError::Mmap {
-            what: "a compressed swap device",
-            source,
-        })?;
+        let arena =
+            Mapping::new(blocks * BLOCK, PAGE_SIZE).map_err(|source| super::error::IoError::Mmap {
+                what: "a compressed swap device",
+                source,
+            })?;
         let mut lists = IndexLists::new(blocks);
         for b in 0..blocks as u32 {
             lists.push_tail(FREE, b);

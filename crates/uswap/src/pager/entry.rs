@@ -283,7 +283,7 @@ pub(super) fn serve_signal(addr: u64, access: Access, tid: i32) -> bool {
     if page::kind(inner.states[id as usize].load(Ordering::Acquire)) == page::POISONED {
         return false;
     }
-    let start = crate::io::monotonic_ns();
+    let start = crate::sys::monotonic_ns();
     inner.registry.stall_begin(tid);
     match unit {
         Some(base) => {
@@ -294,7 +294,7 @@ pub(super) fn serve_signal(addr: u64, access: Access, tid: i32) -> bool {
         }
     }
     inner.registry.stall_end();
-    let took = crate::io::monotonic_ns().saturating_sub(start);
+    let took = crate::sys::monotonic_ns().saturating_sub(start);
     inner.counters.fault_ns.add(took);
     inner.registry.fault_latency(took);
     true
@@ -330,7 +330,7 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
                 present: Some(wp),
                 write: write && !wp,
             };
-            let start = crate::io::monotonic_ns();
+            let start = crate::sys::monotonic_ns();
             // The faulting thread waits from its fault to its wake-up; what
             // is seen here is the serving of it (not the kernel's delivery).
             inner.registry.stall_begin(thread as i32);
@@ -355,7 +355,7 @@ pub(super) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
                 // area): let the thread retry.
                 _ => Some((page_addr, PAGE)),
             };
-            let took = crate::io::monotonic_ns().saturating_sub(start);
+            let took = crate::sys::monotonic_ns().saturating_sub(start);
             inner.counters.fault_ns.add(took);
             inner.registry.fault_latency(took);
             if let Some((at, len)) = wake {

@@ -21,8 +21,9 @@ use super::folio;
 use super::instance::Inner;
 use super::page::{self, PageClaim};
 use super::report;
-use crate::io::{monotonic_ns, IoError, WriteJob, WriteRing};
+use crate::io::{IoError, WriteJob, WriteRing};
 use crate::swap_space::SwapEntry;
+use crate::sys::monotonic_ns;
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;

@@ -43,8 +43,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::codec::{Codec, Contexts};
+use super::device::{BackendKind, IoDevice, PageStore};
+use super::error::IoError;
+use super::file::FileOptions;
 use super::zpool::{self, Handle, Pool, BLOCK, HEADER, MAX_PACKED, WHOLE};
-use super::{BackendKind, FileOptions, IoDevice, IoError, PageStore};
 use crate::index_list::IndexLists;
 use crate::stats::{Counter, Gauge, Registry, StatMutex};
 use crate::sys::Mapping;
@@ -184,7 +186,7 @@ impl CompressedOptions {
     /// The device's slots.
     pub fn slots(&self) -> u64 {
         match &self.file {
-            Some(f) => f.slots,
+            Some(f) => f.slots(),
             None => self.limit / PAGE,
         }
     }
@@ -536,7 +538,9 @@ impl CompressedStore {
         if self.compact() > 0 {
             return true;
         }
-        if self.file.is_none() || super::monotonic_ns() < self.writeback_held_until.load(Ordering::Relaxed) {
+        if self.file.is_none()
+            || crate::sys::monotonic_ns() < self.writeback_held_until.load(Ordering::Relaxed)
+        {
             return false;
         }
         let wrote = self.write_back();
@@ -623,7 +627,7 @@ impl CompressedStore {
             if !ok {
                 self.acct.writeback_errors.inc();
                 self.writeback_held_until
-                    .store(super::monotonic_ns() + WRITEBACK_HOLD_NS, Ordering::Relaxed);
+                    .store(crate::sys::monotonic_ns() + WRITEBACK_HOLD_NS, Ordering::Relaxed);
             }
             i = j;
         }
@@ -878,6 +882,15 @@ impl PageStore for CompressedStore {
         d.field("codec", &self.codec.codec())
             .field("store_blocks", &self.pool.capacity_blocks())
             .field("file", &self.file);
+    }
+}
+
+impl IoDevice {
+    /// A compressed device (see [`CompressedOptions`]): pages compressed
+    /// into a packed store in memory, with an optional file behind it.
+    pub fn compressed(opts: &CompressedOptions, registry: &Registry) -> Result<IoDevice, IoError> {
+        let store = CompressedStore::new(opts, registry)?;
+        Ok(IoDevice::with_store(opts.slots(), Box::new(store), registry))
     }
 }
 
