@@ -24,7 +24,6 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 use crate::io::{Codec, CompressedOptions, FileOptions};
-use crate::pager::SwapDeviceSpec;
 use crate::PAGE_SIZE;
 
 /// What the grammar says, for error messages.
@@ -110,6 +109,84 @@ fn zram(spec: &str, rest: &str) -> Result<CompressedOptions, SpecError> {
         }
     };
     Ok(CompressedOptions::new(limit).codec(codec))
+}
+
+/// A swap device of an instance; parsed from a swap spec string
+/// (`"zram:1G:lz4,file:/var/tmp/t.swap:8G"`, see [`crate::spec`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SwapDeviceSpec {
+    /// RAM: like the ram disks of the seeds' tests.
+    Ram { bytes: u64, priority: i32 },
+    /// A file or block device (`O_DIRECT` by default).
+    File { options: FileOptions, priority: i32 },
+    /// Compressed in memory (zram), maybe with a file behind (a tier).
+    Compressed {
+        options: CompressedOptions,
+        priority: i32,
+    },
+}
+
+impl SwapDeviceSpec {
+    /// A RAM device of `bytes` (whole pages), priority 0.
+    pub fn ram(bytes: u64) -> Self {
+        SwapDeviceSpec::Ram { bytes, priority: 0 }
+    }
+
+    /// A file device, priority 0.
+    pub fn file(options: FileOptions) -> Self {
+        SwapDeviceSpec::File { options, priority: 0 }
+    }
+
+    /// A compressed device, priority 0.
+    pub fn compressed(options: CompressedOptions) -> Self {
+        SwapDeviceSpec::Compressed { options, priority: 0 }
+    }
+
+    /// The file the device writes to, if any (a file device, or the file
+    /// behind a compressed device).
+    pub fn file_options(&self) -> Option<&FileOptions> {
+        match self {
+            SwapDeviceSpec::Ram { .. } => None,
+            SwapDeviceSpec::File { options, .. } => Some(options),
+            SwapDeviceSpec::Compressed { options, .. } => options.file_of(),
+        }
+    }
+
+    /// The same device with its file's options changed by `f`.
+    pub fn map_file(self, f: impl FnOnce(FileOptions) -> FileOptions) -> Self {
+        match self {
+            SwapDeviceSpec::File { options, priority } => SwapDeviceSpec::File {
+                options: f(options),
+                priority,
+            },
+            SwapDeviceSpec::Compressed { options, priority } => match options.file_of().cloned() {
+                Some(file) => SwapDeviceSpec::Compressed {
+                    options: options.file(f(file)),
+                    priority,
+                },
+                None => SwapDeviceSpec::Compressed { options, priority },
+            },
+            d => d,
+        }
+    }
+
+    /// The swap space the device gives, in bytes: its slots' pages.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            SwapDeviceSpec::Ram { bytes, .. } => bytes / PAGE_SIZE as u64 * PAGE_SIZE as u64,
+            SwapDeviceSpec::File { options, .. } => options.slots() * PAGE_SIZE as u64,
+            SwapDeviceSpec::Compressed { options, .. } => options.slots() * PAGE_SIZE as u64,
+        }
+    }
+
+    /// Set the priority (higher is used first).
+    pub fn priority(self, p: i32) -> Self {
+        match self {
+            SwapDeviceSpec::Ram { bytes, .. } => SwapDeviceSpec::Ram { bytes, priority: p },
+            SwapDeviceSpec::File { options, .. } => SwapDeviceSpec::File { options, priority: p },
+            SwapDeviceSpec::Compressed { options, .. } => SwapDeviceSpec::Compressed { options, priority: p },
+        }
+    }
 }
 
 impl FromStr for SwapDeviceSpec {

@@ -58,11 +58,11 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Arc, Mutex, Once, Weak};
 
-use super::entry;
 use super::gate::{self, enter};
 use super::instance::Inner;
 use super::page::{self, UNIT_PAGES};
 use super::report;
+use super::{regions, threads};
 use crate::descriptors;
 use crate::uffd::RegisterMode;
 use crate::PAGE_SIZE;
@@ -220,7 +220,7 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
         inner.backing.layerable.store(layerable, Ordering::Relaxed);
         inner.backing.layers_tried.store(false, Ordering::Relaxed);
     }
-    for r in entry::regions_of(inner) {
+    for r in regions::regions_of(inner) {
         inner
             .uffd
             .register(
@@ -289,7 +289,7 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
             }
         }
     }
-    entry::start_threads(inner);
+    threads::start_threads(inner);
     Ok(())
 }
 

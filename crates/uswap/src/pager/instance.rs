@@ -248,7 +248,7 @@ pub(crate) struct Budget {
     /// `usize::MAX`: no bound.
     max_overrun: AtomicUsize,
     /// What `max_overrun` is made from, for a new budget.
-    pub overrun: super::Overrun,
+    pub overrun: super::overrun::Overrun,
     /// The slack at most: an eviction batch while a background reclaimer
     /// runs, else 0.
     pub slack_max: usize,
@@ -266,7 +266,12 @@ pub(crate) struct Budget {
 
 impl Budget {
     /// A budget of `limit` pages (at least 64).
-    pub fn new(limit: usize, slack_max: usize, overrun: super::Overrun, staging_target: usize) -> Budget {
+    pub fn new(
+        limit: usize,
+        slack_max: usize,
+        overrun: super::overrun::Overrun,
+        staging_target: usize,
+    ) -> Budget {
         let b = Budget {
             limit: AtomicUsize::new(0),
             slack: AtomicUsize::new(0),

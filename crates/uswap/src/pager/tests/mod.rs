@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
 
 use super::*;
 use crate::io::FileOptions;
+use crate::PAGE_SIZE;
 
 mod child;
 mod compressed;

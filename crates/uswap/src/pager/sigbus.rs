@@ -1,9 +1,9 @@
-//! The entry: where faults come in.  The table of published regions, the
-//! process-wide SIGBUS handler that serves faults on the faulting thread
-//! ([`FaultMode::Sigbus`]), the handler threads that read the userfaultfd
-//! ([`FaultMode::HandlerThread`]), and the background reclaimer thread.
-//! Everything below it (`fault.rs`, `reclaim.rs`, the instance) is called
-//! from here and calls nothing back.
+//! The process-wide SIGBUS handler that serves faults on the faulting
+//! thread ([`FaultMode::Sigbus`]), and what it keeps of the program's:
+//! the program's own SIGBUS disposition, emulated behind it, and the
+//! watch for handlers installed after it and threads that block SIGBUS.
+//! Everything it calls (`fault.rs`, `reclaim.rs`, the instance) calls
+//! nothing back.
 //!
 //! # The SIGBUS handler
 //!
@@ -39,53 +39,22 @@
 //! program that we pass a signal on to runs with SIGBUS unblocked: it may
 //! itself touch region memory, and that fault must be served.
 //!
-//! # Stacks
-//!
-//! The handler is installed with `SA_ONSTACK`, so that a thread whose
-//! stack is region memory (a coroutine's stack allocated from a region)
-//! can be served: the kernel cannot push a signal frame onto a missing
-//! page of the faulting stack.  But alternate stacks are small (Rust
-//! gives each thread 8 KiB, of which the kernel's frame takes 3.4 KiB
-//! with AVX-512 state), and serving a fault, direct reclaim and IO
-//! included, takes more.  So where the kernel has put the handler on the
-//! alternate stack, it moves before serving:
-//!
-//! - back onto the interrupted stack, below its red zone, when that is an
-//!   ordinary stack: where it would run without `SA_ONSTACK`;
-//! - onto one of 32 spare stacks of 64 KiB (mapped at installation, each
-//!   above a guard page, taken with one atomic), when the interrupted code
-//!   was on the alternate stack already (a signal handler of the program
-//!   touching region memory) or a region lies within 64 KiB below its
-//!   stack pointer; with all 32 in use, it stays where it is.
-//!
-//! Every signal is blocked meanwhile, so no delivery can reuse the
-//! alternate stack under the handler's frame.  `tests/defects.rs`
-//! measures what is left on the alternate stack: 3.7 KiB.  A thread that
-//! runs on region memory still needs an alternate signal stack outside
-//! regions, and its thread-local storage must not be region memory (the
-//! handler saves `errno`, a thread-local): glibc puts a thread's TLS at
-//! the top of a stack given by `pthread_attr_setstack`, so such a stack
-//! cannot be a region; a stack the thread switches to (`swapcontext`, a
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once, Weak};
-use std::time::{Duration, Instant};
+//! Where the handler runs, and the stacks it moves to, are `altstack.rs`'s.
+
+use std::sync::atomic::{AtomicI32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Mutex, Once};
 
 use crossbeam_utils::CachePadded;
 
+use super::altstack::{call_on_stack, spare, stack_to_serve_on, ServeOn};
 use super::fault::{self, Access};
 use super::gate;
 use super::instance::Inner;
-use super::page::{self, UNIT_BYTES, UNIT_PAGES};
-use super::signals::{self, SignalsBlocked, UswapThread};
-use super::{reclaim, report};
-use crate::io::{BackendKind, WriteRing};
-use crate::PAGE_SIZE;
-
-const PAGE: u64 = PAGE_SIZE as u64;
-
-/// Most regions mapped at once in one process (all instances together).
-pub const MAX_REGIONS: usize = 256;
+use super::page;
+use super::regions::{lookup, Hit};
+use super::report;
+use super::signals::{self, SignalsBlocked};
 
 /// How faults are served.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -106,165 +75,6 @@ pub enum FaultMode {
     /// faults (root, `vm.unprivileged_userfaultfd=1`, or access to
     /// /dev/userfaultfd).
     HandlerThread,
-}
-
-/// One published region: where it is and whose it is.  Set before the
-/// region is usable and cleared before it is unmapped; the SIGBUS handler
-/// reads it without locks.
-struct RegionEntry {
-    base: AtomicU64,
-    end: AtomicU64,
-    id_base: AtomicU32,
-    /// Paged in 2 MB units.
-    huge: AtomicBool,
-    inner: AtomicPtr<Inner>,
-}
-
-static REGIONS: [RegionEntry; MAX_REGIONS] = [const {
-    RegionEntry {
-        base: AtomicU64::new(0),
-        end: AtomicU64::new(0),
-        id_base: AtomicU32::new(0),
-        huge: AtomicBool::new(false),
-        inner: AtomicPtr::new(std::ptr::null_mut()),
-    }
-}; MAX_REGIONS];
-
-/// How many leading entries of `REGIONS` have ever been used: the scans
-/// stop there instead of reading the whole table on every fault.  Only
-/// grows; raised before an entry is filled in, so whoever can see the
-/// entry's `base` sees the mark too.
-static USED: AtomicUsize = AtomicUsize::new(0);
-
-/// The entries that may be in use.
-fn used_entries() -> &'static [RegionEntry] {
-    &REGIONS[..USED.load(Ordering::Acquire).min(MAX_REGIONS)]
-}
-
-/// A published region, as `regions_of` lists it.
-pub(super) struct Published {
-    pub base: u64,
-    pub end: u64,
-    pub id_base: u32,
-    pub huge: bool,
-}
-
-/// The regions of instance `inner` (a forked child adopting it).
-pub(super) fn regions_of(inner: &Inner) -> Vec<Published> {
-    used_entries()
-        .iter()
-        .filter(|r| {
-            std::ptr::eq(r.inner.load(Ordering::Acquire), inner) && r.base.load(Ordering::Acquire) != 0
-        })
-        .map(|r| Published {
-            base: r.base.load(Ordering::Acquire),
-            end: r.end.load(Ordering::Relaxed),
-            id_base: r.id_base.load(Ordering::Relaxed),
-            huge: r.huge.load(Ordering::Relaxed),
-        })
-        .collect()
-}
-
-/// Whether instance `inner` has a region of 2 MB units mapped.
-pub(super) fn has_huge_region(inner: &Inner) -> bool {
-    regions_of(inner).iter().any(|r| r.huge)
-}
-
-/// Start an instance's threads (`Inner::spawn`); a forked child calls
-/// this again, its parent's threads being absent there: their handles are
-/// forgotten, not joined or detached.
-pub(super) fn start_threads(inner: &Arc<Inner>) {
-    let mut threads = inner.threads.lock();
-    std::mem::forget(std::mem::take(&mut *threads));
-    let weak = Arc::downgrade(inner);
-    for _ in 0..inner.spawn.handlers {
-        threads.push(spawn_handler(weak.clone()));
-    }
-    if inner.prefetch.on {
-        threads.push(spawn_prefetcher(weak.clone()));
-    }
-    if inner.spawn.reclaimer {
-        threads.push(spawn_reclaimer(weak, inner.spawn.watching));
-    }
-}
-
-/// Publish a region; returns its table slot, or None when the table is full.
-pub(super) fn publish_region(
-    base: u64,
-    len: u64,
-    id_base: u32,
-    inner: *const Inner,
-    huge: bool,
-) -> Option<usize> {
-    for (i, r) in REGIONS.iter().enumerate() {
-        // Claim a free entry by its `inner` pointer, then fill it in;
-        // `base` goes last, so a reader that sees it sees the rest.
-        if r.inner
-            .compare_exchange(
-                std::ptr::null_mut(),
-                inner as *mut Inner,
-                Ordering::AcqRel,
-                Ordering::Relaxed,
-            )
-            .is_ok()
-        {
-            USED.fetch_max(i + 1, Ordering::AcqRel);
-            r.id_base.store(id_base, Ordering::Relaxed);
-            r.huge.store(huge, Ordering::Relaxed);
-            r.end.store(base + len, Ordering::Relaxed);
-            r.base.store(base, Ordering::Release);
-            return Some(i);
-        }
-    }
-    None
-}
-
-/// Withdraw a region's entry.
-pub(super) fn unpublish_region(slot: usize) {
-    let r = &REGIONS[slot];
-    r.base.store(0, Ordering::Release);
-    r.end.store(0, Ordering::Relaxed);
-    r.inner.store(std::ptr::null_mut(), Ordering::Release);
-}
-
-/// Whether a published region overlaps `[base, base + len)`.
-pub(super) fn overlaps_a_region(base: u64, len: u64) -> bool {
-    used_entries().iter().any(|r| {
-        let b = r.base.load(Ordering::Acquire);
-        b != 0 && b < base + len && base < r.end.load(Ordering::Relaxed)
-    })
-}
-
-/// What a fault address is in.
-struct Hit {
-    inner: *const Inner,
-    /// The page id of the address, or of its unit's first page.
-    id: u32,
-    /// Some(unit start) for a 2 MB-unit region.
-    unit: Option<u64>,
-}
-
-/// The region holding `addr`: its instance and the page id of `addr`.
-fn lookup(addr: u64) -> Option<Hit> {
-    for r in used_entries() {
-        let base = r.base.load(Ordering::Acquire);
-        if base == 0 || addr < base || addr >= r.end.load(Ordering::Relaxed) {
-            continue;
-        }
-        let inner = r.inner.load(Ordering::Acquire);
-        if inner.is_null() {
-            continue;
-        }
-        let mut id = r.id_base.load(Ordering::Relaxed) + ((addr - base) / PAGE) as u32;
-        let mut unit = None;
-        if r.huge.load(Ordering::Relaxed) {
-            let u = (addr - base) / UNIT_BYTES as u64;
-            id = r.id_base.load(Ordering::Relaxed) + (u as usize * UNIT_PAGES) as u32;
-            unit = Some(base + u * UNIT_BYTES as u64);
-        }
-        return Some(Hit { inner, id, unit });
-    }
-    None
 }
 
 /// Serve a SIGBUS fault at `addr`; false when it is not in a region (the
@@ -298,170 +108,6 @@ pub(super) fn serve_signal(addr: u64, access: Access, tid: i32) -> bool {
     inner.counters.fault_ns.add(took);
     inner.registry.fault_latency(took);
     true
-}
-
-/// A handler thread: reads fault events and serves them until the instance
-/// is gone.
-pub(super) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
-    signals::spawn("uswap-fault", move || loop {
-        let Some(inner) = Inner::upgrade(&weak) else {
-            return;
-        };
-        // A poll error (EINTR cannot happen: every signal is blocked here)
-        // is taken as "nothing yet"; the loop polls again.
-        let ready = inner.uffd.poll(50).unwrap_or(false);
-        if !ready {
-            continue;
-        }
-        while let Ok(Some(ev)) = inner.uffd.read_event() {
-            let crate::uffd::Event::PageFault {
-                address,
-                wp,
-                write,
-                thread,
-            } = ev
-            else {
-                continue;
-            };
-            // For a thread that is forking, through the closed gate.
-            let _inside = gate::enter(thread as i32);
-            let page_addr = address & !(PAGE - 1);
-            let access = Access {
-                present: Some(wp),
-                write: write && !wp,
-            };
-            let start = crate::sys::monotonic_ns();
-            // The faulting thread waits from its fault to its wake-up; what
-            // is seen here is the serving of it (not the kernel's delivery).
-            inner.registry.stall_begin(thread as i32);
-            let wake = match lookup(address) {
-                Some(Hit {
-                    inner: owner,
-                    id,
-                    unit: Some(base),
-                }) if std::ptr::eq(owner, &*inner) => {
-                    fault::serve_unit(&inner, base, id, address, access);
-                    // Every thread waiting in the unit may go on.
-                    Some((base, UNIT_BYTES as u64))
-                }
-                Some(Hit {
-                    inner: owner,
-                    id,
-                    unit: None,
-                }) if std::ptr::eq(owner, &*inner) => {
-                    fault::serve(&inner, address, id, access).then_some((page_addr, PAGE))
-                }
-                // Not a region (a region being unmapped, the staging
-                // area): let the thread retry.
-                _ => Some((page_addr, PAGE)),
-            };
-            let took = crate::sys::monotonic_ns().saturating_sub(start);
-            inner.counters.fault_ns.add(took);
-            inner.registry.fault_latency(took);
-            if let Some((at, len)) = wake {
-                // A failed wake means the range is gone (unmapped): the
-                // thread waiting there was woken by the unmap.
-                let _ = inner.uffd.wake(at, len);
-            }
-            inner.registry.stall_end();
-        }
-    })
-}
-
-/// The prefetcher: reads ahead the windows that faulting threads hand it
-/// (`Prefetch`), so that a sequential reader of a swap file finds its next
-/// pages in while it uses the ones read before them.
-pub(super) fn spawn_prefetcher(weak: Weak<Inner>) -> UswapThread {
-    signals::spawn("uswap-readahead", move || loop {
-        let Some(inner) = Inner::upgrade(&weak) else {
-            return;
-        };
-        if let Some((id, addr, pages, write)) = inner.prefetch.take(Duration::from_millis(100)) {
-            let _inside = gate::enter(0);
-            fault::read_ahead_range(&inner, addr, id, pages, write);
-        }
-    })
-}
-
-/// The background reclaimer: keeps resident pages under the low watermark,
-/// and, in SIGBUS mode, watches the process's signal set-up.
-pub(super) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread {
-    const WATCH_EVERY: Duration = Duration::from_millis(100);
-    const SCAN_EVERY: u32 = 5;
-    signals::spawn("uswap-reclaim", move || {
-        let mut last_watch = Instant::now();
-        let mut watches = 0u32;
-        // The levels that cost a lock or a read of /proc, for readers of
-        // the statistics block: every 100 ms, the first pass included.
-        const LEVELS_EVERY: Duration = Duration::from_millis(100);
-        let mut last_levels = Instant::now() - LEVELS_EVERY;
-        // Swap files are written back through an io_uring of this
-        // thread's, several writes in flight; without one (no io_uring in
-        // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
-        // time, said once.
-        let mut ring = match Inner::upgrade(&weak) {
-            Some(inner)
-                if inner
-                    .backing
-                    .devices
-                    .iter()
-                    .any(|d| d.kind() == BackendKind::File) =>
-            {
-                match WriteRing::new() {
-                    Ok(r) => Some(r),
-                    Err(e) => {
-                        report::line(format_args!(
-                            "uswap: no io_uring here ({e}); swap file writes go one pwrite at a time"
-                        ));
-                        None
-                    }
-                }
-            }
-            _ => None,
-        };
-        loop {
-            let Some(inner) = Inner::upgrade(&weak) else {
-                return;
-            };
-            let inside = gate::enter(0);
-            if watching && last_watch.elapsed() >= WATCH_EVERY {
-                last_watch = Instant::now();
-                watches += 1;
-                watch(watches % SCAN_EVERY == 1, &inner);
-            }
-            if let Some((slots, units)) = inner.backing.hold.release_if_done() {
-                slots.into_iter().for_each(|e| inner.free_slot(e));
-                units.into_iter().for_each(|e| inner.free_huge(e));
-            }
-            let resident = inner.budget.resident.load(Ordering::Relaxed);
-            inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
-            let slow = last_levels.elapsed() >= LEVELS_EVERY;
-            if slow {
-                last_levels = Instant::now();
-            }
-            inner.publish_levels(resident, slow);
-            if resident > inner.budget.low() && inner.backing.closed.load(Ordering::Relaxed) {
-                inner.open_layers();
-            }
-            if let Some(m) = &inner.member {
-                let ram = inner.backing.devices.iter().map(|d| d.ram_pages()).sum();
-                m.publish(resident, inner.counters.faults.get(), ram);
-                if let Some(share) = m.share() {
-                    if share != inner.budget.limit() {
-                        inner.budget.share(share);
-                    }
-                }
-            }
-            if resident > inner.budget.low()
-                && reclaim::reclaim(&inner, resident - inner.budget.low(), ring.as_mut()) > 0
-            {
-                continue;
-            }
-            drop(inside);
-            drop(inner);
-            std::thread::sleep(Duration::from_millis(1));
-        }
-    })
 }
 
 /// The access that raised this SIGBUS, from bits 0 (present) and 1 (write)
@@ -505,6 +151,7 @@ struct Disposition {
 }
 
 const MASK_WORDS: usize = std::mem::size_of::<libc::sigset_t>() / 8;
+
 const _: () = assert!(std::mem::size_of::<libc::sigset_t>().is_multiple_of(8));
 
 static PROGRAM: Disposition = Disposition {
@@ -735,8 +382,10 @@ const SCANS_TO_REPORT: u32 = 4;
 /// SIGBUS).  Buckets, not a table of ids: two atomic adds per fault, no
 /// search; a shared bucket only makes the scan look again later.
 const BUCKETS: usize = 64;
+
 static IN_HANDLER: [CachePadded<AtomicU64>; BUCKETS] =
     [const { CachePadded::new(AtomicU64::new(0)) }; BUCKETS];
+
 /// One more thread inside, one more entry.
 const HANDLER_ENTRY: u64 = (1 << 32) + 1;
 
@@ -911,154 +560,6 @@ fn serve(addr: u64, ctx: *mut libc::c_void, tid: i32) -> bool {
         ServeOn::Here => serve_fault(arg),
     }
     f.served
-}
-
-/// Where a fault is served.
-// Elsewhere only `Here` is used: no stack switch (see `call_on_stack`).
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-enum ServeOn {
-    /// On the interrupted code's stack, from this stack pointer down.
-    Interrupted(u64),
-    /// On a spare stack of uswap's, if one is free (else here).
-    Spare,
-    /// Where the kernel put the handler.
-    Here,
-}
-
-/// How far below the interrupted stack pointer the handler starts when it
-/// moves onto the interrupted stack: the x86-64 red zone (128 bytes, which
-/// leaf code may be using) and a margin.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-const BELOW_SP: u64 = 256;
-/// A region within this distance below the interrupted stack pointer may
-/// be the stack itself: the handler's frames there could fault on pages
-/// of the region.
-#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-const HANDLER_STACK: u64 = 64 << 10;
-
-/// Where to serve: `here` is an address on the handler's stack.  Not on
-/// the alternate stack: the kernel ran the handler on the interrupted
-/// stack, which has room.  On it, over code on an ordinary stack: back
-/// onto that stack.  On it, over code that was on it already (a signal
-/// handler of the program) or on region memory: a spare stack.
-#[cfg(target_arch = "x86_64")]
-fn stack_to_serve_on(ctx: *mut libc::c_void, here: u64) -> ServeOn {
-    if ctx.is_null() {
-        return ServeOn::Here;
-    }
-    // SAFETY: an SA_SIGINFO handler's third argument is its ucontext_t.
-    let uc = unsafe { &*(ctx as *const libc::ucontext_t) };
-    // The kernel saves the thread's alternate stack here.
-    if uc.uc_stack.ss_flags & libc::SS_DISABLE != 0 {
-        return ServeOn::Here;
-    }
-    let alt = uc.uc_stack.ss_sp as u64;
-    let on_alt = |p: u64| p >= alt && p < alt + uc.uc_stack.ss_size as u64;
-    if !on_alt(here) {
-        return ServeOn::Here;
-    }
-    let sp = uc.uc_mcontext.gregs[libc::REG_RSP as usize] as u64;
-    if on_alt(sp) || sp < HANDLER_STACK || overlaps_a_region(sp - HANDLER_STACK, HANDLER_STACK) {
-        return ServeOn::Spare;
-    }
-    ServeOn::Interrupted((sp - BELOW_SP) & !15)
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn stack_to_serve_on(_ctx: *mut libc::c_void, _here: u64) -> ServeOn {
-    ServeOn::Here
-}
-
-/// Spare stacks for faults that cannot be served on the interrupted
-/// stack: a region used as a stack, or a program's signal handler running
-/// on the alternate stack.  Mapped once, when the handler is installed
-/// (lazily committed: a stack costs memory only once used); taken and
-/// given back with one atomic each, so the handler allocates nothing.
-mod spare {
-    use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-
-    const STACKS: u32 = 32;
-    const SIZE: u64 = 64 << 10;
-    const GUARD: u64 = 4096;
-
-    /// The mapping's start; 0 when there is none.
-    static BASE: AtomicU64 = AtomicU64::new(0);
-    /// Bit i set: stack i is free.
-    static FREE: AtomicU32 = AtomicU32::new(u32::MAX);
-
-    /// A spare stack, owned until given back.
-    pub struct Stack(u32);
-
-    impl Stack {
-        /// Its top, where a call starts.
-        pub fn top(&self) -> u64 {
-            BASE.load(Ordering::Acquire) + (u64::from(self.0) + 1) * (SIZE + GUARD)
-        }
-    }
-
-    /// Map the stacks, each above a guard page.  A failure leaves none:
-    /// faults are then served where the kernel put the handler.
-    pub fn map() {
-        if let Some(base) = crate::sys::map_stacks(u64::from(STACKS), SIZE, GUARD) {
-            BASE.store(base, Ordering::Release);
-        }
-    }
-
-    /// Take a free stack, if there is one.
-    pub fn take() -> Option<Stack> {
-        if BASE.load(Ordering::Acquire) == 0 {
-            return None;
-        }
-        let mut free = FREE.load(Ordering::Acquire);
-        loop {
-            if free == 0 {
-                return None;
-            }
-            let i = free.trailing_zeros();
-            match FREE.compare_exchange_weak(free, free & !(1 << i), Ordering::AcqRel, Ordering::Acquire) {
-                Ok(_) => return Some(Stack(i)),
-                Err(now) => free = now,
-            }
-        }
-    }
-
-    pub fn give_back(s: Stack) {
-        FREE.fetch_or(1 << s.0, Ordering::Release);
-    }
-}
-
-/// Call `f(arg)` with the stack pointer at `sp`, and come back.
-///
-/// # Safety
-/// `sp` must be 16-byte aligned, with enough free, mapped stack below it
-/// for `f`, none of it in use.
-#[cfg(target_arch = "x86_64")]
-unsafe fn call_on_stack(sp: u64, f: extern "C" fn(*mut libc::c_void), arg: *mut libc::c_void) {
-    // SAFETY: per the contract; r12 is callee-saved, so it still holds the
-    // old stack pointer when `f` returns; `clobber_abi` covers the rest.
-    unsafe {
-        std::arch::asm!(
-            "mov r12, rsp",
-            "mov rsp, {sp}",
-            "call {f}",
-            "mov rsp, r12",
-            sp = in(reg) sp,
-            f = in(reg) f,
-            in("rdi") arg,
-            out("r12") _,
-            clobber_abi("C"),
-        );
-    }
-}
-
-/// Elsewhere no stack switch: `stack_to_serve_on` never asks for one, and
-/// `f` runs where the handler is.
-///
-/// # Safety
-/// None beyond `f`'s own; `sp` is ignored.
-#[cfg(not(target_arch = "x86_64"))]
-unsafe fn call_on_stack(_sp: u64, f: extern "C" fn(*mut libc::c_void), arg: *mut libc::c_void) {
-    f(arg)
 }
 
 /// Hand a SIGBUS that is not a uswap fault to the program's disposition.
