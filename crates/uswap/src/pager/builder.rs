@@ -5,15 +5,18 @@
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::sync::Arc;
 
+use super::budget::Budget;
+use super::counters::Counters;
 use super::error::PagerError;
 use super::frames::{FramePool, Mapping, UnitPool};
 #[cfg(test)]
-use super::instance::Inject;
-use super::instance::{Backing, Backoff, Budget, Counters, Frames, Inner, Reports, StagedRing};
+use super::inject::Inject;
+use super::instance::{Backing, Backoff, Frames, Inner, Reports};
 use super::overrun::Overrun;
 use super::sigbus::FaultMode;
+use super::staged::StagedRing;
 use super::swap::Swap;
-use super::{addrs, fault, fork, held, instance, page, reclaim, regions, report, sigbus, threads};
+use super::{addrs, fork, held, instance, page, reclaim, regions, report, sigbus, threads};
 use crate::io::IoDevice;
 use crate::lru::{Lru, LruBatch, LruConfig};
 use crate::spec::SwapDeviceSpec;
@@ -356,7 +359,7 @@ impl SwapBuilder {
             // SAFETY: nobody holds any frame yet.
             unsafe { bounce.bytes(f) }.fill(0);
         }
-        let zero_bytes = fault::READAHEAD_MAX as usize * PAGE_SIZE;
+        let zero_bytes = super::readahead::READAHEAD_MAX as usize * PAGE_SIZE;
         let zero = Mapping::new(zero_bytes, PAGE_SIZE).map_err(|source| PagerError::Mmap {
             bytes: zero_bytes,
             source,
@@ -459,7 +462,7 @@ impl SwapBuilder {
             readahead: self.readahead,
             per_page_evict: self.per_page_evict,
             discarder: crate::sys::Discarder::new(),
-            prefetch: instance::Prefetch::new(prefetch),
+            prefetch: super::prefetch::Prefetch::new(prefetch),
             shutdown: AtomicBool::new(false),
             users: AtomicUsize::new(1),
             reports: Reports::default(),

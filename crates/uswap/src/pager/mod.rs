@@ -66,9 +66,14 @@ mod fork; // fork without exec: the fork handlers, adoption in the child
 mod frames; // frame and unit pools
 mod gate; // the fork gate: no work in flight when a fork copies memory
 mod held; // swap-file slots held for forked children
+#[cfg(test)]
+mod inject; // test hooks: injected move failures, a gate pause
 mod instance; // the shared state, in parts, and page operations
+mod moves; // UFFDIO_MOVE and UFFDIO_COPY, their failures and test hooks
 mod overrun; // the budget's bound: how far past it, then the OOM kill
 mod page; // page states, claims
+mod prefetch; // the prefetcher's queue
+mod readahead; // pages after a swap-in, read with it or by the prefetcher
 mod reclaim; // reclaim passes, per-page and 2 MB unit eviction
 mod regions; // the table of published regions
 mod report; // one-line reports
@@ -77,9 +82,13 @@ mod signals; // signal masks, uswap's threads
 mod threads; // handler threads, the prefetcher, the reclaimer
 mod writeback; // staged pages to their slots, in runs, through io_uring
 
+mod budget; // resident and staged counts, the watermarks
 mod builder; // SwapBuilder: configuration, and build
+mod counters; // the instance's statistics handles
 mod error; // PagerError
 mod region; // Region: a paged mapping, and its drop
+mod slots; // swap slots taken, freed, held and split
+mod staged; // the ring of staged pages
 mod swap; // Swap: the instance a user holds
 
 pub use crate::spec::SwapDeviceSpec;

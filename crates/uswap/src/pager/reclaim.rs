@@ -66,7 +66,7 @@ use std::sync::atomic::Ordering;
 use super::evict::{self, enqueue, refused, Outcome, Stage};
 use super::folio::{self, FolioSlots};
 use super::instance::Inner;
-use super::instance::Installed;
+use super::moves::Installed;
 use super::overrun;
 use super::page::{self, PageClaim, UNIT_BYTES, UNIT_PAGES};
 use super::report;

@@ -18,7 +18,7 @@ use super::page::UNIT_BYTES;
 use super::regions::{lookup, Hit};
 use super::sigbus::watch;
 use super::signals::{self, UswapThread};
-use super::{reclaim, report};
+use super::{readahead, reclaim, report};
 use crate::io::{BackendKind, WriteRing};
 use crate::PAGE_SIZE;
 
@@ -120,7 +120,7 @@ pub(super) fn spawn_prefetcher(weak: Weak<Inner>) -> UswapThread {
         };
         if let Some((id, addr, pages, write)) = inner.prefetch.take(Duration::from_millis(100)) {
             let _inside = gate::enter(0);
-            fault::read_ahead_range(&inner, addr, id, pages, write);
+            readahead::read_ahead_range(&inner, addr, id, pages, write);
         }
     })
 }

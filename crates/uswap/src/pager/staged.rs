@@ -1,0 +1,64 @@
+//! Staged pages: evicted pages moved out of their regions into staging
+//! frames, waiting, oldest first, for writeback to write them to their
+//! slots.
+
+use crate::swap_space::SwapEntry;
+use std::collections::VecDeque;
+
+/// Staged pages in FIFO order, each with the slot it was staged to.  An
+/// entry is live while its page is staged to that slot; it goes stale when
+/// the page is touched (moved back) or its region goes away, and popping
+/// skips stale entries.  The ring holds twice the staging frames; when it
+/// fills with stale entries it is compacted.
+pub(crate) struct StagedRing {
+    /// Oldest first: (page id, raw slot).  Never grows past `cap`, which
+    /// its allocation holds: pushing allocates nothing.
+    ids: VecDeque<(u32, u64)>,
+    cap: usize,
+}
+
+impl StagedRing {
+    pub fn new(cap: usize) -> Self {
+        let cap = cap.max(2);
+        StagedRing {
+            ids: VecDeque::with_capacity(cap),
+            cap,
+        }
+    }
+
+    pub fn push(&mut self, id: u32, slot: SwapEntry) -> bool {
+        if self.ids.len() == self.cap {
+            return false;
+        }
+        self.ids.push_back((id, slot.raw()));
+        true
+    }
+
+    pub fn pop(&mut self) -> Option<(u32, u64)> {
+        self.ids.pop_front()
+    }
+
+    /// Pop the oldest entry and those after it that continue it as a run:
+    /// the next page id on the next slot (a run staged together), as many
+    /// as `out` holds.  Returns how many.
+    pub fn pop_run(&mut self, out: &mut [(u32, u64)]) -> usize {
+        let mut n = 0;
+        while n < out.len() {
+            let Some(&e) = self.ids.front() else {
+                break;
+            };
+            if n > 0 && (e.0 != out[n - 1].0 + 1 || e.1 != out[n - 1].1 + 1) {
+                break;
+            }
+            out[n] = e;
+            n += 1;
+            self.ids.pop_front();
+        }
+        n
+    }
+
+    /// Keep only the entries `live` accepts, in order.
+    pub fn compact(&mut self, live: impl Fn(u32, u64) -> bool) {
+        self.ids.retain(|&(id, slot)| live(id, slot));
+    }
+}
