@@ -7,7 +7,7 @@
 //! the SIGBUS handler too), libc where it does not.  The RAM device, the
 //! pager's frame pools and regions, and the benches all map memory here;
 //! userfaultfd has its own module (`uffd.rs`), signals stay with the
-//! handler (`pager/entry.rs`).
+//! handler (`pager/entry/sigbus.rs`).
 
 use std::fs::File;
 use std::io;

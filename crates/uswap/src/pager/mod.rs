@@ -54,52 +54,24 @@
 //! a lock.  A thread waits for a claim only with nothing held (a fault, a
 //! region being unmapped); the reclaimer only ever tries to claim.  So no
 //! wait closes a cycle.  What the SIGBUS handler may take, and why that is
-//! safe, is in `entry.rs`.
+//! safe, is in `entry/sigbus.rs`.
 
-// The pager's files, from the top down; each calls only those below it.
-mod addrs; // page id -> address, a word per chunk of ids
-mod altstack; // where the SIGBUS handler runs: spare stacks, the stack switch
-mod evict; // small pages out in batches: clean drops, runs of moves
-mod fault; // fault service, pages and 2 MB units
-mod folio; // the unit of work: slots and IO of a run of 1 to 512 pages
-mod fork; // fork without exec: the fork handlers, adoption in the child
-mod frames; // frame and unit pools
-mod gate; // the fork gate: no work in flight when a fork copies memory
-mod held; // swap-file slots held for forked children
-#[cfg(test)]
-mod inject; // test hooks: injected move failures, a gate pause
-mod instance; // the shared state, in parts, and page operations
-mod moves; // UFFDIO_MOVE and UFFDIO_COPY, their failures and test hooks
-mod overrun; // the budget's bound: how far past it, then the OOM kill
-mod page; // page states, claims
-mod prefetch; // the prefetcher's queue
-mod readahead; // pages after a swap-in, read with it or by the prefetcher
-mod reclaim; // reclaim passes, per-page and 2 MB unit eviction
-mod regions; // the table of published regions
-mod report; // one-line reports
-mod sigbus; // the SIGBUS handler, the program's disposition, the watch
-mod signals; // signal masks, uswap's threads
-mod threads; // handler threads, the prefetcher, the reclaimer
-mod writeback; // staged pages to their slots, in runs, through io_uring
-
-mod budget; // resident and staged counts, the watermarks
-mod builder; // SwapBuilder: configuration, and build
-mod counters; // the instance's statistics handles
-mod error; // PagerError
-mod region; // Region: a paged mapping, and its drop
-mod slots; // swap slots taken, freed, held and split
-mod staged; // the ring of staged pages
-mod swap; // Swap: the instance a user holds
+// The pager's parts, from the top down; each calls only those below it.
+mod api; // what a user holds: SwapBuilder, Swap, Region, PagerError
+mod entry; // where work comes in: the SIGBUS handler, uswap's threads, fork
+mod evict; // reclaim: victims out in batches and units, writeback
+mod fault; // a fault served: a page or a 2 MB unit in, readahead
+mod instance; // one instance's state, and the operations on it
 
 pub use crate::spec::SwapDeviceSpec;
-pub use builder::SwapBuilder;
-pub use error::PagerError;
-pub use overrun::{Overrun, OverrunError};
-pub use region::{Pinned, Region};
-pub use regions::MAX_REGIONS;
-pub use sigbus::FaultMode;
-pub use signals::{program_sigmask, starting_a_thread, NEVER_BLOCKED};
-pub use swap::Swap;
+pub use api::builder::SwapBuilder;
+pub use api::error::PagerError;
+pub use api::region::{Pinned, Region};
+pub use api::swap::Swap;
+pub use entry::sigbus::FaultMode;
+pub use instance::overrun::{Overrun, OverrunError};
+pub use instance::regions::MAX_REGIONS;
+pub use instance::signals::{program_sigmask, starting_a_thread, NEVER_BLOCKED};
 
 /// For a library that interposes `sigaction` on a program (`uswap run`):
 /// `sigaction(SIGBUS, new, old)` as the program sees it while uswap's
@@ -111,14 +83,14 @@ pub use swap::Swap;
 /// uswap's handler is not installed (no instance in SIGBUS mode): the
 /// call is then the kernel's to make.
 pub fn program_sigbus_action(new: Option<&libc::sigaction>, old: Option<&mut libc::sigaction>) -> bool {
-    sigbus::program_sigbus_action(new, old)
+    entry::sigbus::program_sigbus_action(new, old)
 }
 
 /// Whether uswap's SIGBUS handler serves faults in this process (an
 /// instance in SIGBUS mode was built): only then must SIGBUS never be
 /// blocked in a program's thread.
 pub fn serving_sigbus() -> bool {
-    signals::serving_sigbus()
+    instance::signals::serving_sigbus()
 }
 
 #[cfg(test)]

@@ -610,7 +610,7 @@ fn a_forked_child_swaps_to_a_file_of_its_own() {
         }
         // Within the budget and its overrun (10%), the pages it shares
         // with its parent since the fork (each is copied before it can
-        // go out: `evict.rs`'s `unshare`, a pass behind the faults; the
+        // go out: `batch.rs`'s `unshare`, a pass behind the faults; the
         // child held up to 400 pages of a 256-page budget meanwhile), and
         // the pages of a fault or two.  Without a file of its own it held
         // all 2048.

@@ -3,6 +3,7 @@
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
 
+use super::instance::page;
 use super::*;
 use crate::io::FileOptions;
 use crate::PAGE_SIZE;
@@ -676,7 +677,7 @@ fn past_the_overrun_the_process_is_killed() {
             .max_mapped(128 * MIB)
             .build()
             .unwrap();
-        let bound = swap.budget_pages() + super::overrun::FLOOR_PAGES.max(swap.budget_pages() / 10);
+        let bound = swap.budget_pages() + super::instance::overrun::FLOOR_PAGES.max(swap.budget_pages() / 10);
         let mut region = if s.ends_with("huge") {
             swap.map_huge((64 * MIB) as usize).unwrap()
         } else {
@@ -687,7 +688,7 @@ fn past_the_overrun_the_process_is_killed() {
         for (p, page) in region.as_mut_slice().chunks_mut(PAGE_SIZE).enumerate() {
             page[0] = 1;
             let r = swap.resident_pages();
-            if r > bound + super::reclaim::SLACK {
+            if r > bound + super::evict::reclaim::SLACK {
                 eprintln!("resident {r} pages, past the bound of {bound}, at page {p}");
                 child::exit(4);
             }

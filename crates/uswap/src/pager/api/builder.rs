@@ -1,0 +1,503 @@
+//! [`SwapBuilder`]: a swap instance's configuration, with sane defaults,
+//! and `build`, which sets the instance up: the swap space and its
+//! devices, the userfaultfd, the frame pools, the LRU, the threads.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::Arc;
+
+use crate::io::IoDevice;
+use crate::lru::{Lru, LruBatch, LruConfig};
+use crate::pager::api::error::PagerError;
+use crate::pager::api::swap::Swap;
+use crate::pager::entry::fork;
+use crate::pager::entry::sigbus;
+use crate::pager::entry::sigbus::FaultMode;
+use crate::pager::entry::threads;
+use crate::pager::evict::reclaim;
+use crate::pager::instance::addrs;
+use crate::pager::instance::budget::Budget;
+use crate::pager::instance::counters::Counters;
+use crate::pager::instance::frames::{FramePool, Mapping, UnitPool};
+use crate::pager::instance::held;
+#[cfg(test)]
+use crate::pager::instance::inject::Inject;
+use crate::pager::instance::inner as instance;
+use crate::pager::instance::inner::{Backing, Backoff, Frames, Inner, Reports};
+use crate::pager::instance::overrun::Overrun;
+use crate::pager::instance::page;
+use crate::pager::instance::regions;
+use crate::pager::instance::report;
+use crate::pager::instance::staged::StagedRing;
+use crate::spec::SwapDeviceSpec;
+use crate::stats::{LockId, Registry, StatMutex};
+use crate::swap_cache::SwapCache;
+use crate::swap_space::{SlotDeviceConfig, SwapSpace, Switches};
+use crate::table::{self};
+use crate::uffd::{Features, Reach, RegisterMode, Uffd};
+use crate::PAGE_SIZE;
+
+/// Builds a [`Swap`] instance.
+#[derive(Clone, Debug)]
+pub struct SwapBuilder {
+    budget: u64,
+    devices: Vec<SwapDeviceSpec>,
+    mode: FaultMode,
+    handler_threads: usize,
+    max_mapped: Option<u64>,
+    /// None: sized from the budget at build.
+    staging_frames: Option<u32>,
+    switches: Switches,
+    lru_batch: LruBatch,
+    background: bool,
+    readahead: bool,
+    per_page_evict: bool,
+    overrun: Overrun,
+    domain: Option<Arc<crate::domain::Member>>,
+    /// Publish statistics for `uswap stat` (`publish`), and the tree's
+    /// supervisor to name in them.
+    publish: bool,
+    group: i32,
+}
+
+impl Swap {
+    /// Start configuring an instance.
+    pub fn builder() -> SwapBuilder {
+        SwapBuilder::default()
+    }
+}
+
+/// The defaults: a 256 MiB budget, SIGBUS mode, one handler thread where
+/// handler threads serve, the seeds' switches on, background reclaim and
+/// readahead on, a 10% overrun, no devices (`build` asks for one).
+impl Default for SwapBuilder {
+    fn default() -> Self {
+        SwapBuilder {
+            budget: 256 << 20,
+            devices: Vec::new(),
+            mode: FaultMode::Sigbus,
+            handler_threads: 1,
+            max_mapped: None,
+            staging_frames: None,
+            switches: Switches::DEFAULT,
+            lru_batch: LruBatch::default(),
+            background: true,
+            readahead: true,
+            per_page_evict: false,
+            overrun: Overrun::default(),
+            domain: None,
+            publish: false,
+            group: 0,
+        }
+    }
+}
+
+impl SwapBuilder {
+    /// The memory budget in bytes: resident pages of all regions stay
+    /// under it (default 256 MiB).
+    pub fn budget(mut self, bytes: u64) -> Self {
+        self.budget = bytes;
+        self
+    }
+
+    /// Add a swap device.
+    pub fn device(mut self, d: SwapDeviceSpec) -> Self {
+        self.devices.push(d);
+        self
+    }
+
+    /// How faults are served (default: SIGBUS in the faulting thread).
+    pub fn fault_mode(mut self, m: FaultMode) -> Self {
+        self.mode = m;
+        self
+    }
+
+    /// Handler threads in [`FaultMode::HandlerThread`] (default 1).
+    pub fn handler_threads(mut self, n: usize) -> Self {
+        self.handler_threads = n;
+        self
+    }
+
+    /// The most bytes all regions of this instance may span at once
+    /// (default: the swap space plus the budget), rounded up to pages as
+    /// a region's length is.
+    pub fn max_mapped(mut self, bytes: u64) -> Self {
+        self.max_mapped = Some(bytes);
+        self
+    }
+
+    /// Staging frames: pages soft-evicted and not yet written back, a
+    /// touch of which costs no IO; half of them are kept staged before
+    /// writeback starts, and the other half is what runs of dirty pages
+    /// are moved into and written back from, several writes in flight.
+    /// Default: a 128th of the budget, at least 256 (1 MiB) and at most
+    /// 4096 (16 MiB): 1024 for a 512 MiB budget, where a swap file's
+    /// sequential writeback ran 1.55x faster than with 256 (docs/
+    /// PERFORMANCE.md).
+    pub fn staging_frames(mut self, n: u32) -> Self {
+        self.staging_frames = Some(n);
+        self
+    }
+
+    /// The seed switches of the swap space.
+    pub fn switches(mut self, s: Switches) -> Self {
+        self.switches = s;
+        self
+    }
+
+    /// How LRU adds and activations reach the LRU lock (seed 002; default
+    /// per-CPU batches of 31, [`LruBatch::Unbatched`] restores the lock per
+    /// page of before the seed).
+    pub fn lru_batch(mut self, b: LruBatch) -> Self {
+        self.lru_batch = b;
+        self
+    }
+
+    /// Run the background reclaimer (default on).  Off, only faulting
+    /// threads reclaim, when the budget is exhausted.
+    pub fn background_reclaim(mut self, on: bool) -> Self {
+        self.background = on;
+        self
+    }
+
+    /// Swap-in readahead (default on): a fault that reads a page back also
+    /// reads the swapped-out pages after it, as many as a window that
+    /// doubles (to 32) while faults come in order and halves when they do
+    /// not (the kernel's `swap_vma_readahead`).  Off: one page per fault.
+    pub fn readahead(mut self, on: bool) -> Self {
+        self.readahead = on;
+        self
+    }
+
+    /// Evict every small page with its own `UFFDIO_MOVE` (off by default),
+    /// as uswap did before batched eviction: one TLB flush per page.  By
+    /// default a batch of victims costs one flush for its clean pages
+    /// (dropped in place with one `process_madvise`) and one per run of
+    /// neighbouring dirty pages (moved with one `UFFDIO_MOVE`).  For
+    /// measuring what batching gains.
+    pub fn per_page_evict(mut self, on: bool) -> Self {
+        self.per_page_evict = on;
+        self
+    }
+
+    /// How far past the budget pages may stay resident when nothing can
+    /// be evicted (swap full, pages pinned), before the process is killed
+    /// as a memory cgroup's would be, with one line on stderr saying why
+    /// (default [`Overrun::Percent`]`(10)`; at least a 2 MB unit and the
+    /// faults' slack).  [`Overrun::Unbounded`]: never killed, the
+    /// resident set grows as far as the machine allows.
+    pub fn overrun(mut self, o: Overrun) -> Self {
+        self.overrun = o;
+        self
+    }
+
+    /// Share a budget with the other processes of a domain
+    /// (`crate::domain`): the instance publishes what it holds, and its
+    /// budget follows the share the domain's arbiter gives it.  The
+    /// builder's budget is the instance's until the first share, and what
+    /// its overrun is measured against.  A background reclaimer (the
+    /// default) does the publishing; without one, the budget stays put.
+    pub fn domain(mut self, member: crate::domain::Member) -> Self {
+        self.domain = Some(Arc::new(member));
+        self
+    }
+
+    /// Publish the instance's statistics while it runs, for `uswap stat`
+    /// and `uswap top` (default off; `uswap run` and `uswap demo` turn it
+    /// on): its statistics block becomes a file in this user's directory
+    /// (`stats::live`), removed when the instance goes.  Publishing costs
+    /// the pager nothing: the block is the memory it counts in anyway.
+    /// Where the directory cannot be used the instance runs unpublished,
+    /// saying why in one line.
+    pub fn publish(mut self, on: bool) -> Self {
+        self.publish = on;
+        self
+    }
+
+    /// The process tree the instance's statistics are shown under: the pid
+    /// of its supervisor (`uswap run`'s), 0 for none (the default).
+    pub fn group(mut self, supervisor: i32) -> Self {
+        self.group = supervisor;
+        self
+    }
+
+    /// Check the configuration and start the instance.
+    pub fn build(self) -> Result<Swap, PagerError> {
+        let page = PAGE_SIZE as u64;
+        if self.devices.is_empty() {
+            return Err(PagerError::Config(
+                "no swap device: add one with `.device(SwapDeviceSpec::ram(bytes))` or a file".into(),
+            ));
+        }
+        if self.budget < 64 * page {
+            return Err(PagerError::Config(format!(
+                "a budget of {} bytes is too small: give at least {} bytes (64 pages)",
+                self.budget,
+                64 * page
+            )));
+        }
+        let staging_frames = self
+            .staging_frames
+            .unwrap_or_else(|| ((self.budget / page / 128) as u32).clamp(256, 4096));
+        if !(16..=1 << 20).contains(&staging_frames) {
+            return Err(PagerError::Config(format!(
+                "staging_frames must be 16..=1048576, got {staging_frames}"
+            )));
+        }
+        if self.mode == FaultMode::HandlerThread && !(1..=64).contains(&self.handler_threads) {
+            return Err(PagerError::Config(format!(
+                "handler_threads must be 1..=64, got {}",
+                self.handler_threads
+            )));
+        }
+        let label = crate::stats::Label {
+            group: self.group,
+            mode: u64::from(self.mode != FaultMode::HandlerThread),
+        };
+        let registry = match self.publish.then(crate::stats::live::ensure_directory) {
+            Some(Ok(dir)) => match Registry::published(&dir, &label) {
+                Ok(r) => Some(r),
+                Err(e) => {
+                    report::line(format_args!(
+                        "uswap: statistics not published ({}: {e}); the program runs as it would",
+                        dir.display()
+                    ));
+                    None
+                }
+            },
+            Some(Err(e)) => {
+                report::line(format_args!(
+                    "uswap: statistics not published: {e}; the program runs as it would"
+                ));
+                None
+            }
+            None => None,
+        };
+        let registry = match registry {
+            Some(r) => r,
+            None => Registry::try_new().map_err(|source| PagerError::Mmap {
+                bytes: crate::PAGE_SIZE,
+                source,
+            })?,
+        };
+        let mut features = Features::MOVE
+            .with(Features::PAGEFAULT_FLAG_WP)
+            .with(Features::POISON);
+        if self.mode == FaultMode::Sigbus {
+            features = features.with(Features::SIGBUS);
+        } else {
+            // The faulting thread's id, so that a handler thread serves a
+            // fault of a thread that is forking through the fork gate.
+            features = features.with(Features::THREAD_ID);
+        }
+        // SIGBUS mode serves the faulting thread's own accesses only, so a
+        // user-mode-only descriptor (any user may open one) is all it
+        // needs; handler-thread mode serves the kernel's faults too.
+        let uffd = match self.mode {
+            FaultMode::Sigbus => Uffd::open_reaching(features, false, Reach::UserFaults)?,
+            FaultMode::HandlerThread => Uffd::open(features, true)?,
+        };
+
+        let mut devices = Vec::new();
+        let mut space = SwapSpace::builder().switches(self.switches);
+        for d in &self.devices {
+            let (dev, prio) = match d {
+                SwapDeviceSpec::Ram { bytes, priority } => {
+                    (IoDevice::ram(bytes / page, &registry)?, *priority)
+                }
+                SwapDeviceSpec::File { options, priority } => {
+                    (IoDevice::file(options, &registry)?, *priority)
+                }
+                SwapDeviceSpec::Compressed { options, priority } => {
+                    (IoDevice::compressed(options, &registry)?, *priority)
+                }
+            };
+            space = space.device(SlotDeviceConfig::new(dev.slots()).priority(prio));
+            devices.push(dev);
+        }
+        let space = space.build(&registry)?;
+        let budget = (self.budget / page) as usize;
+        let max_pages = self
+            .max_mapped
+            // A region of `b` bytes spans `b` rounded up to pages (`map`
+            // rounds so): the limit rounds the same way.
+            .map_or(space.total_slots() as usize + budget, |b| {
+                b.div_ceil(page) as usize
+            });
+        if max_pages == 0 {
+            return Err(PagerError::Config(format!(
+                "max_mapped of {} bytes is less than a page: give at least {page} bytes, or leave it to its default (the swap space plus the budget)",
+                self.max_mapped.unwrap_or(0)
+            )));
+        }
+        let max_user = max_pages;
+        // Whole chunks of ids (addrs.rs): each region leaves less than a
+        // chunk unused at its end, so `max_mapped` pages in any number of
+        // regions (at most one a page, and at most MAX_REGIONS) always find
+        // ids.  The tables are committed as ids are used: the spare ones
+        // cost address space only.
+        let max_pages =
+            max_pages.next_multiple_of(addrs::CHUNK) + addrs::CHUNK * max_pages.min(regions::MAX_REGIONS);
+        let max_pages = u32::try_from(max_pages)
+            .map_err(|_| PagerError::Config(format!("max_mapped of {max_pages} pages exceeds 2^32 pages")))?;
+        let lru = Lru::new(LruConfig::new(max_pages).batch(self.lru_batch), &registry)?;
+        let staging =
+            FramePool::new(staging_frames, &registry, LockId::STAGING_FRAMES).map_err(|source| {
+                PagerError::Mmap {
+                    bytes: staging_frames as usize * PAGE_SIZE,
+                    source,
+                }
+            })?;
+        // Bounce frames: one per fault reading a page in, a run per
+        // readahead (runs shrink to the frames free; a fault waits for
+        // one).  Populated at start, so they are memory every process
+        // pays for from its first instant, inside its budget: 256 (1 MiB)
+        // is many more than faults in flight at once, and at the budgets
+        // of a tree's small members (a shell, `sha256sum`, a compiler
+        // pass) a quarter of their memory; one frame per 256 pages of the
+        // budget, 64 (two full readahead runs) at the least.
+        let bounce_frames = staging_frames.min(((self.budget / page / 256) as u32).clamp(64, 256));
+        let bounce = FramePool::new(bounce_frames, &registry, LockId::BOUNCE_FRAMES).map_err(|source| {
+            PagerError::Mmap {
+                bytes: bounce_frames as usize * PAGE_SIZE,
+                source,
+            }
+        })?;
+        // Bounce frames are read into and copied from: populate them now,
+        // not on the fault path.
+        for f in 0..bounce_frames {
+            // SAFETY: nobody holds any frame yet.
+            unsafe { bounce.bytes(f) }.fill(0);
+        }
+        let zero_bytes = crate::pager::fault::readahead::READAHEAD_MAX as usize * PAGE_SIZE;
+        let zero = Mapping::new(zero_bytes, PAGE_SIZE).map_err(|source| PagerError::Mmap {
+            bytes: zero_bytes,
+            source,
+        })?;
+        for at in (0..zero_bytes).step_by(PAGE_SIZE) {
+            // SAFETY: fresh private pages of our own.  Reading maps each
+            // to the kernel's one zero page: copies from them never fault,
+            // and read one cache-hot page, not 32.
+            unsafe { std::ptr::read_volatile((zero.addr() as usize + at) as *const u8) };
+        }
+        // MOVE needs its destination registered with the same descriptor.
+        uffd.register(
+            staging.mapping().addr(),
+            staging.mapping().len() as u64,
+            RegisterMode {
+                missing: true,
+                wp: false,
+            },
+        )?;
+
+        let device_slots: Vec<u64> = devices.iter().map(|d| d.slots()).collect();
+        let swap_cache =
+            SwapCache::new(&device_slots, space.trunk_slots(), &registry).map_err(|e| match e {
+                crate::swap_cache::SwapCacheError::Table(t) => PagerError::Metadata(t),
+                e => PagerError::Config(e.to_string()),
+            })?;
+        let unit_pool = |site| {
+            UnitPool::new(4, &registry, site).map_err(|source| PagerError::Mmap {
+                bytes: 4 * page::UNIT_BYTES,
+                source,
+            })
+        };
+        let unit_in = unit_pool(LockId::UNIT_IN)?;
+        let unit_out = unit_pool(LockId::UNIT_OUT)?;
+        uffd.register(
+            unit_out.mapping().addr(),
+            unit_out.mapping().len() as u64,
+            RegisterMode {
+                missing: true,
+                wp: false,
+            },
+        )?;
+        let prefetch = self.readahead && devices.iter().any(|d| d.kind() == crate::io::BackendKind::File);
+        let inner = Arc::new(Inner {
+            counters: Counters::new(&registry),
+            uffd,
+            lru,
+            // Zeroed (NEVER, no address) and committed as ids are used.
+            states: table::zeroed(max_pages as usize, "page states")?,
+            addrs: addrs::PageAddrs::new(max_pages as usize)?,
+            pins: table::zeroed(max_pages as usize, "page pins")?,
+            // SAFETY: getpid has no preconditions.
+            pid: std::sync::atomic::AtomicI32::new(unsafe { libc::getpid() }),
+            threads: StatMutex::new(Vec::new(), registry.lock_site(LockId::THREADS)),
+            spawn: instance::Spawn {
+                handlers: if self.mode == FaultMode::HandlerThread {
+                    self.handler_threads
+                } else {
+                    0
+                },
+                reclaimer: self.background,
+                watching: self.mode == FaultMode::Sigbus,
+            },
+            ids: StatMutex::new(
+                instance::PageIds {
+                    free: vec![(0, max_pages)],
+                    mapped: 0,
+                    max: max_user,
+                    fresh: 0,
+                },
+                registry.lock_site(LockId::PAGE_IDS),
+            ),
+            frames: Frames {
+                staging,
+                bounce,
+                unit_in,
+                unit_out,
+                zero,
+            },
+            budget: Budget::new(
+                budget,
+                if self.background { reclaim::SLACK } else { 0 },
+                self.overrun,
+                staging_frames as usize / 2,
+            ),
+            backing: Backing {
+                space,
+                devices,
+                swap_cache,
+                staged: StatMutex::new(
+                    StagedRing::new(2 * staging_frames as usize),
+                    registry.lock_site(LockId::STAGED_RING),
+                ),
+                writeback: Backoff::default(),
+                hold: held::Hold::new(&device_slots, registry.lock_site(LockId::FORK_HOLD)),
+                closed: AtomicBool::new(false),
+                layerable: AtomicBool::new(false),
+                layers_tried: AtomicBool::new(false),
+            },
+            readahead: self.readahead,
+            per_page_evict: self.per_page_evict,
+            discarder: crate::sys::Discarder::new(),
+            prefetch: crate::pager::instance::prefetch::Prefetch::new(prefetch),
+            shutdown: AtomicBool::new(false),
+            users: AtomicUsize::new(1),
+            reports: Reports::default(),
+            forked: AtomicBool::new(false),
+            member: self.domain.clone(),
+            #[cfg(test)]
+            inject: Inject::default(),
+            registry,
+        });
+        inner.counters.levels.budget.set(self.budget / page);
+        inner.registry.label(&crate::stats::Label {
+            group: self.group,
+            mode: match (self.mode, inner.uffd.user_mode_only()) {
+                (FaultMode::HandlerThread, _) => 0,
+                (_, false) => 1,
+                (_, true) => 2,
+            },
+        });
+        if self.mode == FaultMode::Sigbus {
+            sigbus::install();
+        }
+        threads::start_threads(&inner);
+        fork::register(&inner);
+        Ok(Swap {
+            inner,
+            mode: self.mode,
+        })
+    }
+}

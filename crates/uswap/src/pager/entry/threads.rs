@@ -1,0 +1,209 @@
+//! uswap's threads in a process, one set per instance, all born with
+//! every signal blocked (`signals::spawn`): the handler threads that read
+//! the userfaultfd and serve its faults ([`FaultMode::HandlerThread`]),
+//! the prefetcher that reads ahead for them, and the background reclaimer
+//! that keeps the resident set under the budget's low watermark and, in
+//! SIGBUS mode, watches the program's signal set-up (`sigbus::watch`).
+//!
+//! [`FaultMode::HandlerThread`]: super::FaultMode::HandlerThread
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use crate::io::{BackendKind, WriteRing};
+use crate::pager::entry::sigbus::watch;
+use crate::pager::evict::reclaim;
+use crate::pager::fault::readahead;
+use crate::pager::fault::serve::{self as fault, Access};
+use crate::pager::instance::gate;
+use crate::pager::instance::inner::Inner;
+use crate::pager::instance::page::UNIT_BYTES;
+use crate::pager::instance::regions::{lookup, Hit};
+use crate::pager::instance::report;
+use crate::pager::instance::signals::{self, UswapThread};
+use crate::PAGE_SIZE;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// Start an instance's threads (`Inner::spawn`); a forked child calls
+/// this again, its parent's threads being absent there: their handles are
+/// forgotten, not joined or detached.
+pub(crate) fn start_threads(inner: &Arc<Inner>) {
+    let mut threads = inner.threads.lock();
+    std::mem::forget(std::mem::take(&mut *threads));
+    let weak = Arc::downgrade(inner);
+    for _ in 0..inner.spawn.handlers {
+        threads.push(spawn_handler(weak.clone()));
+    }
+    if inner.prefetch.on {
+        threads.push(spawn_prefetcher(weak.clone()));
+    }
+    if inner.spawn.reclaimer {
+        threads.push(spawn_reclaimer(weak, inner.spawn.watching));
+    }
+}
+
+/// A handler thread: reads fault events and serves them until the instance
+/// is gone.
+pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
+    signals::spawn("uswap-fault", move || loop {
+        let Some(inner) = Inner::upgrade(&weak) else {
+            return;
+        };
+        // A poll error (EINTR cannot happen: every signal is blocked here)
+        // is taken as "nothing yet"; the loop polls again.
+        let ready = inner.uffd.poll(50).unwrap_or(false);
+        if !ready {
+            continue;
+        }
+        while let Ok(Some(ev)) = inner.uffd.read_event() {
+            let crate::uffd::Event::PageFault {
+                address,
+                wp,
+                write,
+                thread,
+            } = ev
+            else {
+                continue;
+            };
+            // For a thread that is forking, through the closed gate.
+            let _inside = gate::enter(thread as i32);
+            let page_addr = address & !(PAGE - 1);
+            let access = Access {
+                present: Some(wp),
+                write: write && !wp,
+            };
+            let start = crate::sys::monotonic_ns();
+            // The faulting thread waits from its fault to its wake-up; what
+            // is seen here is the serving of it (not the kernel's delivery).
+            inner.registry.stall_begin(thread as i32);
+            let wake = match lookup(address) {
+                Some(Hit {
+                    inner: owner,
+                    id,
+                    unit: Some(base),
+                }) if std::ptr::eq(owner, &*inner) => {
+                    fault::serve_unit(&inner, base, id, address, access);
+                    // Every thread waiting in the unit may go on.
+                    Some((base, UNIT_BYTES as u64))
+                }
+                Some(Hit {
+                    inner: owner,
+                    id,
+                    unit: None,
+                }) if std::ptr::eq(owner, &*inner) => {
+                    fault::serve(&inner, address, id, access).then_some((page_addr, PAGE))
+                }
+                // Not a region (a region being unmapped, the staging
+                // area): let the thread retry.
+                _ => Some((page_addr, PAGE)),
+            };
+            let took = crate::sys::monotonic_ns().saturating_sub(start);
+            inner.counters.fault_ns.add(took);
+            inner.registry.fault_latency(took);
+            if let Some((at, len)) = wake {
+                // A failed wake means the range is gone (unmapped): the
+                // thread waiting there was woken by the unmap.
+                let _ = inner.uffd.wake(at, len);
+            }
+            inner.registry.stall_end();
+        }
+    })
+}
+
+/// The prefetcher: reads ahead the windows that faulting threads hand it
+/// (`Prefetch`), so that a sequential reader of a swap file finds its next
+/// pages in while it uses the ones read before them.
+pub(crate) fn spawn_prefetcher(weak: Weak<Inner>) -> UswapThread {
+    signals::spawn("uswap-readahead", move || loop {
+        let Some(inner) = Inner::upgrade(&weak) else {
+            return;
+        };
+        if let Some((id, addr, pages, write)) = inner.prefetch.take(Duration::from_millis(100)) {
+            let _inside = gate::enter(0);
+            readahead::read_ahead_range(&inner, addr, id, pages, write);
+        }
+    })
+}
+
+/// The background reclaimer: keeps resident pages under the low watermark,
+/// and, in SIGBUS mode, watches the process's signal set-up.
+pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread {
+    const WATCH_EVERY: Duration = Duration::from_millis(100);
+    const SCAN_EVERY: u32 = 5;
+    signals::spawn("uswap-reclaim", move || {
+        let mut last_watch = Instant::now();
+        let mut watches = 0u32;
+        // The levels that cost a lock or a read of /proc, for readers of
+        // the statistics block: every 100 ms, the first pass included.
+        const LEVELS_EVERY: Duration = Duration::from_millis(100);
+        let mut last_levels = Instant::now() - LEVELS_EVERY;
+        // Swap files are written back through an io_uring of this
+        // thread's, several writes in flight; without one (no io_uring in
+        // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
+        // time, said once.
+        let mut ring = match Inner::upgrade(&weak) {
+            Some(inner)
+                if inner
+                    .backing
+                    .devices
+                    .iter()
+                    .any(|d| d.kind() == BackendKind::File) =>
+            {
+                match WriteRing::new() {
+                    Ok(r) => Some(r),
+                    Err(e) => {
+                        report::line(format_args!(
+                            "uswap: no io_uring here ({e}); swap file writes go one pwrite at a time"
+                        ));
+                        None
+                    }
+                }
+            }
+            _ => None,
+        };
+        loop {
+            let Some(inner) = Inner::upgrade(&weak) else {
+                return;
+            };
+            let inside = gate::enter(0);
+            if watching && last_watch.elapsed() >= WATCH_EVERY {
+                last_watch = Instant::now();
+                watches += 1;
+                watch(watches % SCAN_EVERY == 1, &inner);
+            }
+            if let Some((slots, units)) = inner.backing.hold.release_if_done() {
+                slots.into_iter().for_each(|e| inner.free_slot(e));
+                units.into_iter().for_each(|e| inner.free_huge(e));
+            }
+            let resident = inner.budget.resident.load(Ordering::Relaxed);
+            inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
+            let slow = last_levels.elapsed() >= LEVELS_EVERY;
+            if slow {
+                last_levels = Instant::now();
+            }
+            inner.publish_levels(resident, slow);
+            if resident > inner.budget.low() && inner.backing.closed.load(Ordering::Relaxed) {
+                inner.open_layers();
+            }
+            if let Some(m) = &inner.member {
+                let ram = inner.backing.devices.iter().map(|d| d.ram_pages()).sum();
+                m.publish(resident, inner.counters.faults.get(), ram);
+                if let Some(share) = m.share() {
+                    if share != inner.budget.limit() {
+                        inner.budget.share(share);
+                    }
+                }
+            }
+            if resident > inner.budget.low()
+                && reclaim::reclaim(&inner, resident - inner.budget.low(), ring.as_mut()) > 0
+            {
+                continue;
+            }
+            drop(inside);
+            drop(inner);
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    })
+}

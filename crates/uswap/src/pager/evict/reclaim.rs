@@ -1,0 +1,629 @@
+//! Reclaim: keep resident pages under the budget, in two steps.
+//!
+//! 1. Eviction of a batch of victims from the LRU's inactive tail (second
+//!    chance for referenced pages), in `batch.rs`: clean pages are dropped
+//!    where they are (their slot holds them, or they are zeros), one
+//!    `process_madvise` for the batch; dirty pages are soft-evicted: moved
+//!    out of their regions with `UFFDIO_MOVE` into staging frames,
+//!    atomically, neighbours as one run.  A thread touching one from then
+//!    on faults.  Each gets a slot and the swap cache maps the slot to its
+//!    frame.  The page is still in memory: a touch finds it in the swap
+//!    cache and moves it back without IO, and activates it through the
+//!    LRU's per-CPU batches (seed 002): this is how the LRU learns, user
+//!    space having no accessed bits.  (`SwapBuilder::per_page_evict`:
+//!    every victim, clean ones too, moved alone, as before batching.)
+//! 2. Writeback (`writeback.rs`): staged pages, oldest first, are written
+//!    to their slots and their frames discarded, a batch per
+//!    `process_madvise`.  Only this frees the memory of a dirty page.
+//!
+//! A clean page that never had a slot is still all zeros: it goes straight
+//! back to "never written", no slot, no IO.
+//!
+//! What `UFFDIO_MOVE` refuses stays where it is, as the kernel leaves such
+//! pages alone: a pinned page (`EBUSY`: the pin holder, a device doing DMA
+//! or an io_uring fixed buffer, writes the page itself, so a copy taken
+//! for swap would go stale) and a locked or read-only one (`EINVAL`:
+//! `mlock`, `mprotect`).  They are counted as unevictable, said once, and
+//! put on the active list, to be tried again when they age.  A page the
+//! program discarded itself (`ENOENT`: `MADV_DONTNEED`, `munmap`) has no
+//! memory left to evict: it becomes "never written".
+//!
+//! When no slot can be had the page stays resident.  A write error that
+//! says the block is bad (`EIO`) retires the slot for good and puts the
+//! page back in its region; one that may pass (`ENOSPC`, `EAGAIN`, ...)
+//! leaves the page staged and pauses writeback, 1 ms at first, doubling to
+//! 1 s while the errors go on: a burst of them must not eat the swap
+//! space.  Never lost, never zeros.  The background reclaimer keeps
+//! resident pages (staged ones included) under the low watermark; a
+//! faulting thread reclaims directly before it installs its page only when
+//! the budget is exceeded by more than a batch (the reclaimer fell behind,
+//! or there is none).
+//!
+//! 2 MB units (seed 003) go out whole: the unit is moved with one
+//! `UFFDIO_MOVE` of 2 MB into an "out" staging unit (a PMD move when it is
+//! a THP: it stays whole), written with one 2 MB IO to a whole cluster
+//! from `alloc_huge`, and discarded.  When no cluster is wholly free the
+//! unit is split over 512 single slots, each page's in its own word
+//! (counted as a fallback), and still written as one folio: one IO per
+//! segment of neighbouring slots (`folio.rs`).  A write that fails for
+//! good retires only the bad block's slot, found by trying the failed
+//! segment again page by page.  The "out" units are registered with the
+//! userfaultfd (they receive moved pages) and never touched.  A unit moved
+//! in is writable (a move drops write protection), so units are always
+//! dirty: no clean drops, no soft eviction; they go straight to their
+//! slots.
+//!
+//! A unit mapped with small pages (no THP) can move part way: the move
+//! stops at a page the program discarded (a hole), a pinned page or a
+//! locked one.  Eviction then puts back what moved before it reads any of
+//! the "out" unit (whose missing pages would fault on our own registered
+//! memory), fills holes with zeros (the program discarded them: that is
+//! what they read as) and tries again later; a pinned or locked page keeps
+//! its unit resident.
+
+use std::sync::atomic::Ordering;
+
+use crate::io::WriteRing;
+use crate::pager::evict::batch::{self as evict, enqueue, refused, Outcome, Stage};
+use crate::pager::evict::folio::{self, FolioSlots};
+use crate::pager::evict::writeback::{
+    write_back_oldest, write_back_queued, writeback, writeback_failed, writeback_held, writeback_worked,
+    writes_failing, writes_held,
+};
+use crate::pager::instance::inner::Inner;
+use crate::pager::instance::moves::Installed;
+use crate::pager::instance::overrun;
+use crate::pager::instance::page::{self, PageClaim, UNIT_BYTES, UNIT_PAGES};
+use crate::pager::instance::report;
+use crate::swap_cache::PageHandle;
+use crate::swap_space::{SwapEntry, SwapError};
+use crate::PAGE_SIZE;
+
+const UNIT: u64 = UNIT_BYTES as u64;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+/// Victims taken from the LRU per pass: one eviction batch.
+const BATCH: usize = evict::BATCH;
+
+/// How far past the budget faults may go before one reclaims itself, while
+/// the background reclaimer runs: one batch.
+pub(crate) const SLACK: usize = BATCH;
+
+/// Called by a faulting thread before it installs a page: reclaim when the
+/// budget is exhausted by more than the slack (the background reclaimer
+/// fell behind).  When nothing can be evicted the page is installed anyway
+/// (the overrun is counted): a fault must always be served, up to the
+/// overrun's bound, past which the process is killed (`overrun.rs`).
+pub(crate) fn make_room(inner: &Inner) {
+    let b = &inner.budget;
+    if b.resident.load(Ordering::Relaxed) < b.limit() + b.slack() {
+        return;
+    }
+    inner.counters.direct_reclaim.inc();
+    if reclaim(inner, BATCH, None) == 0
+        && inner.budget.resident.load(Ordering::Relaxed) >= b.limit() + b.slack()
+    {
+        inner.counters.overrun.inc();
+        hold_to_bound(inner, 1);
+    }
+}
+
+/// Reclaim before installing `n` pages at once (a 2 MB unit).
+pub(crate) fn make_room_for(inner: &Inner, n: usize) {
+    let resident = inner.budget.resident.load(Ordering::Relaxed);
+    if resident + n <= inner.budget.limit() + inner.budget.slack() {
+        return;
+    }
+    inner.counters.direct_reclaim.inc();
+    // From the one load: a second could see others' evictions and come
+    // in under the limit (the soak found the subtraction overflowing,
+    // and a release build would have asked reclaim for 2^64 pages); and
+    // saturating, as the budget may have grown since the check.
+    let want = (resident + n).saturating_sub(inner.budget.limit());
+    if want == 0 {
+        return;
+    }
+    if reclaim(inner, want, None) < want
+        && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit()
+    {
+        inner.counters.overrun.inc();
+        hold_to_bound(inner, n);
+    }
+}
+
+// The faults' slack fits the room the overrun's floor leaves for it.
+const _: () = assert!(SLACK <= overrun::SLACK_ROOM);
+
+/// Tries of reclaim, a millisecond apart, before a fault past the bound
+/// gives up: long enough for a compressed tier's writeback rest (20 ms)
+/// or a forked child to let its slots go, short enough that a process
+/// truly out of memory is told soon.  While swap writes fail with an
+/// error that may pass (`ENOSPC`, `EAGAIN`: writeback backs off, up to a
+/// second at a time), the swap is not full, only slow: those waits do
+/// not count, up to [`PATIENCE_MS`] in all.
+const TRIES: u32 = 200;
+/// The longest a fault past the bound waits on failing writes.
+const PATIENCE_MS: u32 = 60_000;
+
+/// A millisecond's sleep, from a fault (a signal handler included):
+/// `nanosleep` is async-signal-safe, `std::thread::sleep` is not promised
+/// to be.
+fn nap() {
+    let ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 1_000_000,
+    };
+    // SAFETY: nanosleep reads the timespec.
+    unsafe { libc::nanosleep(&ts, std::ptr::null_mut()) };
+}
+
+/// Called by a fault about to install `n` pages when reclaim freed
+/// nothing: returns once they fit under the budget and its overrun, or
+/// ends the process.
+fn hold_to_bound(inner: &Inner, n: usize) {
+    let b = &inner.budget;
+    if b.max_overrun() == usize::MAX {
+        return;
+    }
+    if inner.backing.closed.load(Ordering::Relaxed) {
+        // A forked child of an instance with a swap file, which writes no
+        // slots there (fork.rs): its reclaimer is making it a file of its
+        // own (`Inner::open_layers`), which the fault waits for, within
+        // the budget, as it waits for writeback (a debug build's child
+        // ran 50% past its budget meanwhile).
+        let mut waited = 0;
+        while inner.spawn.reclaimer
+            && inner.backing.closed.load(Ordering::Acquire)
+            && inner.backing.layerable.load(Ordering::Relaxed)
+            && waited < PATIENCE_MS
+        {
+            nap();
+            waited += 1;
+        }
+        if inner.backing.closed.load(Ordering::Acquire) {
+            // No file of its own (none can be made here): its dirty pages
+            // stay resident for want of a way out, not for want of swap.
+            return;
+        }
+    }
+    let space = &inner.backing.space;
+    // Over the bound with the swap full (less than a 2 MB unit free:
+    // what a unit needs, and a pass that freed nothing had small pages
+    // to evict if it could).  Pages that cannot be evicted
+    // for a reason of uswap's own while swap is free (shared with a
+    // forked child, which `UFFDIO_MOVE` refuses; pinned) are not the
+    // program's overrun: the kernel could swap them, so no kill.
+    let over = || {
+        b.resident.load(Ordering::Relaxed) + n > b.limit().saturating_add(b.max_overrun())
+            && space.nr_free() < UNIT_PAGES as u64
+    };
+    let mut tries = 0;
+    let mut waited = 0;
+    while tries < TRIES && waited < PATIENCE_MS {
+        if !over() {
+            return;
+        }
+        if writes_failing(inner) {
+            waited += 1;
+        } else {
+            tries += 1;
+        }
+        if reclaim(inner, n.max(SLACK), None) == 0 {
+            nap();
+        }
+    }
+    if !over() {
+        return;
+    }
+    inner.registry.event(
+        crate::stats::EventKind::OomKill,
+        b.resident.load(Ordering::Relaxed) as u64,
+    );
+    report::line(format_args!(
+        "uswap: out of memory: {} pages resident, past the budget of {} pages and its overrun of {}, and nothing can be evicted ({} of {} swap slots free); killing the process, as a memory cgroup would: raise the budget, add swap, or allow an unbounded overrun",
+        b.resident.load(Ordering::Relaxed),
+        b.limit(),
+        b.max_overrun(),
+        space.nr_free(),
+        space.total_slots(),
+    ));
+    // SAFETY: kill and getpid have no memory-safety preconditions; this
+    // process ends here.
+    unsafe { libc::kill(libc::getpid(), libc::SIGKILL) };
+    loop {
+        // SAFETY: as above; SIGKILL is on its way.
+        unsafe { libc::pause() };
+    }
+}
+
+/// Free up to `nr` pages of memory; returns how many.
+pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>) -> usize {
+    let mut victims = [0u32; BATCH];
+    let mut freed = [0u32; BATCH];
+    let mut done = 0;
+    // Bounded: victims that cannot be staged (busy, no free slot for a
+    // dirty page, unevictable) go back on the LRU and would come up
+    // again; a few passes are all one call may spend.
+    for _ in 0..4 {
+        if done >= nr {
+            break;
+        }
+        let want = (nr - done).min(BATCH);
+        let before = done;
+        // Writeback first, so that the batch finds free staging frames
+        // for its runs of dirty pages.
+        match ring.as_deref_mut() {
+            Some(ring) => write_back_queued(inner, ring, nr, &mut done),
+            None => write_back_oldest(inner, nr, &mut done),
+        }
+        if done >= nr {
+            break;
+        }
+        // Evict a batch of victims.
+        let mut n = inner.lru.shrink_inactive_local(want * 2, &mut victims[..want]);
+        if n == 0 {
+            // Nothing this CPU can see: pages may wait in other CPUs'
+            // batches.  Drain them all, as the kernel does when reclaim
+            // struggles, and look again.
+            n = inner.lru.shrink_inactive(want * 2, &mut victims[..want]);
+        }
+        if n == 0 {
+            // Inactive list empty or all referenced: age the active list.
+            inner.lru.age_active(want * 4);
+        }
+        let mut nfreed = 0;
+        let mut small = [0u32; BATCH];
+        let mut nsmall = 0;
+        for &id in &victims[..n] {
+            if inner.states[id as usize].load(Ordering::Acquire) & page::UNIT != 0 {
+                if done >= nr {
+                    // Enough already: another unit would free 512 pages
+                    // more than asked (a batch can hold several).
+                    back_on_lru(inner, id, Stage::Not);
+                    continue;
+                }
+                // A 2 MB unit goes straight to its slots.
+                match evict_unit(inner, id) {
+                    Stage::Gone => done += UNIT_PAGES,
+                    other => back_on_lru(inner, id, other),
+                }
+                continue;
+            }
+            if !inner.per_page_evict {
+                small[nsmall] = id;
+                nsmall += 1;
+                continue;
+            }
+            match stage(inner, id) {
+                Stage::InMemory => {}
+                Stage::Gone => done += 1,
+                Stage::Dropped(f) => {
+                    freed[nfreed] = f;
+                    nfreed += 1;
+                    done += 1;
+                }
+                other => back_on_lru(inner, id, other),
+            }
+        }
+        if nsmall > 0 {
+            let mut out = Outcome::new();
+            evict::evict(inner, &small[..nsmall], &mut out);
+            done += out.gone;
+            for &(id, refused) in &out.back[..out.nback] {
+                back_on_lru(inner, id, if refused { Stage::Refused } else { Stage::Not });
+            }
+        }
+        inner.discard_frames(&freed[..nfreed]);
+        if n > 0 && done == before {
+            // Every victim refused (unevictable, busy): refill the
+            // inactive list from the active one, or the same pages come
+            // back on every pass and nothing else is ever tried.
+            inner.lru.age_active(want * 4);
+        }
+    }
+    done
+}
+
+/// A victim that did not leave memory goes back on the LRU, if it is
+/// still resident: an unevictable one on the active list, to come back
+/// to the inactive list (and be tried again) only as it ages.
+fn back_on_lru(inner: &Inner, id: u32, how: Stage) {
+    if page::kind(inner.states[id as usize].load(Ordering::Acquire)) != page::RESIDENT {
+        return;
+    }
+    inner.lru.add(id);
+    if matches!(how, Stage::Refused) {
+        inner.lru.activate(id);
+    }
+}
+
+/// Soft-evict page `id` into a staging frame.
+fn stage(inner: &Inner, id: u32) -> Stage {
+    let st = &inner.states[id as usize];
+    let w = st.load(Ordering::Acquire);
+    if page::kind(w) != page::RESIDENT || w & page::BUSY != 0 {
+        return Stage::Not;
+    }
+    let dirty = w & page::DIRTY != 0;
+    if dirty && page::slot(w).is_none() && inner.no_free_slots() {
+        // Nowhere to write it: do not move it out just to move it back.
+        inner.counters.swap_full.inc();
+        return Stage::Not;
+    }
+    let Some(claim) = PageClaim::try_claim(st, w) else {
+        return Stage::Not;
+    };
+    if inner.pinned(id) {
+        return Stage::Refused;
+    }
+    let Some(f) = frame(inner) else {
+        return Stage::Not;
+    };
+    let addr = inner.addrs.get(id);
+    let frame_addr = inner.frames.staging.addr(f);
+    // A clean page that never had a slot holds zeros still: drop it.
+    if !dirty && page::slot(w).is_none() {
+        inner.counters.evict_moves.inc();
+        if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
+            inner.frames.staging.put(f);
+            return refused(inner, claim, addr, err);
+        }
+        inner.counters.evict_clean.inc();
+        inner.counters.evictions.inc();
+        inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
+        claim.commit(page::NEVER);
+        return Stage::Dropped(f);
+    }
+    // The slot it will be written to (a clean page keeps its own).
+    let (e, new_slot) = match page::slot(w) {
+        Some(e) if !dirty => (e, false),
+        _ => match inner.alloc_slot() {
+            Ok(e) => (e, true),
+            Err(err) => {
+                if matches!(err, SwapError::Full { .. }) {
+                    inner.counters.swap_full.inc();
+                }
+                inner.frames.staging.put(f);
+                return Stage::Not;
+            }
+        },
+    };
+    let handle = PageHandle::new(f as u64 + 1).expect("frame + 1 is not zero");
+    if inner.backing.swap_cache.add(e, handle).is_err() {
+        // The slot is ours alone (fresh, or this clean page's): it cannot
+        // be cached already.  Nothing changed; give up on this one.
+        debug_assert!(false, "slot {e:?} already in the swap cache");
+        if new_slot {
+            inner.free_slot(e);
+        }
+        inner.frames.staging.put(f);
+        return Stage::Not;
+    }
+    inner.counters.evict_moves.inc();
+    if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
+        inner.backing.swap_cache.delete(e);
+        if new_slot {
+            inner.free_slot(e);
+        }
+        inner.frames.staging.put(f);
+        return refused(inner, claim, addr, err);
+    }
+    // A dirty page's old slot (if any) is stale: it has the new one.
+    if new_slot {
+        if let Some(o) = page::slot(w) {
+            inner.free_slot(o);
+        }
+    }
+    inner.counters.staged.inc();
+    inner.budget.staged.fetch_add(1, Ordering::Relaxed);
+    claim.commit(page::with_slot(page::STAGED | (w & page::DIRTY), e));
+    enqueue(inner, id, e);
+    Stage::InMemory
+}
+
+/// A free staging frame, writing back the oldest staged page if none is.
+fn frame(inner: &Inner) -> Option<u32> {
+    if let Some(f) = inner.frames.staging.get() {
+        return Some(f);
+    }
+    for _ in 0..8 {
+        if writeback_held(inner) {
+            return None;
+        }
+        let (id, slot) = inner.backing.staged.lock().pop()?;
+        if let Some(f) = writeback(inner, id, slot) {
+            inner.frames.staging.discard_batch(&[f]);
+            return Some(f);
+        }
+    }
+    None
+}
+
+/// Evict the unit whose first page is `head`: `Stage::Gone` when it left
+/// memory; otherwise it is still resident (`Refused`: unevictable).
+fn evict_unit(inner: &Inner, head: u32) -> Stage {
+    let st = &inner.states[head as usize];
+    let w = st.load(Ordering::Acquire);
+    if page::kind(w) != page::RESIDENT || w & page::BUSY != 0 || writes_held(inner) {
+        return Stage::Not;
+    }
+    let Some(claim) = PageClaim::try_claim(st, w) else {
+        return Stage::Not;
+    };
+    let addr = inner.addrs.get(head);
+    let pool = &inner.frames.unit_out;
+    let Some(u) = pool.get() else {
+        return Stage::Not;
+    };
+    if let Err((moved, err)) = inner.move_out(pool.addr(u), addr, UNIT) {
+        // Part of it (or none) moved: put that back before anything reads
+        // the "out" unit, whose missing pages would fault.
+        if moved > 0 && inner.put_in(addr, pool.addr(u), moved) == Installed::Gone {
+            pool.discard(u);
+            pool.put(u);
+            return unit_gone(inner, claim);
+        }
+        pool.discard(u);
+        pool.put(u);
+        return match err.errno() {
+            // Holes the program made (MADV_DONTNEED), which read as zeros:
+            // fill them, and the unit moves whole next time.  None left
+            // at all (the program discarded or unmapped the whole unit):
+            // there is nothing to evict.
+            Some(libc::ENOENT) => match fill_holes(inner, addr) {
+                Holes::Filled => Stage::Not,
+                Holes::All => unit_gone(inner, claim),
+            },
+            errno => {
+                drop(claim);
+                inner.unevictable(addr + moved, errno);
+                Stage::Refused
+            }
+        };
+    }
+    // SAFETY: we hold unit `u`, which holds the 512 pages just moved out.
+    let next = write_unit(inner, head, unsafe { pool.bytes(u) });
+    let Some(next) = next else {
+        let gone = inner.put_in(addr, pool.addr(u), UNIT) == Installed::Gone;
+        pool.discard(u);
+        pool.put(u);
+        if gone {
+            return unit_gone(inner, claim);
+        }
+        return Stage::Not;
+    };
+    pool.discard(u);
+    pool.put(u);
+    inner.counters.huge_swapouts.inc();
+    inner.counters.evictions.inc();
+    inner.budget.resident.fetch_sub(UNIT_PAGES, Ordering::Relaxed);
+    claim.commit(next);
+    Stage::Gone
+}
+
+/// The unit's memory went with the program's unmap or discard: nothing
+/// to keep, and it reads as zeros.
+fn unit_gone(inner: &Inner, claim: PageClaim<'_>) -> Stage {
+    inner.counters.discarded.inc();
+    inner.budget.resident.fetch_sub(UNIT_PAGES, Ordering::Relaxed);
+    claim.commit(page::NEVER | page::UNIT);
+    Stage::Gone
+}
+
+enum Holes {
+    /// Some pages were missing and are zeros now.
+    Filled,
+    /// Every page was missing, or the range is not mapped any more.
+    All,
+}
+
+/// Fill the holes of the resident unit at `addr` with zeros (the program
+/// discarded those pages).
+fn fill_holes(inner: &Inner, addr: u64) -> Holes {
+    let mut present = [0u8; UNIT_PAGES];
+    // SAFETY: mincore writes one byte per page of the range into
+    // `present`; it fails (ENOMEM) where the range is not mapped.
+    if unsafe { libc::mincore(addr as *mut libc::c_void, UNIT_BYTES, present.as_mut_ptr()) } != 0
+        || present.iter().all(|p| p & 1 == 0)
+    {
+        return Holes::All;
+    }
+    for (i, p) in present.iter().enumerate() {
+        // An error leaves the hole, to be found on the next eviction;
+        // EEXIST (a page appeared meanwhile) cannot happen under the
+        // claim, and would be fine.
+        if p & 1 == 0 && inner.copy_zero(addr + i as u64 * PAGE, false).is_ok() {
+            inner.counters.discarded.inc();
+        }
+    }
+    Holes::Filled
+}
+
+/// Write a unit moved out into `buf` to slots of its own, as one folio
+/// (`folio.rs`): a whole cluster, one 2 MB IO (seed 003); when no cluster
+/// is free, 512 single slots, each page's recorded in its own word (the
+/// head's in the returned word, which says "split"), written one IO per
+/// segment of neighbouring slots.  Returns the unit's next word; None
+/// when nothing was kept: every slot taken is freed, but for one whose
+/// write failed for good, which is retired (the failed segment is tried
+/// again page by page to find it: a bad block costs its slot, not its
+/// cluster).
+fn write_unit(inner: &Inner, head: u32, buf: &[u8]) -> Option<u64> {
+    let words = &inner.states[head as usize..head as usize + UNIT_PAGES];
+    let mut first = SwapEntry::NONE;
+    let taken = folio::alloc_slots(inner, UNIT_PAGES, |i, e| {
+        if i == 0 {
+            first = e;
+        } else {
+            words[i].store(page::with_slot(page::NEVER, e), Ordering::Release);
+        }
+    });
+    let split_slot = |i: usize| {
+        if i == 0 {
+            first
+        } else {
+            page::slot(words[i].load(Ordering::Acquire)).expect("a split unit has a slot per page")
+        }
+    };
+    // How many pages of a split unit have slots to undo, and which slot
+    // of them is retired.
+    let (taken, bad) = match taken {
+        Ok(FolioSlots::Cluster(base)) => {
+            let slot_of = |i: usize| SwapEntry::new(base.device(), base.offset() + i as u64);
+            return match folio::write_blaming(inner, slot_of, buf) {
+                Ok(()) => {
+                    writeback_worked(inner);
+                    Some(page::with_slot(page::SWAPPED | page::UNIT | page::WHOLE, base))
+                }
+                Err(failed) => {
+                    match unit_write_failed(inner, &failed) {
+                        None => inner.free_huge(base),
+                        // The cluster's other slots go back one by one.
+                        Some(bad) => (0..UNIT_PAGES)
+                            .map(slot_of)
+                            .filter(|&e| e != bad)
+                            .for_each(|e| inner.free_slot(e)),
+                    }
+                    None
+                }
+            };
+        }
+        Ok(FolioSlots::Each) => match folio::write_blaming(inner, split_slot, buf) {
+            Ok(()) => {
+                writeback_worked(inner);
+                return Some(page::with_slot(page::SWAPPED | page::UNIT, first));
+            }
+            Err(failed) => (UNIT_PAGES, unit_write_failed(inner, &failed)),
+        },
+        Err((taken, err)) => {
+            if matches!(err, SwapError::Full { .. }) {
+                inner.counters.swap_full.inc();
+            }
+            (taken, None)
+        }
+    };
+    // Split, and not kept: free the slots taken (but a retired one) and
+    // clear the words that recorded them.
+    for (i, word) in words.iter().enumerate().take(taken) {
+        let e = split_slot(i);
+        if i > 0 {
+            word.store(page::NEVER, Ordering::Release);
+        }
+        if Some(e) != bad {
+            inner.free_slot(e);
+        }
+    }
+    None
+}
+
+/// A unit's write failed: count it; returns the slot to retire when the
+/// failure is for good (the block is bad), None when it may pass (the
+/// slot is fine, writeback pauses).
+fn unit_write_failed(inner: &Inner, failed: &folio::IoFailed) -> Option<SwapEntry> {
+    if failed.err.is_transient() {
+        writeback_failed(inner, &failed.err);
+        return None;
+    }
+    inner.counters.write_errors.inc();
+    Some(failed.slot)
+}

@@ -1,0 +1,286 @@
+//! Readahead: on a swap-in, the pages after it that are out too, read in
+//! the same IO (a run of slots) or, from a swap file, by the prefetcher
+//! thread while the program uses the window before (the kernel's
+//! asynchronous readahead).
+
+use crate::io::BackendKind;
+use crate::pager::evict::folio;
+use crate::pager::instance::inner::Inner;
+use crate::pager::instance::page::{self, PageClaim};
+use crate::swap_space::SwapEntry;
+use crate::PAGE_SIZE;
+use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// Most pages one fault reads ahead.
+pub(crate) const READAHEAD_MAX: u32 = 32;
+
+/// A thread's readahead state: where a fault counts as in order (from
+/// just past what the thread read itself to the end of what it handed the
+/// prefetcher), and the window.  Per thread, as threads walk their own
+/// parts of a region.
+///
+/// Not in thread-local storage: the fault path touches none.  A library
+/// preloaded into a program (`uswap run`) reaches its thread-locals
+/// through the thread's DTV, which glibc allocates for a new thread with
+/// the program's `calloc`, that is in the paged heap: a SIGBUS handler
+/// touching a DTV that is out would fault inside itself.  So the state
+/// lives in a fixed table, a slot per hash of `pthread_self` (the thread's
+/// control block, reached through the thread pointer itself), tagged with
+/// its owner; a thread finding another's tag starts afresh and takes the
+/// slot over.  Readahead is advice: two threads sharing a slot only read
+/// ahead less well, and a torn read of a slot only mistakes the window.
+struct Readahead {
+    owner: AtomicU64,
+    lo: AtomicU64,
+    hi: AtomicU64,
+    window: AtomicU32,
+}
+
+const READAHEAD_SLOTS: usize = 64;
+
+static READAHEAD: [CachePadded<Readahead>; READAHEAD_SLOTS] = [const {
+    CachePadded::new(Readahead {
+        owner: AtomicU64::new(0),
+        lo: AtomicU64::new(0),
+        hi: AtomicU64::new(0),
+        window: AtomicU32::new(0),
+    })
+}; READAHEAD_SLOTS];
+
+impl Readahead {
+    /// The calling thread's slot, and its tag.
+    fn mine() -> (&'static Readahead, u64) {
+        // SAFETY: pthread_self has no preconditions (it reads the thread
+        // pointer).
+        let me = unsafe { libc::pthread_self() } as u64;
+        let slot = (me.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 58) as usize % READAHEAD_SLOTS;
+        (&READAHEAD[slot], me)
+    }
+
+    /// This thread's (lo, hi, window); zeros if the slot is another's.
+    fn get() -> (u64, u64, u32) {
+        let (r, me) = Self::mine();
+        if r.owner.load(Ordering::Relaxed) != me {
+            return (0, 0, 0);
+        }
+        (
+            r.lo.load(Ordering::Relaxed),
+            r.hi.load(Ordering::Relaxed),
+            r.window.load(Ordering::Relaxed),
+        )
+    }
+
+    fn set(lo: u64, hi: u64, window: u32) {
+        let (r, me) = Self::mine();
+        r.owner.store(me, Ordering::Relaxed);
+        r.lo.store(lo, Ordering::Relaxed);
+        r.hi.store(hi, Ordering::Relaxed);
+        r.window.store(window.min(READAHEAD_MAX), Ordering::Relaxed);
+    }
+}
+
+/// Readahead after the fault on page `id` at `addr` (the kernel's
+/// `swap_vma_readahead`, and fault-around for never-written pages): the
+/// window doubles, from 2 to [`READAHEAD_MAX`], while faults come where
+/// the last readahead ended, and halves otherwise; up to that many of the
+/// following pages that are swapped out or never written are installed,
+/// under their own claims, a run of alike pages (a run of neighbouring
+/// slots read with one IO) with one `UFFDIO_COPY`.  A page is only ever
+/// installed where it is missing and claimed, so a program's write to it
+/// waits for the install and then takes its write-protect fault if it
+/// went in clean: nothing it writes is overwritten.  It stops at the first
+/// page that is neither, not this region's next page, claimed by someone
+/// else, or would take the resident set over budget (readahead never
+/// reclaims), and on any error (the page stays as it was; a fault on it
+/// does the work and handles the error).
+///
+/// How a page goes in: read from RAM, writable and dirty (a program's
+/// write to it then costs nothing, where a clean page's first write is a
+/// write-protect fault and a TLB flush: pmbench's linear walk at 80% reads
+/// ran 9% slower with clean read-ahead pages than with none, and writing
+/// it back to RAM costs half a microsecond); read from a file, clean,
+/// keeping its slot (writing it back would be an IO); never written, as
+/// the fault's own page went in (a write fault: writable and dirty, so a
+/// sequential writer takes one fault per run, not per page).
+pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_file: bool) {
+    let (lo, hi, window) = Readahead::get();
+    let window = if lo != 0 && lo <= addr && addr <= hi {
+        (window * 2).clamp(2, READAHEAD_MAX)
+    } else {
+        window / 2
+    };
+    // After a read from a swap file, this thread reads a quarter of the
+    // window itself and hands the prefetcher the window after it, to be
+    // read while the program uses what is in already.  (Zero fills and
+    // reads from RAM cost less than the hand-over: done here, whole.)
+    let prefetch = from_file && inner.prefetch.on && window >= 4;
+    let sync = if prefetch { window / 4 } else { window };
+    let mut done = 0;
+    while done < sync {
+        let k = read_ahead_run(
+            inner,
+            addr + PAGE * (1 + done as u64),
+            id + 1 + done,
+            sync - done,
+            write,
+        );
+        if k == 0 {
+            break;
+        }
+        done += k;
+    }
+    let end = addr + PAGE * (1 + done as u64);
+    if prefetch && done == sync {
+        inner.prefetch.post(id + 1 + done, end, window, write);
+        Readahead::set(end, end + PAGE * window as u64, window);
+    } else {
+        Readahead::set(end, end, window);
+    }
+}
+
+/// The prefetcher's part: read ahead `pages` pages from page `id` at
+/// `addr`, run by run, stepping over pages that are in already.
+pub(crate) fn read_ahead_range(inner: &Inner, addr: u64, id: u32, pages: u32, write: bool) {
+    let mut done = 0;
+    while done < pages {
+        let k = read_ahead_run(inner, addr + PAGE * done as u64, id + done, pages - done, write);
+        if k == 0 {
+            // In already, claimed, another region's, or over budget: one
+            // page on (a claimed page is being served by its fault).
+            let nid = (id + done) as usize;
+            if inner.addrs.get(nid as u32) != addr + PAGE * done as u64
+                || inner.budget.resident.load(Ordering::Relaxed) + 1 >= inner.budget.limit()
+            {
+                return;
+            }
+            done += 1;
+            continue;
+        }
+        inner.counters.prefetched.add(u64::from(k));
+        done += k;
+    }
+}
+
+/// Install the run of alike pages at `addr` (page `id` on), at most `max`:
+/// returns how many went in.
+fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u32 {
+    const MAX: usize = READAHEAD_MAX as usize;
+    let mut claims: [Option<PageClaim<'_>>; MAX] = [const { None }; MAX];
+    let mut slots = [SwapEntry::NONE; MAX];
+    let (mut never, mut dirty, mut device) = (false, false, 0);
+    let mut n = 0;
+    while n < max as usize {
+        let (nid, naddr) = (id as usize + n, addr + PAGE * n as u64);
+        if nid >= inner.states.len()
+            || inner.addrs.get(nid as u32) != naddr
+            || inner.budget.resident.load(Ordering::Relaxed) + n + 1 >= inner.budget.limit()
+        {
+            break;
+        }
+        let st = &inner.states[nid];
+        let w = st.load(Ordering::Acquire);
+        let kind = page::kind(w);
+        if (kind != page::SWAPPED && kind != page::NEVER) || w & (page::BUSY | page::UNIT) != 0 {
+            break;
+        }
+        let e = page::slot(w);
+        let this_never = kind == page::NEVER;
+        let this_device = e.map_or(0, |e| e.device());
+        let this_dirty = match e {
+            None => write,
+            Some(e) => {
+                let dev = &inner.backing.devices[e.device() as usize];
+                dev.kind() == BackendKind::Ram || dev.frees_on_swapin(e.offset())
+            }
+        };
+        if n > 0 && (this_never != never || this_dirty != dirty || this_device != device) {
+            break;
+        }
+        let Some(claim) = PageClaim::try_claim(st, w) else {
+            break;
+        };
+        (never, dirty, device) = (this_never, this_dirty, this_device);
+        slots[n] = e.unwrap_or(SwapEntry::NONE);
+        claims[n] = Some(claim);
+        n += 1;
+    }
+    if n == 0 {
+        return 0;
+    }
+    // Pages let go by a compressed device come in sealed (see serve).
+    let sealed = !never && dirty && inner.backing.devices[device as usize].kind() == BackendKind::Compressed;
+    // Neighbouring bounce frames for a swapped run (as many as there
+    // are: the run shrinks to fit), read with one IO where its slots are
+    // neighbours too; a never-written run copies from the zero pages.
+    let mut frames = None;
+    let src = if never {
+        inner.frames.zero.addr()
+    } else {
+        let pool = &inner.frames.bounce;
+        let mut nb = n;
+        let b0 = loop {
+            if let Some(b0) = pool.get_run(nb as u32) {
+                break Some(b0);
+            }
+            nb /= 2;
+            if nb == 0 {
+                break None;
+            }
+        };
+        let Some(b0) = b0 else {
+            return 0;
+        };
+        frames = Some((b0, nb));
+        n = nb;
+        // SAFETY: we hold bounce frames `b0..b0 + nb`.
+        let buf = unsafe { pool.run_bytes(b0, nb) };
+        // One IO per segment of neighbouring slots; a failed one ends the
+        // run where it starts.
+        if let Err(failed) = folio::read(inner, |j| slots[j], buf) {
+            n = failed.done;
+        }
+        pool.addr(b0)
+    };
+    let copied = if n == 0 {
+        0
+    } else {
+        match inner.copy(addr, src as *const u8, n as u64 * PAGE, !dirty || sealed) {
+            Ok(()) => n,
+            Err((done, _)) => (done / PAGE) as usize,
+        }
+    };
+    if let Some((b0, nb)) = frames {
+        for b in b0..b0 + nb as u32 {
+            inner.frames.bounce.put(b);
+        }
+    }
+    // What went in is committed; the claims of the rest are dropped,
+    // leaving those pages as they were.
+    for (j, claim) in claims.iter_mut().enumerate().take(copied) {
+        let claim = claim.take().expect("claimed");
+        let nid = id + j as u32;
+        inner.budget.resident.fetch_add(1, Ordering::Relaxed);
+        let next = if never {
+            inner.counters.fault_around.inc();
+            if dirty {
+                page::RESIDENT | page::DIRTY
+            } else {
+                page::RESIDENT
+            }
+        } else {
+            inner.counters.readahead.inc();
+            if dirty {
+                inner.free_slot(slots[j]);
+                page::RESIDENT | page::DIRTY | if sealed { page::SEALED } else { 0 }
+            } else {
+                page::with_slot(page::RESIDENT, slots[j])
+            }
+        };
+        claim.commit(next);
+        // Inactive: read ahead, not yet used; the first to go if unused.
+        inner.lru.add(nid);
+    }
+    copied as u32
+}

@@ -1,0 +1,397 @@
+//! Fault service: [`serve`] for a page, [`serve_unit`] for a 2 MB unit,
+//! called from the entry (the SIGBUS handler in the faulting thread, or a
+//! handler thread reading the userfaultfd).
+//!
+//! Everything here may run in a signal handler, so it follows the rules of
+//! one: no allocation (page tables, frame pools and the region table are
+//! all preallocated), no lock that the interrupted code could hold (see
+//! `entry/sigbus.rs` for why none can be), and idempotence: a fault may be
+//! delivered twice, or by two threads at once; the page's claim picks one
+//! to serve it, and the others wait and retry the access.
+//!
+//! 2 MB units (seed 003) come in whole: an "in" staging unit is populated
+//! (`MADV_POPULATE_WRITE`: a zeroed THP under `MADV_HUGEPAGE`), filled
+//! with one 2 MB read (after a split, one read per segment of neighbouring
+//! slots: `folio.rs`; a never-written unit stays zero), and moved into the region with one `UFFDIO_MOVE`.  Only the
+//! destination of a move must be registered with the userfaultfd, so the
+//! "in" units are not: they can be populated by faulting them in.  A move
+//! in that stops part way is finished by copying: a resident unit is
+//! always all there.  How units go out is in `reclaim.rs`.
+
+use std::sync::atomic::Ordering;
+
+use crate::io::BackendKind;
+use crate::pager::evict::folio;
+use crate::pager::evict::reclaim;
+use crate::pager::fault::readahead::read_ahead;
+use crate::pager::instance::inner::Inner;
+use crate::pager::instance::moves::Installed;
+use crate::pager::instance::page::{self, PageClaim, UNIT_PAGES};
+use crate::swap_space::SwapEntry;
+use crate::sys::page_mapped;
+use crate::PAGE_SIZE;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+const UNIT: u64 = page::UNIT_BYTES as u64;
+
+/// What the kernel says of the faulting access.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Access {
+    /// The page was present (a write-protect fault) or not (a missing
+    /// page); None when the architecture does not say.
+    pub present: Option<bool>,
+    /// The access was a write.
+    pub write: bool,
+}
+
+/// Serve a fault at `addr` (page id `id`).  Returns whether the caller
+/// must wake the faulting thread (handler mode): the ioctls that resolve
+/// a fault wake it themselves, the paths that leave it to retry do not.
+pub(crate) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
+    let page = addr & !(PAGE - 1);
+    let st = &inner.states[id as usize];
+    inner.counters.faults.inc();
+    loop {
+        let w = page::wait_unbusy(st, &mut || inner.counters.busy_waits.inc());
+        match page::kind(w) {
+            page::RESIDENT => {
+                // The page tables answer where the fault context does not.
+                let present = access.present.unwrap_or_else(|| page_mapped(page));
+                let Some(claim) = PageClaim::try_claim(st, w) else {
+                    continue;
+                };
+                return if present {
+                    unprotect(inner, claim, page, id)
+                } else {
+                    refill(inner, claim, page, access.write)
+                };
+            }
+            kind @ (page::STAGED | page::NEVER | page::SWAPPED) => {
+                if access.present == Some(true) {
+                    // A write-protect fault on a page the reclaimer has
+                    // taken since: retrying the access faults it in.
+                    return true;
+                }
+                let Some(claim) = PageClaim::try_claim(st, w) else {
+                    continue;
+                };
+                if kind == page::STAGED {
+                    // A swap-cache hit: the page is still in memory, and
+                    // moving it back does not grow the resident set.
+                    return unstage(inner, claim, id, page);
+                }
+                reclaim::make_room(inner);
+                return install(inner, claim, page, id, access.write);
+            }
+            // A poisoned page's access gets its SIGBUS from the kernel
+            // (`serve_signal` passes it on; a handler thread never sees
+            // it: the poison marker is not a missing page); a dead page's
+            // region is being unmapped.  Nothing to serve.
+            _ => return true,
+        }
+    }
+}
+
+/// A write to a clean (write-protected) page: it is dirty from now on,
+/// and the copy on its slot is stale.
+fn unprotect(inner: &Inner, claim: PageClaim<'_>, page: u64, id: u32) -> bool {
+    let w = claim.found();
+    if let Err(e) = inner.uffd.writeprotect(page, PAGE, false, true) {
+        // The page keeps its slot and stays clean; the access retries.
+        return inner.retry_later(claim, e.errno());
+    }
+    if let Some(e) = page::slot(w) {
+        inner.free_slot(e);
+    }
+    inner.counters.wp_faults.inc();
+    inner.lru.mark_referenced(id);
+    claim.commit(page::without_slot(w) | page::DIRTY);
+    false
+}
+
+/// A missing-page fault on a page that is resident: a duplicate of a fault
+/// served meanwhile (the page is there: `EEXIST`), or the program
+/// discarded the page itself (`MADV_DONTNEED`, `MADV_FREE`), after which
+/// it reads as zeros, as a fresh anonymous page does.
+fn refill(inner: &Inner, claim: PageClaim<'_>, page: u64, write: bool) -> bool {
+    let w = claim.found();
+    match inner.copy_zero(page, !write) {
+        Ok(()) => {
+            // Still resident (now a page of zeros) and on the LRU; the
+            // slot's copy is of contents the program threw away.
+            if let Some(e) = page::slot(w) {
+                inner.free_slot(e);
+            }
+            inner.counters.discarded.inc();
+            claim.commit(if write {
+                page::RESIDENT | page::DIRTY
+            } else {
+                page::RESIDENT
+            });
+            false
+        }
+        Err(e) if e.errno() == Some(libc::EEXIST) => true,
+        Err(e) => inner.retry_later(claim, e.errno()),
+    }
+}
+
+/// Install page `id` (claimed, never written or swapped): zeros for a
+/// never-touched page, its slot's contents for a swapped one.  A read
+/// installs it write-protected (clean); a write installs it writable and
+/// dirty.
+fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool) -> bool {
+    let w = claim.found();
+    #[cfg(test)]
+    inner.inject.gate();
+    let Some(e) = page::slot(w) else {
+        // Never written: zeros, no IO, no slot.
+        if let Err(err) = inner.copy_zero(addr, !write) {
+            return inner.retry_later(claim, err.errno());
+        }
+        inner.counters.zero_fills.inc();
+        inner.budget.resident.fetch_add(1, Ordering::Relaxed);
+        claim.commit(if write {
+            page::RESIDENT | page::DIRTY
+        } else {
+            page::RESIDENT
+        });
+        inner.lru.add(id);
+        if inner.readahead {
+            read_ahead(inner, addr, id, write, false);
+        }
+        return false;
+    };
+    let b = inner.frames.bounce.get_waiting();
+    // SAFETY: we hold bounce frame `b`.
+    let buf = unsafe { inner.frames.bounce.bytes(b) };
+    let from_file = inner.backing.devices[e.device() as usize].kind() == BackendKind::File;
+    let read = folio::read(inner, |_| e, buf).map_err(|failed| failed.err);
+    match read {
+        Ok(()) => {
+            // A page whose copy costs the device memory (compressed) comes
+            // in dirty, its slot freed, but write-protected (sealed) for a
+            // read: evicted again, it is copied out without a move.
+            let sealed = !write && inner.backing.devices[e.device() as usize].frees_on_swapin(e.offset());
+            let dirty = write || sealed;
+            let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
+            inner.frames.bounce.put(b);
+            if let Err((_, err)) = copied {
+                return inner.retry_later(claim, err.errno());
+            }
+            inner.counters.swapins.inc();
+            inner.budget.resident.fetch_add(1, Ordering::Relaxed);
+            if dirty {
+                // About to change: the slot's copy is stale already (or
+                // the device lets its copy go).
+                inner.free_slot(e);
+                claim.commit(page::RESIDENT | page::DIRTY | if sealed { page::SEALED } else { 0 });
+            } else {
+                // Clean, and its slot still holds a valid copy.
+                claim.commit(page::with_slot(page::RESIDENT, e));
+            }
+            // A refault: the page was needed again after it was evicted.
+            // The kernel activates refaults that come back soon enough
+            // (mm/workingset.c); uswap activates all of them, as it does
+            // swap-cache hits, so that pages touched once go first.  These
+            // activations are what seed 002 batches.
+            inner.lru.add(id);
+            inner.lru.activate(id);
+            if inner.readahead {
+                read_ahead(inner, addr, id, write, from_file);
+            }
+            false
+        }
+        Err(err) if err.is_transient() => {
+            // The device is busy or short of memory: try again, the data
+            // is still on its slot.
+            inner.frames.bounce.put(b);
+            inner.counters.swapin_retries.inc();
+            drop(claim);
+            page::pause();
+            true
+        }
+        Err(err) => {
+            inner.frames.bounce.put(b);
+            // Never zeros: poison the page so an access gets SIGBUS.
+            // SAFETY: a missing page of a region whose claim we hold.
+            // Not woken yet: the reason is said before the access can
+            // kill the process (a handler thread's line raced the SIGBUS
+            // it woke the faulting thread into).
+            if let Err(perr) = unsafe { inner.uffd.poison(addr, PAGE, false) } {
+                // Not even that: leave it swapped, and the access retries
+                // the read.
+                return inner.retry_later(claim, perr.errno());
+            }
+            inner.counters.read_errors.inc();
+            page::log_poison(addr, PAGE, e, &err);
+            inner.registry.event(crate::stats::EventKind::PagePoisoned, addr);
+            let _ = inner.uffd.wake(addr, PAGE);
+            inner.free_slot(e);
+            claim.commit(page::POISONED);
+            false
+        }
+    }
+}
+
+/// A touch on a staged page (claimed by the caller): move it back from its
+/// frame, no IO.  The moved-back page is writable, so it is taken as dirty
+/// from here on and its slot freed.  Returns whether the faulting thread
+/// must be woken (handler mode).
+fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
+    let e: SwapEntry = page::slot(claim.found()).expect("a staged page has a slot");
+    let f = inner.staged_frame(e);
+    match inner.move_in(addr, inner.frames.staging.addr(f), PAGE) {
+        Ok(copied) => {
+            inner.backing.swap_cache.delete(e);
+            if copied {
+                inner.counters.move_fallbacks.inc();
+                inner.frames.staging.discard_batch(&[f]);
+            }
+            // The frame is empty again: reusable.
+            inner.frames.staging.put(f);
+            inner.free_slot(e);
+            inner.counters.swapcache_hits.inc();
+            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+            // Back on the LRU, active: it was touched while on its way out.
+            inner.lru.add(id);
+            inner.lru.activate(id);
+            claim.commit(page::RESIDENT | page::DIRTY);
+            false
+        }
+        Err((_, err)) if Inner::region_gone(&err) => {
+            inner.backing.swap_cache.delete(e);
+            inner.frames.staging.discard_batch(&[f]);
+            inner.frames.staging.put(f);
+            inner.free_slot(e);
+            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+            inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
+            claim.commit(page::NEVER);
+            true
+        }
+        // Neither moved nor copied: it stays staged (its cache entry and
+        // ring entry with it), and the access retries.
+        Err((_, err)) => inner.retry_later(claim, err.errno()),
+    }
+}
+
+/// Serve a fault at `addr` in the unit whose first page is `head` at
+/// `base`.
+pub(crate) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access: Access) {
+    let st = &inner.states[head as usize];
+    inner.counters.faults.inc();
+    loop {
+        let w = page::wait_unbusy(st, &mut || inner.counters.busy_waits.inc());
+        match page::kind(w) {
+            page::NEVER | page::SWAPPED => {
+                if access.present == Some(true) {
+                    // Faulted on a page of the unit before it went out.
+                    return;
+                }
+                let Some(claim) = PageClaim::try_claim(st, w) else {
+                    continue;
+                };
+                install_unit(inner, claim, base, head);
+                return;
+            }
+            page::RESIDENT => {
+                // The unit is in: a duplicate fault, or a page of it the
+                // program discarded (MADV_DONTNEED), which reads as zeros.
+                let page = addr & !(PAGE - 1);
+                if access.present.unwrap_or_else(|| page_mapped(page)) {
+                    return;
+                }
+                let Some(claim) = PageClaim::try_claim(st, w) else {
+                    continue;
+                };
+                match inner.copy_zero(page, false) {
+                    Ok(()) => inner.counters.discarded.inc(),
+                    Err(e) if e.errno() == Some(libc::EEXIST) => {}
+                    Err(e) => {
+                        inner.retry_later(claim, e.errno());
+                        return;
+                    }
+                }
+                // Unchanged: resident, all there.
+                drop(claim);
+                return;
+            }
+            // Poisoned (its SIGBUS comes from the kernel) or dying.
+            _ => return,
+        }
+    }
+}
+
+fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
+    let w = claim.found();
+    reclaim::make_room_for(inner, UNIT_PAGES);
+    let pool = &inner.frames.unit_in;
+    let u = pool.take();
+    if !pool.populate(u) {
+        // No memory at all: leave the unit as it was; the access retries.
+        pool.put(u);
+        inner.retry_later(claim, Some(libc::ENOMEM));
+        return;
+    }
+    if page::kind(w) == page::SWAPPED {
+        // SAFETY: we hold unit `u`, populated just now.
+        let buf = unsafe { pool.bytes(u) };
+        // One folio of 512 pages: one IO from a whole cluster, one per
+        // segment of neighbouring slots from a split one.
+        let e = page::slot(w).expect("a swapped unit has a slot");
+        let result = if w & page::WHOLE != 0 {
+            folio::read(inner, |i| SwapEntry::new(e.device(), e.offset() + i as u64), buf)
+        } else {
+            folio::read(inner, |i| inner.split_slot(head, i, w), buf)
+        };
+        if let Err(folio::IoFailed { slot: e, err, .. }) = result {
+            // Whatever was read is not zeros: the next install of a
+            // never-written unit must find this one empty.
+            pool.discard(u);
+            pool.put(u);
+            if err.is_transient() {
+                inner.counters.swapin_retries.inc();
+                drop(claim);
+                page::pause();
+                return;
+            }
+            // Never zeros: poison the whole unit.
+            // SAFETY: a missing unit of a region whose claim we hold.
+            // Not woken until the reason is said (as for a page).
+            if let Err(perr) = unsafe { inner.uffd.poison(base, UNIT, false) } {
+                inner.retry_later(claim, perr.errno());
+                return;
+            }
+            page::log_poison(base, UNIT, e, &err);
+            inner.registry.event(crate::stats::EventKind::PagePoisoned, base);
+            let _ = inner.uffd.wake(base, UNIT);
+            inner.counters.read_errors.inc();
+            inner.free_unit_slots(head, w);
+            claim.commit(page::POISONED | page::UNIT);
+            return;
+        }
+    } else {
+        inner.counters.zero_fills.inc();
+    }
+    #[cfg(test)]
+    inner.inject.gate();
+    let installed = inner.put_in(base, pool.addr(u), UNIT);
+    if installed != Installed::Moved {
+        // Copied pages leave their source behind: empty it.
+        pool.discard(u);
+    }
+    pool.put(u);
+    if installed == Installed::Gone {
+        // The program unmapped the unit meanwhile: its memory went with
+        // the mapping, and its slots are of no use to anyone.
+        inner.free_unit_slots(head, w);
+        claim.commit(page::NEVER | page::UNIT);
+        return;
+    }
+    if page::kind(w) == page::SWAPPED {
+        inner.free_unit_slots(head, w);
+        inner.counters.huge_swapins.inc();
+    }
+    inner.budget.resident.fetch_add(UNIT_PAGES, Ordering::Relaxed);
+    claim.commit(page::RESIDENT | page::DIRTY | page::UNIT);
+    inner.lru.add(head);
+}

@@ -1,0 +1,101 @@
+//! The budget: how many pages may be resident, how many are, how many
+//! are staged on their way out, and the watermarks the reclaimer keeps
+//! under.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// What is resident against what may be.  The four bounds change together
+/// when the budget does (`Swap::set_budget`), each an atomic of its own:
+/// a reader that sees a mix of old and new bounds for an instant reclaims
+/// a little more or less than it would have, nothing worse.
+pub(crate) struct Budget {
+    /// Resident pages at most: the background reclaimer keeps them
+    /// under `low`, and a fault that finds `limit + slack` or more
+    /// reclaims first.
+    limit: AtomicUsize,
+    /// How far faults may run over `limit` before one reclaims itself:
+    /// one eviction batch while the background reclaimer runs (eviction
+    /// stays off the fault path unless the reclaimer falls a batch
+    /// behind), none without it.
+    slack: AtomicUsize,
+    /// The background reclaimer's target: resident pages down to this.
+    low: AtomicUsize,
+    /// How far past `limit` faults may take the resident set when nothing
+    /// can be evicted, before the process is killed (`overrun.rs`);
+    /// `usize::MAX`: no bound.
+    max_overrun: AtomicUsize,
+    /// What `max_overrun` is made from, for a new budget.
+    pub overrun: crate::pager::instance::overrun::Overrun,
+    /// The slack at most: an eviction batch while a background reclaimer
+    /// runs, else 0.
+    pub slack_max: usize,
+    /// Pages resident now, staged ones included.
+    pub resident: AtomicUsize,
+    /// The most pages resident the background reclaimer has seen (it
+    /// looks every pass, at least every millisecond).
+    pub peak: AtomicUsize,
+    /// Pages staged now; counted in `resident` too.
+    pub staged: AtomicUsize,
+    /// Staged pages kept in memory before writeback starts: half the
+    /// staging frames.
+    pub staging_target: usize,
+}
+
+impl Budget {
+    /// A budget of `limit` pages (at least 64).
+    pub fn new(
+        limit: usize,
+        slack_max: usize,
+        overrun: crate::pager::instance::overrun::Overrun,
+        staging_target: usize,
+    ) -> Budget {
+        let b = Budget {
+            limit: AtomicUsize::new(0),
+            slack: AtomicUsize::new(0),
+            low: AtomicUsize::new(0),
+            max_overrun: AtomicUsize::new(0),
+            overrun,
+            slack_max,
+            resident: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            staged: AtomicUsize::new(0),
+            staging_target,
+        };
+        b.set(limit);
+        b
+    }
+
+    /// Make `limit` pages the budget; the bounds made from it follow.
+    pub fn set(&self, limit: usize) {
+        self.max_overrun
+            .store(self.overrun.pages(limit), Ordering::Relaxed);
+        self.share(limit);
+    }
+
+    /// Make `limit` pages this instance's share of a domain's budget: the
+    /// watermarks follow, the overrun stays the domain budget's (a share
+    /// cut to a few pages must not make a full swap space fatal at once).
+    pub fn share(&self, limit: usize) {
+        self.slack
+            .store(self.slack_max.min(limit / 16), Ordering::Relaxed);
+        self.low
+            .store(limit - (limit / 16).max(32).min(limit / 2), Ordering::Relaxed);
+        self.limit.store(limit, Ordering::Release);
+    }
+
+    pub fn limit(&self) -> usize {
+        self.limit.load(Ordering::Relaxed)
+    }
+
+    pub fn slack(&self) -> usize {
+        self.slack.load(Ordering::Relaxed)
+    }
+
+    pub fn low(&self) -> usize {
+        self.low.load(Ordering::Relaxed)
+    }
+
+    pub fn max_overrun(&self) -> usize {
+        self.max_overrun.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,114 @@
+//! The instance's counters and levels: a handle to each statistic the
+//! pager counts with, taken from its registry once, at build time, so
+//! that the fault path adds to an atomic and looks nothing up.
+
+use crate::stats::{Counter, CounterId, Gauge, GaugeId, Registry};
+use std::sync::Arc;
+
+pub(crate) struct Counters {
+    pub faults: Arc<Counter>,
+    pub zero_fills: Arc<Counter>,
+    pub swapins: Arc<Counter>,
+    pub huge_swapins: Arc<Counter>,
+    pub huge_swapouts: Arc<Counter>,
+    pub huge_fallbacks: Arc<Counter>,
+    pub move_fallbacks: Arc<Counter>,
+    pub staged: Arc<Counter>,
+    pub evict_moves: Arc<Counter>,
+    pub swapcache_hits: Arc<Counter>,
+    pub wp_faults: Arc<Counter>,
+    pub evictions: Arc<Counter>,
+    pub evict_clean: Arc<Counter>,
+    pub evict_write: Arc<Counter>,
+    pub evict_zero: Arc<Counter>,
+    pub install_retries: Arc<Counter>,
+    pub overrun: Arc<Counter>,
+    pub swap_full: Arc<Counter>,
+    pub write_errors: Arc<Counter>,
+    pub read_errors: Arc<Counter>,
+    pub direct_reclaim: Arc<Counter>,
+    pub busy_waits: Arc<Counter>,
+    pub unevictable: Arc<Counter>,
+    pub discarded: Arc<Counter>,
+    pub swapout_retries: Arc<Counter>,
+    /// Sealed pages copied out and dropped in a batch (batch.rs).
+    pub evict_copies: Arc<Counter>,
+    /// Runs of pages a fork had shared, made the process's own again
+    /// before their eviction (batch.rs, `unshare`).
+    pub evict_unshared: Arc<Counter>,
+    pub swapin_retries: Arc<Counter>,
+    pub readahead: Arc<Counter>,
+    pub fault_around: Arc<Counter>,
+    pub prefetched: Arc<Counter>,
+    /// Nanoseconds spent serving faults: in the SIGBUS handler from the
+    /// page's lookup to the install, or in a handler thread per event
+    /// (neither counts the kernel's delivery or the wake-up).
+    pub fault_ns: Arc<Counter>,
+    /// The levels the background reclaimer publishes (`publish_levels`).
+    pub levels: Levels,
+}
+
+/// Levels kept in the statistics block for readers in other processes,
+/// set by the background reclaimer on each pass (the cheap ones) or every
+/// 100 ms (those that take a lock or read /proc).
+pub(crate) struct Levels {
+    pub budget: Arc<Gauge>,
+    pub share: Arc<Gauge>,
+    pub resident: Arc<Gauge>,
+    pub resident_peak: Arc<Gauge>,
+    pub staged_now: Arc<Gauge>,
+    pub mapped: Arc<Gauge>,
+    pub swapped: Arc<Gauge>,
+    pub swap_total: Arc<Gauge>,
+    pub threads: Arc<Gauge>,
+}
+
+impl Counters {
+    pub fn new(r: &Registry) -> Self {
+        Counters {
+            faults: r.counter(CounterId::FAULTS),
+            zero_fills: r.counter(CounterId::ZERO_FILLS),
+            swapins: r.counter(CounterId::SWAPINS),
+            huge_swapins: r.counter(CounterId::HUGE_SWAPINS),
+            huge_swapouts: r.counter(CounterId::HUGE_SWAPOUTS),
+            huge_fallbacks: r.counter(CounterId::HUGE_FALLBACKS),
+            move_fallbacks: r.counter(CounterId::MOVE_FALLBACKS),
+            staged: r.counter(CounterId::STAGED),
+            evict_moves: r.counter(CounterId::EVICT_MOVES),
+            swapcache_hits: r.counter(CounterId::SWAPCACHE_HITS),
+            wp_faults: r.counter(CounterId::WP_FAULTS),
+            evictions: r.counter(CounterId::EVICTIONS),
+            evict_clean: r.counter(CounterId::EVICT_CLEAN),
+            evict_write: r.counter(CounterId::EVICT_WRITE),
+            evict_zero: r.counter(CounterId::EVICT_ZERO),
+            install_retries: r.counter(CounterId::INSTALL_RETRIES),
+            overrun: r.counter(CounterId::BUDGET_OVERRUN),
+            swap_full: r.counter(CounterId::SWAP_FULL),
+            write_errors: r.counter(CounterId::SWAPOUT_ERRORS),
+            read_errors: r.counter(CounterId::SWAPIN_ERRORS),
+            direct_reclaim: r.counter(CounterId::DIRECT_RECLAIM),
+            busy_waits: r.counter(CounterId::BUSY_WAITS),
+            unevictable: r.counter(CounterId::UNEVICTABLE),
+            discarded: r.counter(CounterId::DISCARDED),
+            swapout_retries: r.counter(CounterId::SWAPOUT_RETRIES),
+            evict_copies: r.counter(CounterId::EVICT_COPIES),
+            evict_unshared: r.counter(CounterId::EVICT_UNSHARED),
+            swapin_retries: r.counter(CounterId::SWAPIN_RETRIES),
+            readahead: r.counter(CounterId::READAHEAD),
+            fault_around: r.counter(CounterId::FAULT_AROUND),
+            prefetched: r.counter(CounterId::PREFETCHED),
+            fault_ns: r.counter(CounterId::FAULT_NS),
+            levels: Levels {
+                budget: r.gauge(GaugeId::BUDGET),
+                share: r.gauge(GaugeId::SHARE),
+                resident: r.gauge(GaugeId::RESIDENT),
+                resident_peak: r.gauge(GaugeId::RESIDENT_PEAK),
+                staged_now: r.gauge(GaugeId::STAGED_NOW),
+                mapped: r.gauge(GaugeId::MAPPED),
+                swapped: r.gauge(GaugeId::SWAPPED),
+                swap_total: r.gauge(GaugeId::SWAP_TOTAL),
+                threads: r.gauge(GaugeId::THREADS),
+            },
+        }
+    }
+}

@@ -1,0 +1,316 @@
+//! Pools of memory the pager maps for itself (on `sys::Mapping`): the
+//! staging frames that evicted pages are moved into, the bounce frames
+//! that swap-ins are read into, and the 2 MB staging units.
+
+use std::io;
+
+pub(crate) use crate::sys::Mapping;
+use crate::sys::{Discarder, DISCARD_BATCH};
+
+use crate::pager::instance::page::{self, UNIT_BYTES};
+use crate::stats::{LockId, Registry, StatMutex};
+use crate::PAGE_SIZE;
+
+const UNIT: u64 = UNIT_BYTES as u64;
+
+/// A fixed pool of page frames in one mapping, handed out by index, one
+/// at a time or as a run of neighbours (a batch of evicted neighbours is
+/// moved into a run with one `UFFDIO_MOVE`).  The free set is a bitmap
+/// sized for every frame at creation, so taking and returning never
+/// allocate.
+pub(crate) struct FramePool {
+    map: Mapping,
+    free: StatMutex<FreeFrames>,
+    discarder: Discarder,
+}
+
+/// Which frames are free: bit set = free.  `next` is where the last
+/// search stopped: frames come back roughly in the order they went out
+/// (writeback takes the oldest staged page first), so searching on from
+/// there finds free runs without rescanning the busy part (next fit).
+struct FreeFrames {
+    bits: Vec<u64>,
+    frames: u32,
+    next: u32,
+}
+
+impl FreeFrames {
+    fn all_free(frames: u32) -> FreeFrames {
+        let mut free = FreeFrames {
+            bits: vec![0; frames.div_ceil(64) as usize],
+            frames,
+            next: 0,
+        };
+        for f in 0..frames {
+            free.set(f, true);
+        }
+        free
+    }
+
+    fn is_free(&self, f: u32) -> bool {
+        self.bits[(f / 64) as usize] & (1 << (f % 64)) != 0
+    }
+
+    fn set(&mut self, f: u32, free: bool) {
+        let (w, b) = ((f / 64) as usize, f % 64);
+        if free {
+            self.bits[w] |= 1 << b;
+        } else {
+            self.bits[w] &= !(1 << b);
+        }
+    }
+
+    /// The first of `n` free neighbours, taken; None when there is no
+    /// such run.  One pass over the bitmap at most, skipping full words.
+    fn take_run(&mut self, n: u32) -> Option<u32> {
+        if n == 0 || n > self.frames {
+            return None;
+        }
+        let mut f = self.next % self.frames;
+        let mut start = f;
+        let mut len = 0;
+        let mut seen = 0;
+        // Up to frames + n - 1 frames: a run may wrap around the end of
+        // the bitmap in the scan (not in memory): it restarts at 0.
+        while seen < self.frames + n {
+            if f == self.frames {
+                f = 0;
+                start = 0;
+                len = 0;
+            }
+            if len == 0 && f.is_multiple_of(64) && self.bits[(f / 64) as usize] == 0 {
+                let step = 64.min(self.frames - f);
+                f += step;
+                seen += step;
+                start = f;
+                continue;
+            }
+            if self.is_free(f) {
+                len += 1;
+                if len == n {
+                    for g in start..start + n {
+                        self.set(g, false);
+                    }
+                    self.next = start + n;
+                    return Some(start);
+                }
+            } else {
+                len = 0;
+                start = f + 1;
+            }
+            f += 1;
+            seen += 1;
+        }
+        None
+    }
+}
+
+impl FramePool {
+    pub fn new(frames: u32, registry: &Registry, site: LockId) -> io::Result<FramePool> {
+        let map = Mapping::new(frames as usize * PAGE_SIZE, PAGE_SIZE)?;
+        let free = FreeFrames::all_free(frames);
+        Ok(FramePool {
+            map,
+            free: StatMutex::new(free, registry.lock_site(site)),
+            discarder: Discarder::new(),
+        })
+    }
+
+    pub fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// A free frame, if any.
+    pub fn get(&self) -> Option<u32> {
+        self.free.lock().take_run(1)
+    }
+
+    /// The first of `n` free neighbouring frames, if there are such.
+    pub fn get_run(&self, n: u32) -> Option<u32> {
+        self.free.lock().take_run(n)
+    }
+
+    /// A free frame, waiting for one if all are in use: their holders hold
+    /// a page claim and wait for nothing but IO, so one comes back.  The
+    /// wait sleeps (a `SCHED_FIFO` waiter must let a holder on its CPU run).
+    pub fn get_waiting(&self) -> u32 {
+        loop {
+            if let Some(f) = self.get() {
+                return f;
+            }
+            page::pause();
+        }
+    }
+
+    /// Return a frame.
+    pub fn put(&self, f: u32) {
+        let mut free = self.free.lock();
+        debug_assert!(!free.is_free(f), "frame {f} returned twice");
+        free.set(f, true);
+    }
+
+    /// Drop the contents of `frames` (at most 64) in one system call.
+    /// In a forked child: discards act on this process (`Discarder`).
+    pub fn reopen_here(&self) {
+        self.discarder.reopen_here();
+    }
+
+    pub fn discard_batch(&self, frames: &[u32]) {
+        debug_assert!(frames.len() <= DISCARD_BATCH);
+        let frames = &frames[..frames.len().min(DISCARD_BATCH)];
+        if !self
+            .discarder
+            .discard(frames.iter().map(|&f| (self.addr(f), PAGE_SIZE)))
+        {
+            // No process_madvise, or no DONTNEED through it on this
+            // kernel: one madvise per frame.
+            for &f in frames {
+                self.map.discard(self.addr(f), PAGE_SIZE);
+            }
+        }
+    }
+
+    /// The address of frame `f`.
+    pub fn addr(&self, f: u32) -> u64 {
+        self.map.addr() + f as u64 * PAGE_SIZE as u64
+    }
+
+    /// Frame `f` as bytes.
+    ///
+    /// # Safety
+    /// The caller must hold frame `f` (from `get`) and the frame must be
+    /// populated or about to be filled by IO.
+    // Exclusive access comes from holding the frame index (the pool hands
+    // each frame to one holder at a time), not from `&mut self`: this is
+    // an allocator, and its frames are used from many threads at once.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes(&self, f: u32) -> &mut [u8] {
+        // SAFETY: the caller owns the frame, so nobody else reads or writes
+        // these bytes while the slice lives; they lie inside the mapping.
+        unsafe { std::slice::from_raw_parts_mut(self.addr(f) as *mut u8, PAGE_SIZE) }
+    }
+}
+
+impl FramePool {
+    /// Frames `f..f + n` as bytes, one buffer.
+    ///
+    /// # Safety
+    /// As for [`FramePool::bytes`], for each of the `n` frames.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn run_bytes(&self, f: u32, n: usize) -> &mut [u8] {
+        assert!(
+            f as usize + n <= self.map.len() / PAGE_SIZE,
+            "frames past the pool"
+        );
+        // SAFETY: the caller holds the frames, which lie in the mapping.
+        unsafe { std::slice::from_raw_parts_mut(self.addr(f) as *mut u8, n * PAGE_SIZE) }
+    }
+}
+
+/// A few 2 MB staging units in one 2 MB-aligned mapping.
+pub(crate) struct UnitPool {
+    map: Mapping,
+    free: StatMutex<Vec<u32>>,
+}
+
+impl UnitPool {
+    pub fn new(units: u32, registry: &Registry, site: LockId) -> std::io::Result<UnitPool> {
+        let map = Mapping::new(units as usize * UNIT_BYTES, UNIT_BYTES)?;
+        // Without THP, units still go whole, just as 512 small pages.
+        let _ = map.advise_huge();
+        Ok(UnitPool {
+            map,
+            free: StatMutex::new((0..units).rev().collect(), registry.lock_site(site)),
+        })
+    }
+
+    pub fn mapping(&self) -> &Mapping {
+        &self.map
+    }
+
+    /// A free unit, waiting for one if all are in use (their holders hold
+    /// a unit's claim and wait for nothing but IO, so one comes back).
+    pub fn take(&self) -> u32 {
+        loop {
+            if let Some(u) = self.free.lock().pop() {
+                return u;
+            }
+            page::pause();
+        }
+    }
+
+    pub fn get(&self) -> Option<u32> {
+        self.free.lock().pop()
+    }
+
+    pub fn put(&self, u: u32) {
+        self.free.lock().push(u);
+    }
+
+    pub fn addr(&self, u: u32) -> u64 {
+        self.map.addr() + u as u64 * UNIT
+    }
+
+    /// Unit `u` as bytes.
+    ///
+    /// # Safety
+    /// The caller holds unit `u` (from `get`) and it is populated.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn bytes(&self, u: u32) -> &mut [u8] {
+        // SAFETY: held by the caller alone, inside the mapping, populated.
+        unsafe { std::slice::from_raw_parts_mut(self.addr(u) as *mut u8, UNIT_BYTES) }
+    }
+
+    /// Fault unit `u` in, zeroed, as one THP where the kernel can.
+    pub fn populate(&self, u: u32) -> bool {
+        self.map.populate(self.addr(u), UNIT_BYTES)
+    }
+
+    /// Drop what unit `u` holds: it reads as missing (zeros) again.
+    pub fn discard(&self, u: u32) {
+        self.map.discard(self.addr(u), UNIT_BYTES);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::FreeFrames;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Runs taken from the bitmap against a plain model: a run is
+        /// free in the model and inside the pool; None only when the model
+        /// has no free run that long; returned frames are free again.
+        #[test]
+        fn runs_match_a_model(frames in 1u32..300, ops in prop::collection::vec((any::<bool>(), 1u32..70, any::<u32>()), 1..200)) {
+            let mut f = FreeFrames::all_free(frames);
+            let mut model = vec![true; frames as usize];
+            let mut taken: Vec<(u32, u32)> = Vec::new();
+            for (take, n, pick) in ops {
+                if take || taken.is_empty() {
+                    let has_run = model.windows(n as usize).any(|w| w.iter().all(|&b| b));
+                    match f.take_run(n) {
+                        Some(s) => {
+                            prop_assert!(s + n <= frames);
+                            for i in s..s + n {
+                                prop_assert!(model[i as usize], "frame {} handed out twice", i);
+                                model[i as usize] = false;
+                            }
+                            taken.push((s, n));
+                        }
+                        None => prop_assert!(!has_run, "a free run of {} was missed", n),
+                    }
+                } else {
+                    let (s, n) = taken.swap_remove(pick as usize % taken.len());
+                    for i in s..s + n {
+                        f.set(i, true);
+                        model[i as usize] = true;
+                    }
+                }
+                for i in 0..frames {
+                    prop_assert_eq!(f.is_free(i), model[i as usize]);
+                }
+            }
+        }
+    }
+}

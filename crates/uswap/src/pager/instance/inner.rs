@@ -1,0 +1,359 @@
+//! One instance's shared state ([`Inner`]), in named parts: its frames
+//! (staging, bounce and unit pools), its budget (resident and staged
+//! counts, the watermarks) and its backing (swap space, IO devices, swap
+//! cache, writeback's pause).  And the operations on pages that both the
+//! fault and the reclaim paths use: the userfaultfd moves and copies with
+//! their test hooks, slot frees, the retry pause.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+use crate::io::IoDevice;
+use crate::lru::Lru;
+use crate::pager::instance::budget::Budget;
+use crate::pager::instance::counters::Counters;
+use crate::pager::instance::frames::{FramePool, Mapping, UnitPool};
+#[cfg(test)]
+use crate::pager::instance::inject::Inject;
+use crate::pager::instance::page::{self, PageClaim};
+use crate::pager::instance::prefetch::Prefetch;
+use crate::pager::instance::report;
+use crate::pager::instance::staged::StagedRing;
+use crate::stats::{Registry, StatMutex};
+use crate::swap_cache::SwapCache;
+use crate::swap_space::SwapSpace;
+use crate::uffd::Uffd;
+
+/// The shared state of one instance.  Regions and the entry's threads
+/// refer to it; it lives while the `Swap` handle or any region does.
+pub(crate) struct Inner {
+    pub uffd: Uffd,
+    pub lru: Lru,
+    /// Per page id: the page state word (see page.rs).
+    pub states: Box<[AtomicU64]>,
+    /// Page id -> the page's address (0 when no region holds the id).
+    pub addrs: crate::pager::instance::addrs::PageAddrs,
+    /// Per page id: pins held on the page (`Region::pin`): a pinned page
+    /// is resident and is not evicted.  The pinner raises it and then
+    /// checks the state; an evictor claims the page and then checks it,
+    /// each with a SeqCst fence between (`pinned`): one of the two sees
+    /// the other.
+    pub pins: Box<[AtomicU32]>,
+    /// Page ids: free ranges and pages mapped; only map and unmap touch
+    /// them.
+    pub ids: StatMutex<PageIds>,
+    pub frames: Frames,
+    pub budget: Budget,
+    pub backing: Backing,
+    /// Swap-in readahead on (`SwapBuilder::readahead`).
+    pub readahead: bool,
+    /// Every small page evicted with its own `UFFDIO_MOVE`
+    /// (`SwapBuilder::per_page_evict`), not in batches.
+    pub per_page_evict: bool,
+    /// Drops clean victims in place, a batch per system call.
+    pub discarder: crate::sys::Discarder,
+    /// Readahead handed to the prefetcher thread (swap files).
+    pub prefetch: Prefetch,
+    /// Set when the last handle (the `Swap` or a region) goes: the threads
+    /// stop.  A thread's own reference cannot tell, as several threads
+    /// holding one each would keep each other alive forever.
+    pub shutdown: AtomicBool,
+    /// Handles alive: the `Swap` and every region.
+    pub users: AtomicUsize,
+    /// The process the instance serves: the one that built it, or a
+    /// forked child that adopted its copy (fork.rs).  In a child that did
+    /// not (a raw `clone`), the inherited descriptor still speaks for the
+    /// parent's memory, so nothing may be done with it.
+    pub pid: std::sync::atomic::AtomicI32,
+    /// The instance's threads (handler, prefetcher, reclaimer), joined by
+    /// the `Swap`'s drop; replaced in a forked child, which has none of
+    /// its parent's threads.
+    pub threads: StatMutex<Vec<crate::pager::instance::signals::UswapThread>>,
+    /// What threads to start (at build, and again in a forked child).
+    pub spawn: Spawn,
+    /// Which once-only lines have been said.
+    pub reports: Reports,
+    /// This process has forked since the instance was built: a page
+    /// `UFFDIO_MOVE` refuses as shared may be one the fork shared
+    /// (batch.rs, `unshare`).
+    pub forked: AtomicBool,
+    /// This instance's membership of a budget domain: its reclaimer
+    /// publishes what it holds there and takes its budget from there.
+    pub member: Option<Arc<crate::domain::Member>>,
+    /// Test hooks: failures to inject into the userfaultfd calls.
+    #[cfg(test)]
+    pub inject: Inject,
+    pub counters: Counters,
+    pub registry: Arc<Registry>,
+}
+
+/// The memory the pager maps for itself, besides regions.
+pub(crate) struct Frames {
+    /// Staging frames: evicted pages are moved into them (registered with
+    /// the userfaultfd, as a move's destination must be) and stay there,
+    /// in the swap cache, until written back.
+    pub staging: FramePool,
+    /// Bounce frames: swap-ins are read into them, then copied in.
+    pub bounce: FramePool,
+    /// 2 MB staging units: populated and moved into regions (unregistered)
+    /// and receiving units moved out (registered).
+    pub unit_in: UnitPool,
+    pub unit_out: UnitPool,
+    /// Pages of zeros (as many as one readahead installs), the source of
+    /// zero-fill copies.
+    pub zero: Mapping,
+}
+
+/// Page ids, handed to regions.
+pub(crate) struct PageIds {
+    /// Free id ranges (start, len), sorted and merged: at most one more
+    /// than there are regions.  A region takes whole chunks of ids
+    /// (addrs.rs), so a range's start is a chunk's.
+    pub free: Vec<(u32, u32)>,
+    /// Pages the regions span now, and at most (`max_mapped`): the limit
+    /// counts pages, not the chunks' ids.
+    pub mapped: usize,
+    pub max: usize,
+    /// Ids from here on were never handed to a region: their states read
+    /// zero (NEVER) still, and `map` need not look at them.  Reading the
+    /// state of every page of a fresh heap the size of the machine's
+    /// memory (6 M pages, 48 MiB of table, 12 K faults on the zero page)
+    /// was most of a process's start under `uswap run`: 20 ms of each
+    /// `/bin/true` a shell ran.
+    pub fresh: u32,
+}
+
+/// Where evicted pages go: slots on the swap devices, and the swap cache
+/// that finds a staged page's frame by its slot.
+pub(crate) struct Backing {
+    pub space: SwapSpace,
+    /// The IO devices, indexed by a slot's device number.
+    pub devices: Vec<IoDevice>,
+    /// Slot -> staging frame of each staged page.
+    pub swap_cache: SwapCache,
+    /// Staged pages oldest first (see reclaim.rs).
+    pub staged: StatMutex<StagedRing>,
+    /// Writeback's pause after transient write errors (reclaim.rs).
+    pub writeback: Backoff,
+    /// Slots on swap files that a forked child may read, held (held.rs).
+    pub hold: crate::pager::instance::held::Hold,
+    /// In a forked child with swap files, until it has files of its own
+    /// (`open_layers`): no new slots (the parent allocates on the same
+    /// files), and frees of swap-file slots are the parent's to make.
+    pub closed: AtomicBool,
+    /// In a forked child: every swap file can give it files of its own
+    /// (io/file.rs, "A forked child's files of its own"); false again if
+    /// making them failed.  A fault past the budget waits for them while
+    /// this holds and `closed` does.
+    pub layerable: AtomicBool,
+    /// Whether the reclaimer set out to make them (once).
+    pub layers_tried: AtomicBool,
+}
+
+/// The threads an instance runs.
+pub(crate) struct Spawn {
+    /// Handler threads (handler-thread mode), 0 in SIGBUS mode.
+    pub handlers: usize,
+    /// A background reclaimer.
+    pub reclaimer: bool,
+    /// The reclaimer watches signal set-up (SIGBUS mode).
+    pub watching: bool,
+}
+
+/// Writeback's pause after transient write errors.
+#[derive(Default)]
+pub(crate) struct Backoff {
+    /// No writes before this `CLOCK_MONOTONIC` nanosecond (0: none).
+    pub hold_until: AtomicU64,
+    /// The current pause; 0 while writes work.
+    pub backoff_ns: AtomicU64,
+}
+
+/// One-line reports said once per instance.
+#[derive(Default)]
+pub(crate) struct Reports {
+    pub pinned: AtomicBool,
+    pub locked: AtomicBool,
+    pub refused: AtomicBool,
+    pub install_retry: AtomicBool,
+    pub bad_slot: AtomicBool,
+    pub not_ours: AtomicBool,
+}
+
+impl Inner {
+    /// Publish the levels a reader of the statistics block wants: each
+    /// pass the cheap ones (atomics this instance keeps anyway); with
+    /// `slow`, every 100 ms, those that take a device lock or read
+    /// `/proc`.  Also moves the pressure averages on.
+    pub fn publish_levels(&self, resident: usize, slow: bool) {
+        let l = &self.counters.levels;
+        l.resident.set(resident as u64);
+        l.resident_peak
+            .set(self.budget.peak.load(Ordering::Relaxed).max(resident) as u64);
+        l.share.set(self.budget.limit() as u64);
+        l.staged_now
+            .set(self.budget.staged.load(Ordering::Relaxed) as u64);
+        self.registry.update_pressure();
+        if !slow {
+            return;
+        }
+        let space = &self.backing.space;
+        l.swapped.set(space.total_slots().saturating_sub(space.nr_free()));
+        l.swap_total.set(space.total_slots());
+        l.mapped.set(self.ids.lock().mapped as u64);
+        for (i, (d, io)) in space
+            .devices()
+            .iter()
+            .zip(self.backing.devices.iter())
+            .enumerate()
+        {
+            let kind = match io.kind() {
+                crate::io::BackendKind::Ram => 1,
+                crate::io::BackendKind::File => 2,
+                crate::io::BackendKind::Compressed => 3,
+            };
+            // Less the header slot, which is never handed out.
+            self.registry
+                .device_level(i, kind, d.pages(), d.inuse().saturating_sub(1));
+        }
+        // The program's threads that touch swapped memory, for "full".
+        l.threads.set(self.registry.active_threads());
+    }
+
+    /// Whether page `id`, whose claim the caller (an evictor) has just
+    /// taken, is pinned: then it must stay.  The fence pairs with the one
+    /// in `Region::pin`: either this sees the pin, or the pinner sees the
+    /// claim and lets go.
+    #[inline]
+    pub fn pinned(&self, id: u32) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.pins[id as usize].load(Ordering::Relaxed) != 0
+    }
+
+    /// Ids `start..start + len` are free again, and the `pages` pages of
+    /// the region that held them no longer mapped.
+    pub fn free_ids(&self, start: u32, len: u32, pages: usize) {
+        let mut guard = self.ids.lock();
+        guard.mapped -= pages;
+        let ids = &mut guard.free;
+        ids.push((start, len));
+        ids.sort_unstable();
+        // Merge neighbours.
+        let mut i = 0;
+        while i + 1 < ids.len() {
+            if ids[i].0 + ids[i].1 == ids[i + 1].0 {
+                ids[i].1 += ids[i + 1].1;
+                ids.remove(i + 1);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// Pages staged now.
+    pub fn staged_count(&self) -> usize {
+        self.budget.staged.load(Ordering::Relaxed)
+    }
+
+    /// Discard staging frames (their contents are on swap or were clean)
+    /// and return them to the pool: one `process_madvise` for the batch,
+    /// so one TLB flush instead of one per frame.
+    pub fn discard_frames(&self, frames: &[u32]) {
+        if frames.is_empty() {
+            return;
+        }
+        self.frames.staging.discard_batch(frames);
+        for &f in frames {
+            self.frames.staging.put(f);
+        }
+    }
+
+    /// Whether a device is a swap file.
+    pub fn has_file_device(&self) -> bool {
+        self.backing.devices.iter().any(|d| d.has_file())
+    }
+
+    /// `UFFDIO_MOVE` refused to move the page at `addr` out: count it, and
+    /// say once per reason why such pages stay resident.
+    pub fn unevictable(&self, addr: u64, errno: Option<i32>) {
+        self.counters.unevictable.inc();
+        let first = match errno {
+            Some(libc::EBUSY) => &self.reports.pinned,
+            Some(libc::EINVAL) => &self.reports.locked,
+            _ => &self.reports.refused,
+        };
+        if !first.load(Ordering::Relaxed) {
+            // The first of its kind, as the line below says it.
+            self.registry.event(crate::stats::EventKind::Unevictable, addr);
+        }
+        match errno {
+            Some(libc::EBUSY) => report::once(
+                &self.reports.pinned,
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: it is pinned (O_DIRECT IO, io_uring fixed buffers, RDMA) or shared (with a forked child, or by KSM); pages like it stay resident while they are, counted as unevictable"),
+            ),
+            Some(libc::EINVAL) => report::once(
+                &self.reports.locked,
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: the program locked it (mlock) or changed its protection (mprotect); pages like it stay resident, counted as unevictable"),
+            ),
+            e => report::once(
+                &self.reports.refused,
+                format_args!("uswap: the page at {addr:#x} cannot be evicted: UFFDIO_MOVE failed with errno {}; pages like it stay resident, counted as unevictable", e.unwrap_or(0)),
+            ),
+        }
+    }
+
+    /// Whether this process has forked since the instance was built.
+    pub fn shared_after_fork(&self) -> bool {
+        self.forked.load(Ordering::Relaxed)
+    }
+
+    /// Whether this is the process the instance serves (false in a child
+    /// that did not adopt it, fork.rs).
+    pub fn same_process(&self) -> bool {
+        // SAFETY: getpid has no preconditions.
+        self.pid.load(Ordering::Relaxed) == unsafe { libc::getpid() }
+    }
+
+    /// A handle went away; true when it was the last, and the threads are
+    /// told to stop.
+    pub fn release_user(&self) -> bool {
+        if self.users.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.shutdown.store(true, Ordering::Release);
+            // The prefetcher may be waiting for work: it stops now.
+            self.prefetch.wake();
+            return true;
+        }
+        false
+    }
+
+    pub fn upgrade(w: &Weak<Inner>) -> Option<Arc<Inner>> {
+        let a = w.upgrade()?;
+        (!a.shutdown.load(Ordering::Relaxed)).then_some(a)
+    }
+}
+
+impl Inner {
+    /// A transition could not be done now (the kernel refused an install for
+    /// the moment: a persistent `EAGAIN`, `ENOMEM`): the claim goes, the page
+    /// stays as it was, and the access retries after a pause.
+    #[cold]
+    pub fn retry_later(&self, claim: PageClaim<'_>, errno: Option<i32>) -> bool {
+        drop(claim);
+        self.retry_pause(errno);
+        true
+    }
+
+    /// Count, say once, and pause before an install is tried again.
+    #[cold]
+    pub fn retry_pause(&self, errno: Option<i32>) {
+        self.counters.install_retries.inc();
+        report::once(
+            &self.reports.install_retry,
+            format_args!(
+                "uswap: installing a page failed for now (errno {}); the access is retried",
+                errno.unwrap_or(0)
+            ),
+        );
+        page::pause();
+    }
+}
