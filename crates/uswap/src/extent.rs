@@ -80,7 +80,7 @@ impl Extent {
     }
 }
 
-/// How an [`ExtentMap`] finds the extent of a slot.
+/// How an `ExtentMap` finds the extent of a slot.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum ExtentMapKind {
     /// A balanced ordered tree keyed by first slot (seed 004): O(log n)
@@ -99,58 +99,97 @@ pub enum ExtentMapKind {
 pub enum ExtentError {
     /// The path does not exist.
     #[error("{}: no such file or device; create it first (e.g. `fallocate -l 1G {}`) or fix the path", .path.display(), .path.display())]
-    NotFound { path: PathBuf },
+    NotFound {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// The path exists but may not be opened.
     #[error("{}: permission denied; make it readable and writable by this user, or run as one who can", .path.display())]
-    PermissionDenied { path: PathBuf },
+    PermissionDenied {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// The path is a directory.
     #[error("{}: is a directory; give a regular file or a block device to swap on", .path.display())]
-    IsDirectory { path: PathBuf },
+    IsDirectory {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// The path is neither a regular file nor a block device (or, for a
     /// FIEMAP source, not a regular file).
     #[error("{}: is {what}; give a regular file or a block device (FIEMAP sources: a regular file)", .path.display())]
-    NotSwappable { path: PathBuf, what: &'static str },
+    NotSwappable {
+        /// The path as given.
+        path: PathBuf,
+        /// What it is instead.
+        what: &'static str,
+    },
     /// Any other IO error on the path.
     #[error("{}: {source}; check the file and the filesystem it is on", .path.display())]
     Io {
+        /// The path as given.
         path: PathBuf,
+        /// What the system call said.
         #[source]
         source: io::Error,
     },
     /// Less than one page would be usable.
     #[error("{}: {len} bytes is less than one {PAGE_SIZE}-byte page; make it at least one page (e.g. `fallocate -l 1G {}`)", .path.display(), .path.display())]
-    TooSmall { path: PathBuf, len: u64 },
+    TooSmall {
+        /// The path as given.
+        path: PathBuf,
+        /// Its length in bytes.
+        len: u64,
+    },
     /// A regular file has a hole: swapping into it would need the
     /// filesystem to allocate blocks at swap-out time, which the kernel
     /// refuses ("swapfile has holes").
     #[error("{}: file has holes (first at byte offset {offset}); preallocate it (e.g. `fallocate -l SIZE {}`) or write it full, then retry", .path.display(), .path.display())]
-    Holes { path: PathBuf, offset: u64 },
+    Holes {
+        /// The path as given.
+        path: PathBuf,
+        /// The byte offset in the file.
+        offset: u64,
+    },
     /// A FIEMAP extent carries a flag the kernel's swapfile activation
     /// refuses, or is not page aligned.
     #[error("{}: extent at byte offset {offset} is {flag}: {}", .path.display(), flag_advice(.flag))]
     BadExtentFlags {
+        /// The path as given.
         path: PathBuf,
+        /// The byte offset in the file.
         offset: u64,
+        /// The extent flag that makes it unusable.
         flag: &'static str,
     },
     /// The filesystem cannot report extents.
     #[error("{}: the filesystem does not support FIEMAP; use a whole-file source (ExtentSource::Whole) instead", .path.display())]
-    FiemapUnsupported { path: PathBuf },
+    FiemapUnsupported {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// Nothing to map: no sources, or a builder with no extents.
     #[error("no swap extents: give at least one backing of at least one {PAGE_SIZE}-byte page")]
     Empty,
     /// A length was asked for that the file or device does not have.
     #[error("{}: requested length {len} bytes exceeds its size of {actual} bytes; {}", .path.display(), if *.block_device { "give a length no larger than the device" } else { "preallocate the file to that size first (e.g. `fallocate -l SIZE FILE`) or ask for less" })]
     LenExceedsFile {
+        /// The path as given.
         path: PathBuf,
+        /// Its length in bytes.
         len: u64,
+        /// The length it has.
         actual: u64,
+        /// Whether it is a block device.
         block_device: bool,
     },
     /// A builder call that cannot describe an extent (zero length, or slot
     /// or byte numbers past `u64`).
     #[error("invalid extent: {reason}; fix the caller")]
-    InvalidExtent { reason: &'static str },
+    InvalidExtent {
+        /// What is wrong with it.
+        reason: &'static str,
+    },
 }
 
 /// What to do about an extent flag swap refuses.

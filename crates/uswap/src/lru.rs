@@ -79,7 +79,7 @@ pub const DEFAULT_BATCH: usize = 31;
 pub enum LruBatch {
     /// One LRU lock acquisition per operation: the behaviour before seed 002.
     Unbatched,
-    /// Per-CPU batches of this many pages (1..=[`MAX_BATCH`]), each drained
+    /// Per-CPU batches of this many pages (1..=`MAX_BATCH`), each drained
     /// under one LRU lock acquisition when full.  31 is the kernel's size
     /// since 6.9, 15 the seed-era `PAGEVEC_SIZE`.
     Pages(usize),
@@ -125,14 +125,17 @@ impl LruConfig {
     }
 }
 
-/// Why an [`LruConfig`] was rejected.
+/// Why an `LruConfig` was rejected.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LruError {
     #[error("LRU capacity must be at least one page")]
+    /// A capacity of no pages.
     ZeroCapacity,
     #[error("LRU batch must be between 1 and {MAX_BATCH} pages, got {0}")]
+    /// A batch size out of range, as given.
     BadBatch(usize),
     #[error("LRU needs at least one per-CPU batch slot")]
+    /// No per-CPU batch slots.
     ZeroCpus,
     /// Its tables could not be allocated.
     #[error(transparent)]

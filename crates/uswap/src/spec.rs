@@ -23,7 +23,8 @@
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use crate::io::{Codec, CompressedOptions, FileOptions};
+pub use crate::extent::ExtentMapKind;
+pub use crate::io::{Codec, CodecError, CompressedOptions, FileOptions};
 use crate::PAGE_SIZE;
 
 /// What the grammar says, for error messages.
@@ -36,24 +37,48 @@ const GRAMMAR: &str =
 pub enum SpecError {
     /// Not one of the device kinds.
     #[error("swap spec {spec:?}: a swap device is {GRAMMAR}")]
-    Kind { spec: String },
+    Kind {
+        /// The spec as given.
+        spec: String,
+    },
     /// A size that does not parse, or is less than a page.
     #[error("swap spec {spec:?}: {size:?} is not a size of at least 4K; write e.g. 512M, 4G or 65536")]
-    Size { spec: String, size: String },
+    Size {
+        /// The spec as given.
+        spec: String,
+        /// The part that should have been a size.
+        size: String,
+    },
     /// A file device without a path, or without a size.
     #[error("swap spec {spec:?}: write file:PATH:SIZE[:plain], e.g. file:/var/tmp/uswap.swap:8G")]
-    File { spec: String },
+    File {
+        /// The spec as given.
+        spec: String,
+    },
     /// A codec that is not lz4 or zstd.
     #[error("swap spec {spec:?}: {codec:?} is not a codec; write lz4, zstd or zstd:LEVEL (e.g. zstd:3)")]
-    Codec { spec: String, codec: String },
+    Codec {
+        /// The spec as given.
+        spec: String,
+        /// The part that should have been a codec.
+        codec: String,
+    },
     /// A zstd level that is not a number in range.
     #[error("swap spec {spec:?}: zstd level {level:?} is not a level; give a number from -7 to 22 other than 0 (1 is the default)")]
-    Level { spec: String, level: String },
+    Level {
+        /// The spec as given.
+        spec: String,
+        /// The part that should have been a zstd level.
+        level: String,
+    },
     /// A tier that is not a compressed device then a file.
     #[error(
         "swap spec {spec:?}: a tier is a compressed device and then a file, zram:SIZE[:CODEC],file:PATH:SIZE"
     )]
-    Tier { spec: String },
+    Tier {
+        /// The spec as given.
+        spec: String,
+    },
 }
 
 /// A byte count with binary suffixes.
@@ -116,12 +141,24 @@ fn zram(spec: &str, rest: &str) -> Result<CompressedOptions, SpecError> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SwapDeviceSpec {
     /// RAM: like the ram disks of the seeds' tests.
-    Ram { bytes: u64, priority: i32 },
+    Ram {
+        /// Its size, whole pages.
+        bytes: u64,
+        /// Higher is used first; equal priorities take turns.
+        priority: i32,
+    },
     /// A file or block device (`O_DIRECT` by default).
-    File { options: FileOptions, priority: i32 },
+    File {
+        /// Where, how large, and how it is opened.
+        options: FileOptions,
+        /// Higher is used first; equal priorities take turns.
+        priority: i32,
+    },
     /// Compressed in memory (zram), maybe with a file behind (a tier).
     Compressed {
+        /// Its size, codec, and the file behind it if any.
         options: CompressedOptions,
+        /// Higher is used first; equal priorities take turns.
         priority: i32,
     },
 }

@@ -111,16 +111,29 @@ pub enum UffdError {
     /// Not even a descriptor for user-mode faults (`UFFD_USER_MODE_ONLY`,
     /// which any user may open on Linux 5.11+) was given.
     #[error("userfaultfd is refused to this process even for user-mode faults (errno {errno}): a seccomp filter or security module forbids it, or the kernel is older than 5.11; run as root, set `sysctl vm.unprivileged_userfaultfd=1`, or lift the filter")]
-    UserModeRefused { errno: i32 },
+    UserModeRefused {
+        /// The errno.
+        errno: i32,
+    },
     /// The kernel has no userfaultfd at all.
     #[error("this kernel has no userfaultfd (built without CONFIG_USERFAULTFD); uswap needs Linux 6.8 or newer with it")]
     Unsupported,
     /// A feature uswap needs is missing.
     #[error("this kernel lacks {name}, which uswap needs; it first appeared in Linux {since}")]
-    MissingFeature { name: &'static str, since: &'static str },
+    MissingFeature {
+        /// The feature's name.
+        name: &'static str,
+        /// The first kernel that has it.
+        since: &'static str,
+    },
     /// An ioctl failed.
     #[error("{op} failed: {}", io::Error::from_raw_os_error(*.errno))]
-    Ioctl { op: &'static str, errno: i32 },
+    Ioctl {
+        /// The ioctl.
+        op: &'static str,
+        /// The errno.
+        errno: i32,
+    },
 }
 
 /// Whether a failed COPY or MOVE should be tried again: `EAGAIN` is the

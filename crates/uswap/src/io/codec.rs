@@ -48,7 +48,10 @@ pub enum Codec {
     Lz4,
     /// zstd at a level: 1 (fast) to 19; negative levels trade ratio for
     /// speed.
-    Zstd { level: i32 },
+    Zstd {
+        /// The level.
+        level: i32,
+    },
 }
 
 impl Codec {
@@ -135,10 +138,20 @@ impl Drop for Context {
 pub enum CodecError {
     /// A zstd level out of range.
     #[error("zstd level {level} is out of range: give {min}..={max} (1 is the default; negative levels are faster, higher ones smaller)")]
-    Level { level: i32, min: i32, max: i32 },
+    Level {
+        /// The level.
+        level: i32,
+        /// The lowest level.
+        min: i32,
+        /// The highest level.
+        max: i32,
+    },
     /// The C library could not make a context (out of memory).
     #[error("cannot make a {codec} context: out of memory")]
-    NoMemory { codec: &'static str },
+    NoMemory {
+        /// The codec's name.
+        codec: &'static str,
+    },
 }
 
 /// The contexts of one codec, one per possible CPU.

@@ -16,78 +16,137 @@ pub enum IoError {
     /// The swap file did not exist and could not be created or preallocated.
     #[error("{}: cannot create the swap file: {source}; check that the directory exists and is writable and that the filesystem has room", .path.display())]
     Create {
+        /// The path as given.
         path: PathBuf,
+        /// What the system call said.
         #[source]
         source: io::Error,
     },
     /// The swap file or device exists but could not be opened or sized.
     #[error("{}: cannot open: {source}; check the path and that this user may read and write it", .path.display())]
     Open {
+        /// The path as given.
         path: PathBuf,
+        /// What the system call said.
         #[source]
         source: io::Error,
     },
     /// An existing file or device is smaller than the slots asked for.
     #[error("{}: is {have} bytes but {need} bytes are needed; grow it (`fallocate -l {need} {}` keeps its mode), ask for fewer slots, or give a path that does not exist yet to have it created, private", .path.display(), .path.display())]
-    TooSmall { path: PathBuf, have: u64, need: u64 },
+    TooSmall {
+        /// The path as given.
+        path: PathBuf,
+        /// Bytes it has.
+        have: u64,
+        /// Bytes it needs.
+        need: u64,
+    },
     /// The path is a symbolic link.
     #[error("{}: is a symbolic link; a swap file is opened only by its own path (a link planted in a shared directory would send this process's memory elsewhere): give the file's real path", .path.display())]
-    Symlink { path: PathBuf },
+    Symlink {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// A regular file owned by another user.
     #[error("{}: is owned by uid {owner}, not by this user (uid {me}): its owner could read the memory swapped to it; give a file of your own, or a path that does not exist yet", .path.display())]
-    NotOwner { path: PathBuf, owner: u32, me: u32 },
+    NotOwner {
+        /// The path as given.
+        path: PathBuf,
+        /// Its owner's uid.
+        owner: u32,
+        /// This process's uid.
+        me: u32,
+    },
     /// A regular file that others may read or write.
     #[error("{}: has mode {mode:04o}, so other users can read the memory swapped to it (or write into it); run `chmod 600 {}`", .path.display(), .path.display())]
-    OpenToOthers { path: PathBuf, mode: u32 },
+    OpenToOthers {
+        /// The path as given.
+        path: PathBuf,
+        /// Its permission bits.
+        mode: u32,
+    },
     /// Another swap device (here or in another process) or a mount holds it.
     #[error("{}: is in use (by another swap device of this or another process, a mount, or kernel swap): two users of one swap file would share its slots; give each device its own file or device", .path.display())]
-    InUse { path: PathBuf },
+    InUse {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// An existing file with holes.
     #[error("{}: is sparse ({allocated} of the {need} bytes needed are allocated), so a swap-out could fail when the filesystem fills; allocate it: `fallocate -l {need} {}`", .path.display(), .path.display())]
     Sparse {
+        /// The path as given.
         path: PathBuf,
+        /// Bytes the filesystem has allocated to it.
         allocated: u64,
+        /// Bytes it needs.
         need: u64,
     },
     /// `O_DIRECT` was asked for on a filesystem that refuses it (ramfs, or
     /// tmpfs before Linux 6.6).
     #[error("{}: the filesystem does not support O_DIRECT (ramfs does not, nor tmpfs before Linux 6.6); use FileOptions::direct(false) or put the swap file on a filesystem that does, such as ext4 or xfs", .path.display())]
-    DirectUnsupported { path: PathBuf },
+    DirectUnsupported {
+        /// The path as given.
+        path: PathBuf,
+    },
     /// The extent map could not be built.
     #[error(transparent)]
     Extent(#[from] ExtentError),
     /// A buffer of the wrong length, or a misaligned one for a file device.
     #[error("{what}; pass whole {PAGE_SIZE}-byte pages in a {PAGE_SIZE}-byte aligned buffer")]
-    Unaligned { what: &'static str },
+    Unaligned {
+        /// What it was.
+        what: &'static str,
+    },
     /// Slots past the end of the device.
     #[error("slots {offset}..{} are out of range: the device has {slots} slots; fix the caller", .offset.saturating_add(*.pages))]
-    Range { offset: u64, pages: u64, slots: u64 },
+    Range {
+        /// The slot.
+        offset: u64,
+        /// How many pages.
+        pages: u64,
+        /// Slots the device has.
+        slots: u64,
+    },
     /// A write failed (or an error was injected there).
     #[error("write of swap slot {offset} failed: {source}; the swap backing is failing, check the kernel log (dmesg) and the disk")]
     Write {
+        /// The slot.
         offset: u64,
+        /// What the system call said.
         #[source]
         source: io::Error,
     },
     /// A read failed (or an error was injected there).
     #[error("read of swap slot {offset} failed: {source}; the swap backing is failing, check the kernel log (dmesg) and the disk")]
     Read {
+        /// The slot.
         offset: u64,
+        /// What the system call said.
         #[source]
         source: io::Error,
     },
     /// A read hit the end of the file: it shrank while in use.
     #[error("read of swap slot {offset} hit the end of the file; the swap file was truncated while in use, do not modify it while swapping on it")]
-    ShortRead { offset: u64 },
+    ShortRead {
+        /// The slot.
+        offset: u64,
+    },
     /// A page read from an encrypted file device failed its check: the
     /// block on disk is not the one written to that slot last.
     #[error("{}", IntegrityMessage { offset: *.offset, sealed: *.sealed })]
-    Integrity { offset: u64, sealed: bool },
+    Integrity {
+        /// The slot.
+        offset: u64,
+        /// Whether the slot was sealed (false: it held no page).
+        sealed: bool,
+    },
     /// Memory a device needs (a RAM device's pages, a compressed store,
     /// an encrypted file's key and bounce buffers) could not be mapped.
     #[error("cannot map the memory of {what}: {source}; ask for fewer slots or raise the memory limits (ulimit -v)")]
     Mmap {
+        /// What it was.
         what: &'static str,
+        /// What the system call said.
         #[source]
         source: io::Error,
     },

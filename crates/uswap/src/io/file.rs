@@ -509,7 +509,7 @@ impl PageStore for FileStore {
 }
 
 /// How to open a file device.  Built with [`FileOptions::new`] and the
-/// setters; passed to [`IoDevice::file`].
+/// setters; passed to `IoDevice::file` (the builder, for a `SwapDeviceSpec::file`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FileOptions {
     path: PathBuf,
@@ -559,10 +559,10 @@ impl FileOptions {
         self
     }
 
-    /// Map the file by its physical extents ([`ExtentSource::Fiemap`]), so a
+    /// Map the file by its physical extents (`ExtentSource::Fiemap`), so a
     /// fragmented file has as many extents as in the kernel; holes and
     /// unstable extents are refused.  Default `false`: one extent for the
-    /// whole file ([`ExtentSource::Whole`]).
+    /// whole file (`ExtentSource::Whole`).
     pub fn fiemap(mut self, on: bool) -> Self {
         self.fiemap = on;
         self

@@ -64,6 +64,14 @@ mod fault; // a fault served: a page or a 2 MB unit in, readahead
 mod instance; // one instance's state, and the operations on it
 
 pub use crate::spec::SwapDeviceSpec;
+// The seeds' switches a builder takes, and the errors a `PagerError`
+// carries, from the core.
+pub use crate::extent::ExtentError;
+pub use crate::io::IoError;
+pub use crate::lru::{LruBatch, LruError};
+pub use crate::swap_space::{ScanBase, SwapError, Switches};
+pub use crate::table::TableError;
+pub use crate::uffd::UffdError;
 pub use api::builder::SwapBuilder;
 pub use api::error::PagerError;
 pub use api::region::{Pinned, Region};
@@ -71,6 +79,10 @@ pub use api::swap::Swap;
 pub use entry::sigbus::FaultMode;
 pub use instance::overrun::{Overrun, OverrunError};
 pub use instance::regions::MAX_REGIONS;
+// For a library that interposes on a program's calls (`uswap run`'s):
+// the pager's side of the program's signals.  The `internal` feature.
+#[cfg(feature = "internal")]
+#[doc(hidden)]
 pub use instance::signals::{program_sigmask, starting_a_thread, NEVER_BLOCKED};
 
 /// For a library that interposes `sigaction` on a program (`uswap run`):
@@ -82,6 +94,8 @@ pub use instance::signals::{program_sigmask, starting_a_thread, NEVER_BLOCKED};
 /// until the watchdog put uswap's back.  False, with nothing done, when
 /// uswap's handler is not installed (no instance in SIGBUS mode): the
 /// call is then the kernel's to make.
+#[cfg(feature = "internal")]
+#[doc(hidden)]
 pub fn program_sigbus_action(new: Option<&libc::sigaction>, old: Option<&mut libc::sigaction>) -> bool {
     entry::sigbus::program_sigbus_action(new, old)
 }
@@ -89,6 +103,8 @@ pub fn program_sigbus_action(new: Option<&libc::sigaction>, old: Option<&mut lib
 /// Whether uswap's SIGBUS handler serves faults in this process (an
 /// instance in SIGBUS mode was built): only then must SIGBUS never be
 /// blocked in a program's thread.
+#[cfg(feature = "internal")]
+#[doc(hidden)]
 pub fn serving_sigbus() -> bool {
     instance::signals::serving_sigbus()
 }

@@ -39,10 +39,15 @@ use serde::{Deserialize, Serialize};
 
 use block::Block;
 pub use block::{Identity, Label, MappedBlock, EVENT_RING, LATENCY_BUCKETS};
-pub use table::{CounterId, Counters, EventKind, GaugeId, Gauges, LockId, Locks, Unit};
+pub use table::{Counters, EventKind, Gauges, Locks, Unit};
+// What the pager counts with, and the bench reads a registry by: not a
+// user's (the typed `Stats` is).
+#[doc(hidden)]
+pub use table::{CounterId, GaugeId, LockId};
 
 /// A monotonically increasing event count: a word in each CPU's shard of
 /// the instance's block.
+#[doc(hidden)]
 pub struct Counter {
     block: Arc<Block>,
     id: CounterId,
@@ -76,6 +81,7 @@ impl Counter {
 /// A level that goes up and down (bytes in a store, pages held), with
 /// the highest it reached.  One word of the block's head: levels change
 /// per page stored, not per fault, and a reader wants one exact value.
+#[doc(hidden)]
 pub struct Gauge {
     block: Arc<Block>,
     id: GaugeId,
@@ -112,6 +118,7 @@ impl Gauge {
 
 /// The statistics of one lock site: every lock of one kind (all cluster
 /// locks, all LRU locks of an instance) reports into the same site.
+#[doc(hidden)]
 pub struct LockSite {
     block: Arc<Block>,
     id: LockId,
@@ -162,6 +169,7 @@ impl LockSite {
 /// panic while holding one does not poison it for everyone else: the
 /// data it protects is kept consistent at every step by its users, as
 /// with a kernel spinlock.
+#[doc(hidden)]
 pub struct StatMutex<T> {
     lock: Mutex<T>,
     site: Arc<LockSite>,
@@ -219,6 +227,7 @@ impl<T> StatMutex<T> {
 /// Modules ask for their counters, gauges and lock sites once, at
 /// construction, by typed id, and keep the handles; nothing here is
 /// looked up by name, on any path.
+#[doc(hidden)]
 pub struct Registry {
     block: Arc<Block>,
 }

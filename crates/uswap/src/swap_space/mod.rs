@@ -1,7 +1,9 @@
 //! Swap space: devices of slots and the allocator that hands them out
 //! (mm/swapfile.c and mm/swap_slots.c).
 //!
-//! ```
+//! ```ignore
+//! // (run as the unit test `tests::the_module_example`: this module is
+//! // public only with the `internal` feature)
 //! use uswap::swap_space::{SlotDeviceConfig, SwapSpace};
 //! use uswap::stats::Registry;
 //!
@@ -83,7 +85,10 @@ impl SwapEntry {
 pub enum SwapError {
     /// Every slot of every device is in use.
     #[error("swap space is full: all {slots} slots are in use; add a device or free slots")]
-    Full { slots: u64 },
+    Full {
+        /// Slots: in all (full), or asked for (a bad size).
+        slots: u64,
+    },
     /// No device has a whole free cluster for a 2 MB unit; allocate its 512
     /// pages one by one instead.
     #[error("no free 2 MB cluster on any device; fall back to single slots")]
@@ -91,13 +96,21 @@ pub enum SwapError {
     /// The entry does not name an allocated slot.
     #[error("bad swap entry: device {device} slot {offset}: {reason}")]
     BadEntry {
+        /// The device's index.
         device: u16,
+        /// The slot on its device.
         offset: u64,
+        /// Why.
         reason: &'static str,
     },
     /// The slot's use count cannot grow further.
     #[error("swap count overflow on device {device} slot {offset}: more than 2^32-1 references")]
-    CountOverflow { device: u16, offset: u64 },
+    CountOverflow {
+        /// The device's index.
+        device: u16,
+        /// The slot on its device.
+        offset: u64,
+    },
     /// A swap space needs at least one device.
     #[error("a swap space needs at least one device")]
     NoDevices,
@@ -107,8 +120,11 @@ pub enum SwapError {
     /// A device size that cannot work.
     #[error("device {device}: {slots} slots is {problem}; give between 2 (one header slot and one page) and {MAX_DEVICE_SLOTS} slots")]
     BadSize {
+        /// The device's index.
         device: usize,
+        /// Slots: in all (full), or asked for (a bad size).
         slots: u64,
+        /// What is wrong with it.
         problem: &'static str,
     },
     /// A configuration value out of range.

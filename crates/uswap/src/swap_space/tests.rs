@@ -9,6 +9,24 @@ use proptest::prelude::*;
 
 use super::*;
 
+/// The module documentation's example.
+#[test]
+fn the_module_example() -> Result<(), SwapError> {
+    let space = SwapSpace::builder()
+        .device(SlotDeviceConfig::new(4096).priority(10))
+        .device(SlotDeviceConfig::new(2048).priority(5))
+        .build(&crate::stats::Registry::new())?;
+    let free = space.nr_free();
+    let slot = space.alloc()?;
+    assert_eq!(space.count(slot)?, 1);
+    // Less by the slot, and the rest of the batch its CPU's slot cache took.
+    assert!(space.nr_free() < free);
+    space.free(slot)?;
+    space.drain_slot_caches();
+    assert_eq!(space.nr_free(), free);
+    Ok(())
+}
+
 fn space(devs: &[SlotDeviceConfig], sw: Switches, cpus: usize) -> SwapSpace {
     let mut b = SwapSpace::builder().switches(sw).cpus(cpus).trunk_slots(1024);
     for d in devs {

@@ -196,6 +196,9 @@ impl SwapBuilder {
     /// builder's budget is the instance's until the first share, and what
     /// its overrun is measured against.  A background reclaimer (the
     /// default) does the publishing; without one, the budget stays put.
+    /// For `uswap run`'s supervisor and its preloaded library (the
+    /// `internal` feature).
+    #[cfg(feature = "internal")]
     pub fn domain(mut self, member: crate::domain::Member) -> Self {
         self.domain = Some(Arc::new(member));
         self

@@ -25,7 +25,12 @@ pub enum PagerError {
     Lru(#[from] LruError),
     /// Mapping memory failed.
     #[error("mapping {bytes} bytes failed: {source}")]
-    Mmap { bytes: usize, source: std::io::Error },
+    Mmap {
+        /// How much was asked for.
+        bytes: usize,
+        /// Why `mmap` refused.
+        source: std::io::Error,
+    },
     /// A configuration value out of range.
     #[error("invalid swap configuration: {0}")]
     Config(String),
@@ -34,17 +39,36 @@ pub enum PagerError {
     TooManyRegions,
     /// The instance's page table is full.
     #[error("cannot map {pages} more pages: this instance manages at most {max} pages ({free} free); raise `max_mapped`")]
-    TooManyPages { pages: usize, max: usize, free: usize },
+    TooManyPages {
+        /// Pages asked for.
+        pages: usize,
+        /// Pages the instance manages at most.
+        max: usize,
+        /// Pages it has left.
+        free: usize,
+    },
     /// The page tables of the instance could not be allocated.
     #[error(transparent)]
     Metadata(#[from] TableError),
     /// `map` was called in a forked child.
     #[error("this Swap belongs to process {owner}, and this is its forked child {pid}: a child inherits neither the regions nor the userfaultfd; build a new Swap in the child")]
-    Forked { owner: i32, pid: i32 },
+    Forked {
+        /// The process that built the `Swap`.
+        owner: i32,
+        /// This process, its forked child.
+        pid: i32,
+    },
     /// A range that is not whole pages of the region (whole 2 MB units of
     /// a `map_huge` region).
     #[error("bytes {offset}..{} are not whole pages of this {len}-byte region; pass a page-aligned range inside it (2 MB units in a map_huge region)", .offset.saturating_add(*.bytes))]
-    Range { offset: usize, bytes: usize, len: usize },
+    Range {
+        /// Where the range starts in the region.
+        offset: usize,
+        /// Its length.
+        bytes: usize,
+        /// The region's length.
+        len: usize,
+    },
     /// `map` was called, in SIGBUS mode, on a thread that blocks SIGBUS.
     #[error("this thread blocks SIGBUS: in SIGBUS fault mode its first touch of swapped memory would kill the process; unblock SIGBUS here (pthread_sigmask), or build the Swap with FaultMode::HandlerThread")]
     SigbusBlocked,

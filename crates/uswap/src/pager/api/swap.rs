@@ -16,6 +16,7 @@ use crate::pager::instance::page;
 use crate::pager::instance::regions;
 use crate::pager::instance::signals;
 use crate::stats::Stats;
+#[cfg(test)]
 use crate::swap_space::SwapSpace;
 use crate::uffd::RegisterMode;
 use crate::PAGE_SIZE;
@@ -274,8 +275,10 @@ impl Swap {
         self.inner.backing.space.total_slots()
     }
 
-    /// The swap space, for its statistics and invariant checks.
-    pub fn swap_space(&self) -> &SwapSpace {
+    /// The swap space, for the tests' invariant checks: its `alloc` and
+    /// `free` could take a slot from under the pager, so no user gets it.
+    #[cfg(test)]
+    pub(crate) fn swap_space(&self) -> &SwapSpace {
         &self.inner.backing.space
     }
 

@@ -301,6 +301,7 @@ unsafe fn kernel_sigaction(
 /// it, and uswap's handler stays installed, passing on to it every SIGBUS
 /// that is not a uswap fault.  False (nothing done) when uswap's handler
 /// is not installed: the call is then the kernel's to make.
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
 pub(crate) fn program_sigbus_action(
     new: Option<&libc::sigaction>,
     old: Option<&mut libc::sigaction>,

@@ -53,7 +53,7 @@ pub(crate) const FLOOR_PAGES: usize = UNIT_PAGES + SLACK_ROOM;
 
 impl Overrun {
     /// The bound in pages for a budget of `budget` pages (`usize::MAX`:
-    /// none), at least [`FLOOR_PAGES`].
+    /// none), at least `FLOOR_PAGES`.
     pub fn pages(self, budget: usize) -> usize {
         let page = crate::PAGE_SIZE as u64;
         let p = match self {

@@ -92,6 +92,7 @@ pub(crate) fn set_serving_sigbus() {
 }
 
 /// Whether uswap serves SIGBUS faults in this process.
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
 pub(crate) fn serving_sigbus() -> bool {
     SERVING_SIGBUS.load(std::sync::atomic::Ordering::Acquire)
 }
@@ -118,6 +119,7 @@ fn never_blocked_bit(sig: i32) -> Option<u8> {
 ///
 /// # Safety
 /// As `pthread_sigmask(3)`: `set` and `old` are null or valid.
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
 pub unsafe fn program_sigmask(
     how: i32,
     set: *const libc::sigset_t,
@@ -211,6 +213,7 @@ static STARTING: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::ne
 /// a thread whose thread-local storage is swapped out would fault on
 /// its first access to it, and a fault handler thread so would wait on
 /// itself.  An allocator interposed by a preload (`uswap run`) asks here.
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
 pub fn starting_a_thread() -> bool {
     STARTING.load(std::sync::atomic::Ordering::Relaxed) != 0
 }
