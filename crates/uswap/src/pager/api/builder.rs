@@ -367,10 +367,7 @@ impl SwapBuilder {
         })?;
         // Bounce frames are read into and copied from: populate them now,
         // not on the fault path.
-        for f in 0..bounce_frames {
-            // SAFETY: nobody holds any frame yet.
-            unsafe { bounce.bytes(f) }.fill(0);
-        }
+        bounce.populate();
         let zero_bytes = crate::pager::fault::readahead::READAHEAD_MAX as usize * PAGE_SIZE;
         let zero = Mapping::new(zero_bytes, PAGE_SIZE).map_err(|source| PagerError::Mmap {
             bytes: zero_bytes,

@@ -11,7 +11,7 @@ use crate::pager::instance::addrs;
 use crate::pager::instance::frames::Mapping;
 use crate::pager::instance::gate;
 use crate::pager::instance::inner::Inner;
-use crate::pager::instance::page;
+use crate::pager::instance::page::{self, Kind, PageWord};
 use crate::pager::instance::regions;
 use crate::pager::instance::report;
 use crate::pager::instance::signals;
@@ -51,7 +51,7 @@ impl Region {
     /// library that serves a program's mappings from a region and gets one
     /// back (`munmap`).  Small-page regions only.
     pub fn restore(&self, offset: usize, bytes: usize) -> Result<(), PagerError> {
-        let huge = self.inner.states[self.id_base as usize].load(Ordering::Acquire) & page::UNIT != 0;
+        let huge = self.inner.states[self.id_base as usize].load().is_unit();
         if huge
             || !offset.is_multiple_of(PAGE_SIZE)
             || !bytes.is_multiple_of(PAGE_SIZE)
@@ -105,7 +105,7 @@ impl Region {
     /// In a `map_huge` region, whole 2 MB units only.
     pub fn discard(&self, offset: usize, bytes: usize) -> Result<(), PagerError> {
         let inner = &self.inner;
-        let huge = inner.states[self.id_base as usize].load(Ordering::Acquire) & page::UNIT != 0;
+        let huge = inner.states[self.id_base as usize].load().is_unit();
         let unit = if huge { page::UNIT_BYTES } else { PAGE_SIZE };
         if !offset.is_multiple_of(unit)
             || !bytes.is_multiple_of(unit)
@@ -134,9 +134,7 @@ impl Region {
             let mut claims: [Option<page::PageClaim<'_>>; BATCH] = [const { None }; BATCH];
             for (k, i) in (at..at + n).step_by(step).enumerate() {
                 let id = self.id_base as usize + i;
-                claims[k] = Some(page::PageClaim::wait_claim(&inner.states[id], || {
-                    inner.counters.busy_waits.inc()
-                }));
+                claims[k] = Some(inner.states[id].wait_claim(|| inner.counters.busy_waits.inc()));
             }
             let addr = self.map.addr() + (at * PAGE_SIZE) as u64;
             // SAFETY: pages of this region whose claims we hold: their
@@ -158,33 +156,32 @@ impl Region {
                 };
                 let id = self.id_base + ((at + k * step) as u32);
                 let w = claim.found();
-                match (page::kind(w), w & page::UNIT != 0) {
-                    (page::RESIDENT, true) => resident += page::UNIT_PAGES,
-                    (page::SWAPPED, true) => inner.free_unit_slots(id, w),
-                    (page::RESIDENT, false) => resident += 1,
-                    (page::STAGED, false) => {
-                        resident += 1;
-                        inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+                match (w.kind(), w.is_unit()) {
+                    (Kind::Resident, true) => resident += page::UNIT_PAGES,
+                    (Kind::Swapped, true) => inner.free_unit_slots(id, w),
+                    (Kind::Resident, false) => resident += 1,
+                    (Kind::Staged, false) => {
+                        inner.budget.free_staged();
                         writeback::drop_staged(inner, w);
                     }
                     _ => {}
                 }
-                if w & page::UNIT == 0 {
-                    if let Some(e) = page::slot(w) {
+                if !w.is_unit() {
+                    if let Some(e) = w.slot() {
                         inner.free_slot(e);
                     }
                 }
-                if page::kind(w) == page::RESIDENT {
+                if w.is(Kind::Resident) {
                     gone[ngone] = id;
                     ngone += 1;
                 }
-                if page::kind(w) != page::NEVER {
+                if !w.is(Kind::Never) {
                     inner.counters.discarded.inc();
                 }
-                claim.commit(page::NEVER | (w & page::UNIT));
+                claim.commit(PageWord::NEVER.unit_if(w.is_unit()));
             }
             inner.lru.remove_batch(&gone[..ngone]);
-            inner.budget.resident.fetch_sub(resident, Ordering::Relaxed);
+            inner.budget.uncharge(resident);
             at += n;
         }
         Ok(())
@@ -208,7 +205,7 @@ impl Region {
     /// back by a pin.
     pub fn pin(&self, offset: usize, bytes: usize, write: bool) -> Result<Pinned<'_>, PagerError> {
         let inner = &self.inner;
-        let huge = inner.states[self.id_base as usize].load(Ordering::Acquire) & page::UNIT != 0;
+        let huge = inner.states[self.id_base as usize].load().is_unit();
         let end = offset.checked_add(bytes).filter(|&e| e <= self.len() && !huge);
         let Some(end) = end else {
             return Err(PagerError::Range {
@@ -228,13 +225,13 @@ impl Region {
                 // claimed the page before this sees the pin, or this sees
                 // its claim (BUSY) and lets go.
                 std::sync::atomic::fence(Ordering::SeqCst);
-                let w = inner.states[id].load(Ordering::Relaxed);
+                let w = inner.states[id].load();
                 // Writable for the kernel: dirty, and not sealed (a page
                 // that came back from a compressed device dirty but
                 // write-protected: the kernel's write would fail with
                 // EFAULT in SIGBUS mode; the touch below unprotects it).
-                let writable = w & page::DIRTY != 0 && w & page::SEALED == 0;
-                if page::kind(w) == page::RESIDENT && w & page::BUSY == 0 && (!write || writable) {
+                let writable = w.is_dirty() && !w.is_sealed();
+                if w.is(Kind::Resident) && !w.is_busy() && (!write || writable) {
                     break;
                 }
                 inner.pins[id].fetch_sub(1, Ordering::Release);
@@ -283,18 +280,22 @@ impl Region {
     /// tests of the error paths).
     #[doc(hidden)]
     pub fn slot_of(&self, index: usize) -> Option<crate::swap_space::SwapEntry> {
-        page::slot(self.inner.states[self.id_base as usize + index].load(Ordering::Acquire))
+        self.inner.states[self.id_base as usize + index].load().slot()
     }
 
     /// Whether page `index` is resident.
     pub fn is_resident(&self, index: usize) -> bool {
-        page::kind(self.inner.states[self.id_base as usize + index].load(Ordering::Acquire)) == page::RESIDENT
+        self.inner.states[self.id_base as usize + index]
+            .load()
+            .is(Kind::Resident)
     }
 
     /// Whether page `index` is soft-evicted: in the swap cache, not yet
     /// written back (a touch costs no IO).
     pub fn is_staged(&self, index: usize) -> bool {
-        page::kind(self.inner.states[self.id_base as usize + index].load(Ordering::Acquire)) == page::STAGED
+        self.inner.states[self.id_base as usize + index]
+            .load()
+            .is(Kind::Staged)
     }
 }
 
@@ -339,39 +340,38 @@ impl Drop for Region {
         let mut ngone = 0;
         for i in 0..self.pages {
             let id = self.id_base as usize + i;
-            let claim = page::PageClaim::wait_claim(&inner.states[id], || inner.counters.busy_waits.inc());
+            let claim = inner.states[id].wait_claim(|| inner.counters.busy_waits.inc());
             let w = claim.found();
-            claim.commit(page::DEAD);
+            claim.commit(PageWord::of(Kind::Dead));
             gone[ngone] = id as u32;
             ngone += 1;
             if ngone == gone.len() {
                 inner.lru.remove_batch(&gone);
                 ngone = 0;
             }
-            if w & page::UNIT != 0 {
-                match page::kind(w) {
-                    page::RESIDENT => resident += page::UNIT_PAGES,
-                    page::SWAPPED => inner.free_unit_slots(id as u32, w),
+            if w.is_unit() {
+                match w.kind() {
+                    Kind::Resident => resident += page::UNIT_PAGES,
+                    Kind::Swapped => inner.free_unit_slots(id as u32, w),
                     _ => {}
                 }
                 continue;
             }
-            match page::kind(w) {
-                page::RESIDENT => resident += 1,
-                page::STAGED => {
-                    resident += 1;
-                    inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+            match w.kind() {
+                Kind::Resident => resident += 1,
+                Kind::Staged => {
+                    inner.budget.free_staged();
                     writeback::drop_staged(inner, w);
                 }
                 _ => {}
             }
-            if let Some(e) = page::slot(w) {
+            if let Some(e) = w.slot() {
                 inner.free_slot(e);
             }
         }
         inner.addrs.clear(self.id_base, self.pages);
         inner.lru.remove_batch(&gone[..ngone]);
-        inner.budget.resident.fetch_sub(resident, Ordering::Relaxed);
+        inner.budget.uncharge(resident);
         if !self.still_mapped_here() {
             // The program unmapped (part of) the region and something else
             // sits in its range now: that is not ours to unmap.

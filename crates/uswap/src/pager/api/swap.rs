@@ -12,7 +12,7 @@ use crate::pager::instance::addrs;
 use crate::pager::instance::frames::Mapping;
 use crate::pager::instance::gate;
 use crate::pager::instance::inner::Inner;
-use crate::pager::instance::page;
+use crate::pager::instance::page::{self, PageWord};
 use crate::pager::instance::regions;
 use crate::pager::instance::signals;
 use crate::stats::Stats;
@@ -138,17 +138,17 @@ impl Swap {
         for i in (0..seen.min(pages)).chain(heads) {
             let head = huge && i % page::UNIT_PAGES == 0;
             let fresh = if head {
-                page::NEVER | page::UNIT
+                PageWord::NEVER.unit()
             } else {
-                page::NEVER
+                PageWord::NEVER
             };
             let st = &inner.states[id_base as usize + i];
             // Ids never used before read zero (NEVER) already: not
             // storing it leaves the table's untouched pages uncommitted
             // (8 bytes a page: 135 MiB for the 68 GiB heap of uswap run's
             // default at 50% of this machine).
-            if st.load(Ordering::Relaxed) != fresh {
-                st.store(fresh, Ordering::Relaxed);
+            if st.load() != fresh {
+                st.store(fresh);
             }
         }
         inner.addrs.publish(id_base, pages, map.addr());
@@ -193,17 +193,13 @@ impl Swap {
 
     /// Pages resident now, over all regions.
     pub fn resident_pages(&self) -> usize {
-        self.inner.budget.resident.load(Ordering::Relaxed)
+        self.inner.budget.resident()
     }
 
     /// The most pages resident at once, as the background reclaimer saw
     /// it (every pass, at least every millisecond; 0 without one).
     pub fn peak_resident_pages(&self) -> usize {
-        self.inner
-            .budget
-            .peak
-            .load(Ordering::Relaxed)
-            .max(self.inner.budget.resident.load(Ordering::Relaxed))
+        self.inner.budget.peak(self.inner.budget.resident())
     }
 
     /// Whether faults are served through a userfaultfd for user-mode

@@ -62,7 +62,7 @@ use crate::descriptors;
 use crate::pager::entry::threads;
 use crate::pager::instance::gate::{self, enter};
 use crate::pager::instance::inner::Inner;
-use crate::pager::instance::page::{self, UNIT_PAGES};
+use crate::pager::instance::page::{Kind, PageWord, UNIT_PAGES};
 use crate::pager::instance::regions;
 use crate::pager::instance::report;
 use crate::uffd::RegisterMode;
@@ -265,12 +265,13 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
                 let st = &inner.states[id];
                 // A sealed page's write protection is not the child's
                 // (fork copies page tables without it): plain dirty here.
-                let old = st.load(Ordering::Relaxed);
-                let w = old & !(page::BUSY | (1 << 31) | page::SEALED);
+                // A claim a thread of the parent held is no one's here.
+                let old = st.load();
+                let w = old.unclaimed().unsealed();
                 if w != old {
-                    st.store(w, Ordering::Relaxed);
+                    st.store(w);
                 }
-                page::kind(w) == page::RESIDENT && w & page::DIRTY == 0
+                w.is(Kind::Resident) && !w.is_dirty()
             };
             match (&mut run, clean) {
                 (Some((_, n)), true) => *n += 1,
@@ -298,37 +299,34 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
 /// go of its slot: nothing write-protects it any more.
 fn dirty_if_clean(inner: &Inner, id: usize, unit: bool) {
     let st = &inner.states[id];
-    let old = st.load(Ordering::Relaxed);
-    let w = old & !(page::BUSY | (1 << 31));
-    if page::kind(w) != page::RESIDENT || w & page::DIRTY != 0 {
+    let old = st.load();
+    let w = old.unclaimed();
+    if !w.is(Kind::Resident) || w.is_dirty() {
         if w != old {
-            st.store(w, Ordering::Relaxed);
+            st.store(w);
         }
         return;
     }
     if unit {
-        match page::slot(w) {
-            Some(base) if w & page::WHOLE != 0 => inner.free_huge(base),
+        match w.slot() {
+            Some(base) if w.is_whole() => inner.free_huge(base),
             _ => {
                 for q in 0..UNIT_PAGES {
                     let o = &inner.states[id + q];
                     if q > 0 {
-                        if let Some(e) = page::slot(o.load(Ordering::Relaxed)) {
+                        if let Some(e) = o.load().slot() {
                             inner.free_slot(e);
                         }
-                        o.store(0, Ordering::Relaxed);
+                        o.store(PageWord::NEVER);
                     }
                 }
-                if let Some(e) = page::slot(w) {
+                if let Some(e) = w.slot() {
                     inner.free_slot(e);
                 }
             }
         }
-    } else if let Some(e) = page::slot(w) {
+    } else if let Some(e) = w.slot() {
         inner.free_slot(e);
     }
-    st.store(
-        page::without_slot(w) & !page::WHOLE | page::DIRTY,
-        Ordering::Relaxed,
-    );
+    st.store(w.without_slot().dirty());
 }

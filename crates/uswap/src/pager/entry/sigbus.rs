@@ -51,7 +51,7 @@ use crate::pager::entry::altstack::{call_on_stack, spare, stack_to_serve_on, Ser
 use crate::pager::fault::serve::{self as fault, Access};
 use crate::pager::instance::gate;
 use crate::pager::instance::inner::Inner;
-use crate::pager::instance::page;
+use crate::pager::instance::page::Kind;
 use crate::pager::instance::regions::{lookup, Hit};
 use crate::pager::instance::report;
 use crate::pager::instance::signals::{self, SignalsBlocked};
@@ -90,7 +90,7 @@ pub(crate) fn serve_signal(addr: u64, access: Access, tid: i32) -> bool {
     // has no memory-failure support (CONFIG_MEMORY_FAILURE off, as on this
     // machine kind: BUS_ADRERR instead of BUS_MCEERR_AR).  Its SIGBUS is
     // the program's: serving it would repeat the access forever.
-    if page::kind(inner.states[id as usize].load(Ordering::Acquire)) == page::POISONED {
+    if inner.states[id as usize].load().is(Kind::Poisoned) {
         return false;
     }
     let start = crate::sys::monotonic_ns();

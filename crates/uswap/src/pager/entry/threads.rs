@@ -177,8 +177,8 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                 slots.into_iter().for_each(|e| inner.free_slot(e));
                 units.into_iter().for_each(|e| inner.free_huge(e));
             }
-            let resident = inner.budget.resident.load(Ordering::Relaxed);
-            inner.budget.peak.fetch_max(resident, Ordering::Relaxed);
+            let resident = inner.budget.resident();
+            inner.budget.note_peak(resident);
             let slow = last_levels.elapsed() >= LEVELS_EVERY;
             if slow {
                 last_levels = Instant::now();

@@ -34,7 +34,7 @@
 //!   pages are moved, never dropped: only the move sees the pin.
 //!
 //! - **Sealed pages** (dirty, but write-protected since they came in from a
-//!   compressed device that let its copy go: `page::SEALED`) go as clean
+//!   compressed device that let its copy go: a sealed `PageWord`) go as clean
 //!   ones do, in SIGBUS mode: copied into staging frames with
 //!   `UFFDIO_COPY` (no flush), then dropped with the batch's one
 //!   `process_madvise`; the same argument makes it safe (a write faults
@@ -44,11 +44,9 @@
 //! `SwapBuilder::per_page_evict` restores per-page `UFFDIO_MOVE` for every
 //! victim, clean ones included, to measure what batching gains.
 
-use std::sync::atomic::Ordering;
-
 use crate::pager::instance::inner::Inner;
-use crate::pager::instance::page::{self, PageClaim};
-use crate::swap_cache::PageHandle;
+use crate::pager::instance::page::{Kind, PageClaim, PageWord};
+use crate::pager::instance::staged;
 use crate::swap_space::{SwapEntry, SwapError};
 use crate::sys;
 use crate::uffd::UffdError;
@@ -122,19 +120,19 @@ pub(crate) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
     let copy_sealed = inner.uffd.features().contains(crate::uffd::Features::SIGBUS);
     for (i, &id) in ids.iter().enumerate().take(BATCH) {
         let st = &inner.states[id as usize];
-        let w = st.load(Ordering::Acquire);
-        if page::kind(w) != page::RESIDENT || w & page::BUSY != 0 {
+        let w = st.load();
+        if !w.is(Kind::Resident) || w.is_busy() {
             out.keep(id, false);
             continue;
         }
-        let is_dirty = w & page::DIRTY != 0;
-        if is_dirty && page::slot(w).is_none() && inner.no_free_slots() {
+        let is_dirty = w.is_dirty();
+        if is_dirty && w.slot().is_none() && inner.no_free_slots() {
             // Nowhere to write it: do not move it out just to move it back.
             inner.counters.swap_full.inc();
             out.keep(id, false);
             continue;
         }
-        let Some(claim) = PageClaim::try_claim(st, w) else {
+        let Some(claim) = st.try_claim(w) else {
             out.keep(id, false);
             continue;
         };
@@ -147,7 +145,7 @@ pub(crate) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
         // The word may have changed between the load and the claim only
         // by the claim itself: try_claim compares against `w`.
         claims[i] = Some(claim);
-        if is_dirty && w & page::SEALED != 0 && copy_sealed {
+        if is_dirty && w.is_sealed() && copy_sealed {
             sealed[nsealed] = i as u8;
             nsealed += 1;
         } else if is_dirty {
@@ -240,20 +238,20 @@ fn drop_clean(
             continue;
         }
         let claim = claims[which[j] as usize].take().expect("claimed");
-        let next = match page::slot(claim.found()) {
-            Some(e) => page::with_slot(page::SWAPPED, e),
-            None => page::NEVER,
+        let next = match claim.found().slot() {
+            Some(e) => PageWord::of(Kind::Swapped).with_slot(e),
+            None => PageWord::NEVER,
         };
         inner.counters.evict_clean.inc();
         inner.counters.evictions.inc();
-        inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
+        inner.budget.uncharge(1);
         claim.commit(next);
         out.gone += 1;
     }
 }
 
 /// Soft-evict the sealed victims `idx` (dirty, but write-protected since
-/// they went in: `page::SEALED`) the way clean ones go: each is copied
+/// they went in: a sealed `PageWord`) the way clean ones go: each is copied
 /// into a staging frame with `UFFDIO_COPY` (which installs a page there,
 /// no flush), cached under a fresh slot, and then all are dropped from the
 /// region with one `process_madvise`: one flush for the batch, where
@@ -306,7 +304,7 @@ fn stage_sealed(
             }
             continue;
         }
-        let handle = PageHandle::new(f as u64 + 1).expect("frame + 1 is not zero");
+        let handle = staged::handle(f);
         if inner.backing.swap_cache.add(e, handle).is_err() {
             debug_assert!(false, "slot {e:?} already in the swap cache");
             inner.free_slot(e);
@@ -399,7 +397,7 @@ fn stage_run(
                 break;
             }
         };
-        let handle = PageHandle::new(frame(m) as u64 + 1).expect("frame + 1 is not zero");
+        let handle = staged::handle(frame(m));
         if inner.backing.swap_cache.add(e, handle).is_err() {
             // The slot is fresh: it cannot be cached already.
             debug_assert!(false, "slot {e:?} already in the swap cache");
@@ -449,10 +447,7 @@ fn stage_run(
             }
         }
         let claim_s = claims[idx[s] as usize].as_ref().expect("claimed");
-        if err.errno() == Some(libc::EBUSY)
-            && claim_s.found() & page::SEALED == 0
-            && inner.shared_after_fork()
-        {
+        if err.errno() == Some(libc::EBUSY) && !claim_s.found().is_sealed() && inner.shared_after_fork() {
             // Shared since a fork (see `unshare`): the rest of the run is
             // made this process's own again and comes back next pass.
             for j in s..m {
@@ -511,23 +506,23 @@ fn unshare(inner: &Inner, addr: u64, len: u64) {
 fn staged(inner: &Inner, claim: PageClaim<'_>, e: SwapEntry) {
     let w = claim.found();
     // Its old slot (if any) holds an older copy.
-    if let Some(o) = page::slot(w) {
+    if let Some(o) = w.slot() {
         inner.free_slot(o);
     }
     inner.counters.staged.inc();
-    inner.budget.staged.fetch_add(1, Ordering::Relaxed);
-    claim.commit(page::with_slot(page::STAGED | page::DIRTY, e));
+    inner.budget.stage();
+    claim.commit(PageWord::of(Kind::Staged).dirty().with_slot(e));
 }
 
 /// The program discarded (`MADV_DONTNEED`) or unmapped the claimed
 /// resident page: its memory is gone already, and it reads as zeros.
 fn discarded(inner: &Inner, claim: PageClaim<'_>) {
-    if let Some(o) = page::slot(claim.found()) {
+    if let Some(o) = claim.found().slot() {
         inner.free_slot(o);
     }
     inner.counters.discarded.inc();
-    inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
-    claim.commit(page::NEVER);
+    inner.budget.uncharge(1);
+    claim.commit(PageWord::NEVER);
 }
 
 /// `UFFDIO_MOVE` would not move page `addr` out (claimed; nothing else
@@ -549,8 +544,8 @@ pub(crate) fn refused(inner: &Inner, claim: PageClaim<'_>, addr: u64, err: UffdE
 
 /// Whether `(id, slot)` is a live ring entry: the page is staged to that slot.
 pub(crate) fn live(inner: &Inner, id: u32, slot: u64) -> bool {
-    let w = inner.states[id as usize].load(Ordering::Acquire);
-    page::kind(w) == page::STAGED && page::slot(w).map(|e| e.raw()) == Some(slot)
+    let w = inner.states[id as usize].load();
+    w.is(Kind::Staged) && w.slot().map(|e| e.raw()) == Some(slot)
 }
 
 /// Put a staged page on the ring (its state says staged already, so the

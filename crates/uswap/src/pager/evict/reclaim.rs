@@ -39,47 +39,23 @@
 //! the budget is exceeded by more than a batch (the reclaimer fell behind,
 //! or there is none).
 //!
-//! 2 MB units (seed 003) go out whole: the unit is moved with one
-//! `UFFDIO_MOVE` of 2 MB into an "out" staging unit (a PMD move when it is
-//! a THP: it stays whole), written with one 2 MB IO to a whole cluster
-//! from `alloc_huge`, and discarded.  When no cluster is wholly free the
-//! unit is split over 512 single slots, each page's in its own word
-//! (counted as a fallback), and still written as one folio: one IO per
-//! segment of neighbouring slots (`folio.rs`).  A write that fails for
-//! good retires only the bad block's slot, found by trying the failed
-//! segment again page by page.  The "out" units are registered with the
-//! userfaultfd (they receive moved pages) and never touched.  A unit moved
-//! in is writable (a move drops write protection), so units are always
-//! dirty: no clean drops, no soft eviction; they go straight to their
-//! slots.
-//!
-//! A unit mapped with small pages (no THP) can move part way: the move
-//! stops at a page the program discarded (a hole), a pinned page or a
-//! locked one.  Eviction then puts back what moved before it reads any of
-//! the "out" unit (whose missing pages would fault on our own registered
-//! memory), fills holes with zeros (the program discarded them: that is
-//! what they read as) and tries again later; a pinned or locked page keeps
-//! its unit resident.
+//! 2 MB units (seed 003) go out whole (`unit.rs`).
 
 use std::sync::atomic::Ordering;
 
 use crate::io::WriteRing;
 use crate::pager::evict::batch::{self as evict, enqueue, refused, Outcome, Stage};
-use crate::pager::evict::folio::{self, FolioSlots};
+use crate::pager::evict::unit;
 use crate::pager::evict::writeback::{
-    write_back_oldest, write_back_queued, writeback, writeback_failed, writeback_held, writeback_worked,
-    writes_failing, writes_held,
+    write_back_oldest, write_back_queued, writeback, writeback_held, writes_failing,
 };
 use crate::pager::instance::inner::Inner;
-use crate::pager::instance::moves::Installed;
 use crate::pager::instance::overrun;
-use crate::pager::instance::page::{self, PageClaim, UNIT_BYTES, UNIT_PAGES};
+use crate::pager::instance::page::{Kind, PageWord, UNIT_PAGES};
 use crate::pager::instance::report;
-use crate::swap_cache::PageHandle;
-use crate::swap_space::{SwapEntry, SwapError};
+use crate::pager::instance::staged;
+use crate::swap_space::SwapError;
 use crate::PAGE_SIZE;
-
-const UNIT: u64 = UNIT_BYTES as u64;
 
 const PAGE: u64 = PAGE_SIZE as u64;
 /// Victims taken from the LRU per pass: one eviction batch.
@@ -96,13 +72,11 @@ pub(crate) const SLACK: usize = BATCH;
 /// overrun's bound, past which the process is killed (`overrun.rs`).
 pub(crate) fn make_room(inner: &Inner) {
     let b = &inner.budget;
-    if b.resident.load(Ordering::Relaxed) < b.limit() + b.slack() {
+    if b.resident() < b.limit() + b.slack() {
         return;
     }
     inner.counters.direct_reclaim.inc();
-    if reclaim(inner, BATCH, None) == 0
-        && inner.budget.resident.load(Ordering::Relaxed) >= b.limit() + b.slack()
-    {
+    if reclaim(inner, BATCH, None) == 0 && inner.budget.resident() >= b.limit() + b.slack() {
         inner.counters.overrun.inc();
         hold_to_bound(inner, 1);
     }
@@ -110,7 +84,7 @@ pub(crate) fn make_room(inner: &Inner) {
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
 pub(crate) fn make_room_for(inner: &Inner, n: usize) {
-    let resident = inner.budget.resident.load(Ordering::Relaxed);
+    let resident = inner.budget.resident();
     if resident + n <= inner.budget.limit() + inner.budget.slack() {
         return;
     }
@@ -123,9 +97,7 @@ pub(crate) fn make_room_for(inner: &Inner, n: usize) {
     if want == 0 {
         return;
     }
-    if reclaim(inner, want, None) < want
-        && inner.budget.resident.load(Ordering::Relaxed) + n > inner.budget.limit()
-    {
+    if reclaim(inner, want, None) < want && inner.budget.resident() + n > inner.budget.limit() {
         inner.counters.overrun.inc();
         hold_to_bound(inner, n);
     }
@@ -194,8 +166,7 @@ fn hold_to_bound(inner: &Inner, n: usize) {
     // forked child, which `UFFDIO_MOVE` refuses; pinned) are not the
     // program's overrun: the kernel could swap them, so no kill.
     let over = || {
-        b.resident.load(Ordering::Relaxed) + n > b.limit().saturating_add(b.max_overrun())
-            && space.nr_free() < UNIT_PAGES as u64
+        b.resident() + n > b.limit().saturating_add(b.max_overrun()) && space.nr_free() < UNIT_PAGES as u64
     };
     let mut tries = 0;
     let mut waited = 0;
@@ -215,13 +186,12 @@ fn hold_to_bound(inner: &Inner, n: usize) {
     if !over() {
         return;
     }
-    inner.registry.event(
-        crate::stats::EventKind::OomKill,
-        b.resident.load(Ordering::Relaxed) as u64,
-    );
+    inner
+        .registry
+        .event(crate::stats::EventKind::OomKill, b.resident() as u64);
     report::line(format_args!(
         "uswap: out of memory: {} pages resident, past the budget of {} pages and its overrun of {}, and nothing can be evicted ({} of {} swap slots free); killing the process, as a memory cgroup would: raise the budget, add swap, or allow an unbounded overrun",
-        b.resident.load(Ordering::Relaxed),
+        b.resident(),
         b.limit(),
         b.max_overrun(),
         space.nr_free(),
@@ -275,7 +245,7 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
         let mut small = [0u32; BATCH];
         let mut nsmall = 0;
         for &id in &victims[..n] {
-            if inner.states[id as usize].load(Ordering::Acquire) & page::UNIT != 0 {
+            if inner.states[id as usize].load().is_unit() {
                 if done >= nr {
                     // Enough already: another unit would free 512 pages
                     // more than asked (a batch can hold several).
@@ -283,7 +253,7 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
                     continue;
                 }
                 // A 2 MB unit goes straight to its slots.
-                match evict_unit(inner, id) {
+                match unit::evict_unit(inner, id) {
                     Stage::Gone => done += UNIT_PAGES,
                     other => back_on_lru(inner, id, other),
                 }
@@ -328,7 +298,7 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
 /// still resident: an unevictable one on the active list, to come back
 /// to the inactive list (and be tried again) only as it ages.
 fn back_on_lru(inner: &Inner, id: u32, how: Stage) {
-    if page::kind(inner.states[id as usize].load(Ordering::Acquire)) != page::RESIDENT {
+    if !inner.states[id as usize].load().is(Kind::Resident) {
         return;
     }
     inner.lru.add(id);
@@ -340,17 +310,17 @@ fn back_on_lru(inner: &Inner, id: u32, how: Stage) {
 /// Soft-evict page `id` into a staging frame.
 fn stage(inner: &Inner, id: u32) -> Stage {
     let st = &inner.states[id as usize];
-    let w = st.load(Ordering::Acquire);
-    if page::kind(w) != page::RESIDENT || w & page::BUSY != 0 {
+    let w = st.load();
+    if !w.is(Kind::Resident) || w.is_busy() {
         return Stage::Not;
     }
-    let dirty = w & page::DIRTY != 0;
-    if dirty && page::slot(w).is_none() && inner.no_free_slots() {
+    let dirty = w.is_dirty();
+    if dirty && w.slot().is_none() && inner.no_free_slots() {
         // Nowhere to write it: do not move it out just to move it back.
         inner.counters.swap_full.inc();
         return Stage::Not;
     }
-    let Some(claim) = PageClaim::try_claim(st, w) else {
+    let Some(claim) = st.try_claim(w) else {
         return Stage::Not;
     };
     if inner.pinned(id) {
@@ -362,7 +332,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     let addr = inner.addrs.get(id);
     let frame_addr = inner.frames.staging.addr(f);
     // A clean page that never had a slot holds zeros still: drop it.
-    if !dirty && page::slot(w).is_none() {
+    if !dirty && w.slot().is_none() {
         inner.counters.evict_moves.inc();
         if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
             inner.frames.staging.put(f);
@@ -370,12 +340,12 @@ fn stage(inner: &Inner, id: u32) -> Stage {
         }
         inner.counters.evict_clean.inc();
         inner.counters.evictions.inc();
-        inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
-        claim.commit(page::NEVER);
+        inner.budget.uncharge(1);
+        claim.commit(PageWord::NEVER);
         return Stage::Dropped(f);
     }
     // The slot it will be written to (a clean page keeps its own).
-    let (e, new_slot) = match page::slot(w) {
+    let (e, new_slot) = match w.slot() {
         Some(e) if !dirty => (e, false),
         _ => match inner.alloc_slot() {
             Ok(e) => (e, true),
@@ -388,7 +358,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
             }
         },
     };
-    let handle = PageHandle::new(f as u64 + 1).expect("frame + 1 is not zero");
+    let handle = staged::handle(f);
     if inner.backing.swap_cache.add(e, handle).is_err() {
         // The slot is ours alone (fresh, or this clean page's): it cannot
         // be cached already.  Nothing changed; give up on this one.
@@ -410,13 +380,13 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     }
     // A dirty page's old slot (if any) is stale: it has the new one.
     if new_slot {
-        if let Some(o) = page::slot(w) {
+        if let Some(o) = w.slot() {
             inner.free_slot(o);
         }
     }
     inner.counters.staged.inc();
-    inner.budget.staged.fetch_add(1, Ordering::Relaxed);
-    claim.commit(page::with_slot(page::STAGED | (w & page::DIRTY), e));
+    inner.budget.stage();
+    claim.commit(PageWord::of(Kind::Staged).dirty_if(w.is_dirty()).with_slot(e));
     enqueue(inner, id, e);
     Stage::InMemory
 }
@@ -437,193 +407,4 @@ fn frame(inner: &Inner) -> Option<u32> {
         }
     }
     None
-}
-
-/// Evict the unit whose first page is `head`: `Stage::Gone` when it left
-/// memory; otherwise it is still resident (`Refused`: unevictable).
-fn evict_unit(inner: &Inner, head: u32) -> Stage {
-    let st = &inner.states[head as usize];
-    let w = st.load(Ordering::Acquire);
-    if page::kind(w) != page::RESIDENT || w & page::BUSY != 0 || writes_held(inner) {
-        return Stage::Not;
-    }
-    let Some(claim) = PageClaim::try_claim(st, w) else {
-        return Stage::Not;
-    };
-    let addr = inner.addrs.get(head);
-    let pool = &inner.frames.unit_out;
-    let Some(u) = pool.get() else {
-        return Stage::Not;
-    };
-    if let Err((moved, err)) = inner.move_out(pool.addr(u), addr, UNIT) {
-        // Part of it (or none) moved: put that back before anything reads
-        // the "out" unit, whose missing pages would fault.
-        if moved > 0 && inner.put_in(addr, pool.addr(u), moved) == Installed::Gone {
-            pool.discard(u);
-            pool.put(u);
-            return unit_gone(inner, claim);
-        }
-        pool.discard(u);
-        pool.put(u);
-        return match err.errno() {
-            // Holes the program made (MADV_DONTNEED), which read as zeros:
-            // fill them, and the unit moves whole next time.  None left
-            // at all (the program discarded or unmapped the whole unit):
-            // there is nothing to evict.
-            Some(libc::ENOENT) => match fill_holes(inner, addr) {
-                Holes::Filled => Stage::Not,
-                Holes::All => unit_gone(inner, claim),
-            },
-            errno => {
-                drop(claim);
-                inner.unevictable(addr + moved, errno);
-                Stage::Refused
-            }
-        };
-    }
-    // SAFETY: we hold unit `u`, which holds the 512 pages just moved out.
-    let next = write_unit(inner, head, unsafe { pool.bytes(u) });
-    let Some(next) = next else {
-        let gone = inner.put_in(addr, pool.addr(u), UNIT) == Installed::Gone;
-        pool.discard(u);
-        pool.put(u);
-        if gone {
-            return unit_gone(inner, claim);
-        }
-        return Stage::Not;
-    };
-    pool.discard(u);
-    pool.put(u);
-    inner.counters.huge_swapouts.inc();
-    inner.counters.evictions.inc();
-    inner.budget.resident.fetch_sub(UNIT_PAGES, Ordering::Relaxed);
-    claim.commit(next);
-    Stage::Gone
-}
-
-/// The unit's memory went with the program's unmap or discard: nothing
-/// to keep, and it reads as zeros.
-fn unit_gone(inner: &Inner, claim: PageClaim<'_>) -> Stage {
-    inner.counters.discarded.inc();
-    inner.budget.resident.fetch_sub(UNIT_PAGES, Ordering::Relaxed);
-    claim.commit(page::NEVER | page::UNIT);
-    Stage::Gone
-}
-
-enum Holes {
-    /// Some pages were missing and are zeros now.
-    Filled,
-    /// Every page was missing, or the range is not mapped any more.
-    All,
-}
-
-/// Fill the holes of the resident unit at `addr` with zeros (the program
-/// discarded those pages).
-fn fill_holes(inner: &Inner, addr: u64) -> Holes {
-    let mut present = [0u8; UNIT_PAGES];
-    // SAFETY: mincore writes one byte per page of the range into
-    // `present`; it fails (ENOMEM) where the range is not mapped.
-    if unsafe { libc::mincore(addr as *mut libc::c_void, UNIT_BYTES, present.as_mut_ptr()) } != 0
-        || present.iter().all(|p| p & 1 == 0)
-    {
-        return Holes::All;
-    }
-    for (i, p) in present.iter().enumerate() {
-        // An error leaves the hole, to be found on the next eviction;
-        // EEXIST (a page appeared meanwhile) cannot happen under the
-        // claim, and would be fine.
-        if p & 1 == 0 && inner.copy_zero(addr + i as u64 * PAGE, false).is_ok() {
-            inner.counters.discarded.inc();
-        }
-    }
-    Holes::Filled
-}
-
-/// Write a unit moved out into `buf` to slots of its own, as one folio
-/// (`folio.rs`): a whole cluster, one 2 MB IO (seed 003); when no cluster
-/// is free, 512 single slots, each page's recorded in its own word (the
-/// head's in the returned word, which says "split"), written one IO per
-/// segment of neighbouring slots.  Returns the unit's next word; None
-/// when nothing was kept: every slot taken is freed, but for one whose
-/// write failed for good, which is retired (the failed segment is tried
-/// again page by page to find it: a bad block costs its slot, not its
-/// cluster).
-fn write_unit(inner: &Inner, head: u32, buf: &[u8]) -> Option<u64> {
-    let words = &inner.states[head as usize..head as usize + UNIT_PAGES];
-    let mut first = SwapEntry::NONE;
-    let taken = folio::alloc_slots(inner, UNIT_PAGES, |i, e| {
-        if i == 0 {
-            first = e;
-        } else {
-            words[i].store(page::with_slot(page::NEVER, e), Ordering::Release);
-        }
-    });
-    let split_slot = |i: usize| {
-        if i == 0 {
-            first
-        } else {
-            page::slot(words[i].load(Ordering::Acquire)).expect("a split unit has a slot per page")
-        }
-    };
-    // How many pages of a split unit have slots to undo, and which slot
-    // of them is retired.
-    let (taken, bad) = match taken {
-        Ok(FolioSlots::Cluster(base)) => {
-            let slot_of = |i: usize| SwapEntry::new(base.device(), base.offset() + i as u64);
-            return match folio::write_blaming(inner, slot_of, buf) {
-                Ok(()) => {
-                    writeback_worked(inner);
-                    Some(page::with_slot(page::SWAPPED | page::UNIT | page::WHOLE, base))
-                }
-                Err(failed) => {
-                    match unit_write_failed(inner, &failed) {
-                        None => inner.free_huge(base),
-                        // The cluster's other slots go back one by one.
-                        Some(bad) => (0..UNIT_PAGES)
-                            .map(slot_of)
-                            .filter(|&e| e != bad)
-                            .for_each(|e| inner.free_slot(e)),
-                    }
-                    None
-                }
-            };
-        }
-        Ok(FolioSlots::Each) => match folio::write_blaming(inner, split_slot, buf) {
-            Ok(()) => {
-                writeback_worked(inner);
-                return Some(page::with_slot(page::SWAPPED | page::UNIT, first));
-            }
-            Err(failed) => (UNIT_PAGES, unit_write_failed(inner, &failed)),
-        },
-        Err((taken, err)) => {
-            if matches!(err, SwapError::Full { .. }) {
-                inner.counters.swap_full.inc();
-            }
-            (taken, None)
-        }
-    };
-    // Split, and not kept: free the slots taken (but a retired one) and
-    // clear the words that recorded them.
-    for (i, word) in words.iter().enumerate().take(taken) {
-        let e = split_slot(i);
-        if i > 0 {
-            word.store(page::NEVER, Ordering::Release);
-        }
-        if Some(e) != bad {
-            inner.free_slot(e);
-        }
-    }
-    None
-}
-
-/// A unit's write failed: count it; returns the slot to retire when the
-/// failure is for good (the block is bad), None when it may pass (the
-/// slot is fine, writeback pauses).
-fn unit_write_failed(inner: &Inner, failed: &folio::IoFailed) -> Option<SwapEntry> {
-    if failed.err.is_transient() {
-        writeback_failed(inner, &failed.err);
-        return None;
-    }
-    inner.counters.write_errors.inc();
-    Some(failed.slot)
 }

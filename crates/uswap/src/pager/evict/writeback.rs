@@ -20,8 +20,9 @@ use crate::io::{IoError, WriteJob, WriteRing};
 use crate::pager::evict::batch::{self as evict, enqueue, live};
 use crate::pager::evict::folio;
 use crate::pager::instance::inner::Inner;
-use crate::pager::instance::page::{self, PageClaim};
+use crate::pager::instance::page::{Kind, PageClaim, PageWord};
 use crate::pager::instance::report;
+use crate::pager::instance::staged;
 use crate::swap_space::SwapEntry;
 use crate::sys::monotonic_ns;
 use crate::PAGE_SIZE;
@@ -231,14 +232,14 @@ fn claim_segment<'a>(inner: &'a Inner, run: &[(u32, u64)]) -> Segment<'a> {
     let pool = &inner.frames.staging;
     for (j, &(id, slot)) in run.iter().enumerate() {
         let st = &inner.states[id as usize];
-        let w = st.load(Ordering::Acquire);
-        if w & page::BUSY != 0 || w & page::DIRTY == 0 || !live(inner, id, slot) {
+        let w = st.load();
+        if w.is_busy() || !w.is_dirty() || !live(inner, id, slot) {
             break;
         }
-        let Some(claim) = PageClaim::try_claim(st, w) else {
+        let Some(claim) = st.try_claim(w) else {
             break;
         };
-        let e = page::slot(w).expect("a staged page has a slot");
+        let e = w.slot().expect("a staged page has a slot");
         let f = inner.staged_frame(e);
         if j == 0 {
             (seg.f0, seg.e0) = (f, e);
@@ -260,13 +261,12 @@ fn claim_segment<'a>(inner: &'a Inner, run: &[(u32, u64)]) -> Segment<'a> {
 fn commit_segment(inner: &Inner, mut seg: Segment<'_>, freed: &mut [u32]) {
     for (j, claim) in seg.claims[..seg.n].iter_mut().enumerate() {
         let claim = claim.take().expect("claimed");
-        let e = page::slot(claim.found()).expect("a staged page has a slot");
+        let e = claim.found().slot().expect("a staged page has a slot");
         inner.backing.swap_cache.delete(e);
-        inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+        inner.budget.free_staged();
         inner.counters.evict_write.inc();
         inner.counters.evictions.inc();
-        inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
-        claim.commit(page::with_slot(page::SWAPPED, e));
+        claim.commit(PageWord::of(Kind::Swapped).with_slot(e));
         freed[j] = seg.f0 + j as u32;
     }
 }
@@ -302,14 +302,14 @@ fn write_segment(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option
 /// write failed for good (then it is back in its region).
 pub(crate) fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
     let st = &inner.states[id as usize];
-    let w = st.load(Ordering::Acquire);
-    if w & page::BUSY != 0 || !live(inner, id, slot) {
+    let w = st.load();
+    if w.is_busy() || !live(inner, id, slot) {
         return None;
     }
-    let claim = PageClaim::try_claim(st, w)?;
-    let e = page::slot(w).expect("a staged page has a slot");
+    let claim = st.try_claim(w)?;
+    let e = w.slot().expect("a staged page has a slot");
     let f = inner.staged_frame(e);
-    if w & page::DIRTY != 0 {
+    if w.is_dirty() {
         // SAFETY: the staged page's frame is ours while we hold its claim.
         let buf = unsafe { inner.frames.staging.bytes(f) };
         if is_zero(buf) {
@@ -319,11 +319,10 @@ pub(crate) fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
             // it such pages cost uswap a write and a read each.
             inner.backing.swap_cache.delete(e);
             inner.free_slot(e);
-            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+            inner.budget.free_staged();
             inner.counters.evict_zero.inc();
             inner.counters.evictions.inc();
-            inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
-            claim.commit(page::NEVER);
+            claim.commit(PageWord::NEVER);
             return Some(f);
         }
         match folio::write(inner, |_| e, buf).map_err(|failed| failed.err) {
@@ -343,10 +342,9 @@ pub(crate) fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
         inner.counters.evict_clean.inc();
     }
     inner.backing.swap_cache.delete(e);
-    inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+    inner.budget.free_staged();
     inner.counters.evictions.inc();
-    inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
-    claim.commit(page::with_slot(page::SWAPPED, e));
+    claim.commit(PageWord::of(Kind::Swapped).with_slot(e));
     Some(f)
 }
 
@@ -384,18 +382,17 @@ fn write_failed(
                 inner.frames.staging.discard_batch(&[f]);
             }
             inner.frames.staging.put(f);
-            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+            inner.budget.unstage();
             inner.lru.add(id);
-            claim.commit(page::RESIDENT | page::DIRTY);
+            claim.commit(PageWord::of(Kind::Resident).dirty());
             None
         }
         Err((_, err)) if Inner::region_gone(&err) => {
             // The program unmapped the page meanwhile: nothing to keep.
             inner.counters.write_errors.inc();
             inner.backing.swap_cache.delete(e);
-            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
-            inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
-            claim.commit(page::NEVER);
+            inner.budget.free_staged();
+            claim.commit(PageWord::NEVER);
             Some(f)
         }
         Err(_) => {
@@ -417,10 +414,10 @@ fn is_zero(page: &[u8]) -> bool {
 
 /// Drop a staged page whose region is going away: its frame and its swap
 /// cache entry.  (Its slot is freed by the caller.)
-pub(crate) fn drop_staged(inner: &Inner, w: u64) {
-    let e = page::slot(w).expect("a staged page has a slot");
+pub(crate) fn drop_staged(inner: &Inner, w: PageWord) {
+    let e = w.slot().expect("a staged page has a slot");
     if let Some(h) = inner.backing.swap_cache.delete(e) {
-        let f = (h.get() - 1) as u32;
+        let f = staged::frame(h);
         inner.frames.staging.discard_batch(&[f]);
         inner.frames.staging.put(f);
     }

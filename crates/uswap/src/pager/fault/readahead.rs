@@ -6,7 +6,7 @@
 use crate::io::BackendKind;
 use crate::pager::evict::folio;
 use crate::pager::instance::inner::Inner;
-use crate::pager::instance::page::{self, PageClaim};
+use crate::pager::instance::page::{Kind, PageClaim, PageWord};
 use crate::swap_space::SwapEntry;
 use crate::PAGE_SIZE;
 use crossbeam_utils::CachePadded;
@@ -151,7 +151,7 @@ pub(crate) fn read_ahead_range(inner: &Inner, addr: u64, id: u32, pages: u32, wr
             // page on (a claimed page is being served by its fault).
             let nid = (id + done) as usize;
             if inner.addrs.get(nid as u32) != addr + PAGE * done as u64
-                || inner.budget.resident.load(Ordering::Relaxed) + 1 >= inner.budget.limit()
+                || inner.budget.resident() + 1 >= inner.budget.limit()
             {
                 return;
             }
@@ -175,18 +175,18 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         let (nid, naddr) = (id as usize + n, addr + PAGE * n as u64);
         if nid >= inner.states.len()
             || inner.addrs.get(nid as u32) != naddr
-            || inner.budget.resident.load(Ordering::Relaxed) + n + 1 >= inner.budget.limit()
+            || inner.budget.resident() + n + 1 >= inner.budget.limit()
         {
             break;
         }
         let st = &inner.states[nid];
-        let w = st.load(Ordering::Acquire);
-        let kind = page::kind(w);
-        if (kind != page::SWAPPED && kind != page::NEVER) || w & (page::BUSY | page::UNIT) != 0 {
+        let w = st.load();
+        let kind = w.kind();
+        if (kind != Kind::Swapped && kind != Kind::Never) || w.is_busy() || w.is_unit() {
             break;
         }
-        let e = page::slot(w);
-        let this_never = kind == page::NEVER;
+        let e = w.slot();
+        let this_never = kind == Kind::Never;
         let this_device = e.map_or(0, |e| e.device());
         let this_dirty = match e {
             None => write,
@@ -198,7 +198,7 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         if n > 0 && (this_never != never || this_dirty != dirty || this_device != device) {
             break;
         }
-        let Some(claim) = PageClaim::try_claim(st, w) else {
+        let Some(claim) = st.try_claim(w) else {
             break;
         };
         (never, dirty, device) = (this_never, this_dirty, this_device);
@@ -214,34 +214,32 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
     // Neighbouring bounce frames for a swapped run (as many as there
     // are: the run shrinks to fit), read with one IO where its slots are
     // neighbours too; a never-written run copies from the zero pages.
-    let mut frames = None;
+    let mut bounce = None;
     let src = if never {
         inner.frames.zero.addr()
     } else {
         let pool = &inner.frames.bounce;
         let mut nb = n;
-        let b0 = loop {
-            if let Some(b0) = pool.get_run(nb as u32) {
-                break Some(b0);
+        let held = loop {
+            if let Some(held) = pool.hold_run(nb as u32) {
+                break Some(held);
             }
             nb /= 2;
             if nb == 0 {
                 break None;
             }
         };
-        let Some(b0) = b0 else {
+        let Some(held) = held else {
             return 0;
         };
-        frames = Some((b0, nb));
         n = nb;
-        // SAFETY: we hold bounce frames `b0..b0 + nb`.
-        let buf = unsafe { pool.run_bytes(b0, nb) };
+        let held = bounce.insert(held);
         // One IO per segment of neighbouring slots; a failed one ends the
         // run where it starts.
-        if let Err(failed) = folio::read(inner, |j| slots[j], buf) {
+        if let Err(failed) = folio::read(inner, |j| slots[j], held.bytes()) {
             n = failed.done;
         }
-        pool.addr(b0)
+        held.addr()
     };
     let copied = if n == 0 {
         0
@@ -251,31 +249,27 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
             Err((done, _)) => (done / PAGE) as usize,
         }
     };
-    if let Some((b0, nb)) = frames {
-        for b in b0..b0 + nb as u32 {
-            inner.frames.bounce.put(b);
-        }
-    }
+    drop(bounce);
     // What went in is committed; the claims of the rest are dropped,
     // leaving those pages as they were.
     for (j, claim) in claims.iter_mut().enumerate().take(copied) {
         let claim = claim.take().expect("claimed");
         let nid = id + j as u32;
-        inner.budget.resident.fetch_add(1, Ordering::Relaxed);
+        inner.budget.charge(1);
         let next = if never {
             inner.counters.fault_around.inc();
             if dirty {
-                page::RESIDENT | page::DIRTY
+                PageWord::of(Kind::Resident).dirty()
             } else {
-                page::RESIDENT
+                PageWord::of(Kind::Resident)
             }
         } else {
             inner.counters.readahead.inc();
             if dirty {
                 inner.free_slot(slots[j]);
-                page::RESIDENT | page::DIRTY | if sealed { page::SEALED } else { 0 }
+                PageWord::of(Kind::Resident).dirty().sealed_if(sealed)
             } else {
-                page::with_slot(page::RESIDENT, slots[j])
+                PageWord::of(Kind::Resident).with_slot(slots[j])
             }
         };
         claim.commit(next);

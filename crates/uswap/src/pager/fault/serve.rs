@@ -18,15 +18,13 @@
 //! in that stops part way is finished by copying: a resident unit is
 //! always all there.  How units go out is in `reclaim.rs`.
 
-use std::sync::atomic::Ordering;
-
 use crate::io::BackendKind;
 use crate::pager::evict::folio;
 use crate::pager::evict::reclaim;
 use crate::pager::fault::readahead::read_ahead;
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::moves::Installed;
-use crate::pager::instance::page::{self, PageClaim, UNIT_PAGES};
+use crate::pager::instance::page::{self, Kind, PageClaim, PageWord, UNIT_PAGES};
 use crate::swap_space::SwapEntry;
 use crate::sys::page_mapped;
 use crate::PAGE_SIZE;
@@ -52,12 +50,12 @@ pub(crate) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
     let st = &inner.states[id as usize];
     inner.counters.faults.inc();
     loop {
-        let w = page::wait_unbusy(st, &mut || inner.counters.busy_waits.inc());
-        match page::kind(w) {
-            page::RESIDENT => {
+        let w = st.wait_unbusy(&mut || inner.counters.busy_waits.inc());
+        match w.kind() {
+            Kind::Resident => {
                 // The page tables answer where the fault context does not.
                 let present = access.present.unwrap_or_else(|| page_mapped(page));
-                let Some(claim) = PageClaim::try_claim(st, w) else {
+                let Some(claim) = st.try_claim(w) else {
                     continue;
                 };
                 return if present {
@@ -66,16 +64,16 @@ pub(crate) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
                     refill(inner, claim, page, access.write)
                 };
             }
-            kind @ (page::STAGED | page::NEVER | page::SWAPPED) => {
+            kind @ (Kind::Staged | Kind::Never | Kind::Swapped) => {
                 if access.present == Some(true) {
                     // A write-protect fault on a page the reclaimer has
                     // taken since: retrying the access faults it in.
                     return true;
                 }
-                let Some(claim) = PageClaim::try_claim(st, w) else {
+                let Some(claim) = st.try_claim(w) else {
                     continue;
                 };
-                if kind == page::STAGED {
+                if kind == Kind::Staged {
                     // A swap-cache hit: the page is still in memory, and
                     // moving it back does not grow the resident set.
                     return unstage(inner, claim, id, page);
@@ -100,12 +98,12 @@ fn unprotect(inner: &Inner, claim: PageClaim<'_>, page: u64, id: u32) -> bool {
         // The page keeps its slot and stays clean; the access retries.
         return inner.retry_later(claim, e.errno());
     }
-    if let Some(e) = page::slot(w) {
+    if let Some(e) = w.slot() {
         inner.free_slot(e);
     }
     inner.counters.wp_faults.inc();
     inner.lru.mark_referenced(id);
-    claim.commit(page::without_slot(w) | page::DIRTY);
+    claim.commit(w.without_slot().dirty());
     false
 }
 
@@ -119,14 +117,14 @@ fn refill(inner: &Inner, claim: PageClaim<'_>, page: u64, write: bool) -> bool {
         Ok(()) => {
             // Still resident (now a page of zeros) and on the LRU; the
             // slot's copy is of contents the program threw away.
-            if let Some(e) = page::slot(w) {
+            if let Some(e) = w.slot() {
                 inner.free_slot(e);
             }
             inner.counters.discarded.inc();
             claim.commit(if write {
-                page::RESIDENT | page::DIRTY
+                PageWord::of(Kind::Resident).dirty()
             } else {
-                page::RESIDENT
+                PageWord::of(Kind::Resident)
             });
             false
         }
@@ -143,17 +141,17 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
     let w = claim.found();
     #[cfg(test)]
     inner.inject.gate();
-    let Some(e) = page::slot(w) else {
+    let Some(e) = w.slot() else {
         // Never written: zeros, no IO, no slot.
         if let Err(err) = inner.copy_zero(addr, !write) {
             return inner.retry_later(claim, err.errno());
         }
         inner.counters.zero_fills.inc();
-        inner.budget.resident.fetch_add(1, Ordering::Relaxed);
+        inner.budget.charge(1);
         claim.commit(if write {
-            page::RESIDENT | page::DIRTY
+            PageWord::of(Kind::Resident).dirty()
         } else {
-            page::RESIDENT
+            PageWord::of(Kind::Resident)
         });
         inner.lru.add(id);
         if inner.readahead {
@@ -161,9 +159,8 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
         }
         return false;
     };
-    let b = inner.frames.bounce.get_waiting();
-    // SAFETY: we hold bounce frame `b`.
-    let buf = unsafe { inner.frames.bounce.bytes(b) };
+    let mut bounce = inner.frames.bounce.hold_waiting();
+    let buf = bounce.bytes();
     let from_file = inner.backing.devices[e.device() as usize].kind() == BackendKind::File;
     let read = folio::read(inner, |_| e, buf).map_err(|failed| failed.err);
     match read {
@@ -174,20 +171,20 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             let sealed = !write && inner.backing.devices[e.device() as usize].frees_on_swapin(e.offset());
             let dirty = write || sealed;
             let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
-            inner.frames.bounce.put(b);
+            drop(bounce);
             if let Err((_, err)) = copied {
                 return inner.retry_later(claim, err.errno());
             }
             inner.counters.swapins.inc();
-            inner.budget.resident.fetch_add(1, Ordering::Relaxed);
+            inner.budget.charge(1);
             if dirty {
                 // About to change: the slot's copy is stale already (or
                 // the device lets its copy go).
                 inner.free_slot(e);
-                claim.commit(page::RESIDENT | page::DIRTY | if sealed { page::SEALED } else { 0 });
+                claim.commit(PageWord::of(Kind::Resident).dirty().sealed_if(sealed));
             } else {
                 // Clean, and its slot still holds a valid copy.
-                claim.commit(page::with_slot(page::RESIDENT, e));
+                claim.commit(PageWord::of(Kind::Resident).with_slot(e));
             }
             // A refault: the page was needed again after it was evicted.
             // The kernel activates refaults that come back soon enough
@@ -204,14 +201,14 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
         Err(err) if err.is_transient() => {
             // The device is busy or short of memory: try again, the data
             // is still on its slot.
-            inner.frames.bounce.put(b);
+            drop(bounce);
             inner.counters.swapin_retries.inc();
             drop(claim);
             page::pause();
             true
         }
         Err(err) => {
-            inner.frames.bounce.put(b);
+            drop(bounce);
             // Never zeros: poison the page so an access gets SIGBUS.
             // SAFETY: a missing page of a region whose claim we hold.
             // Not woken yet: the reason is said before the access can
@@ -227,7 +224,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             inner.registry.event(crate::stats::EventKind::PagePoisoned, addr);
             let _ = inner.uffd.wake(addr, PAGE);
             inner.free_slot(e);
-            claim.commit(page::POISONED);
+            claim.commit(PageWord::of(Kind::Poisoned));
             false
         }
     }
@@ -238,7 +235,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
 /// from here on and its slot freed.  Returns whether the faulting thread
 /// must be woken (handler mode).
 fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
-    let e: SwapEntry = page::slot(claim.found()).expect("a staged page has a slot");
+    let e: SwapEntry = claim.found().slot().expect("a staged page has a slot");
     let f = inner.staged_frame(e);
     match inner.move_in(addr, inner.frames.staging.addr(f), PAGE) {
         Ok(copied) => {
@@ -251,11 +248,11 @@ fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
             inner.frames.staging.put(f);
             inner.free_slot(e);
             inner.counters.swapcache_hits.inc();
-            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
+            inner.budget.unstage();
             // Back on the LRU, active: it was touched while on its way out.
             inner.lru.add(id);
             inner.lru.activate(id);
-            claim.commit(page::RESIDENT | page::DIRTY);
+            claim.commit(PageWord::of(Kind::Resident).dirty());
             false
         }
         Err((_, err)) if Inner::region_gone(&err) => {
@@ -263,9 +260,8 @@ fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
             inner.frames.staging.discard_batch(&[f]);
             inner.frames.staging.put(f);
             inner.free_slot(e);
-            inner.budget.staged.fetch_sub(1, Ordering::Relaxed);
-            inner.budget.resident.fetch_sub(1, Ordering::Relaxed);
-            claim.commit(page::NEVER);
+            inner.budget.free_staged();
+            claim.commit(PageWord::NEVER);
             true
         }
         // Neither moved nor copied: it stays staged (its cache entry and
@@ -280,27 +276,27 @@ pub(crate) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access:
     let st = &inner.states[head as usize];
     inner.counters.faults.inc();
     loop {
-        let w = page::wait_unbusy(st, &mut || inner.counters.busy_waits.inc());
-        match page::kind(w) {
-            page::NEVER | page::SWAPPED => {
+        let w = st.wait_unbusy(&mut || inner.counters.busy_waits.inc());
+        match w.kind() {
+            Kind::Never | Kind::Swapped => {
                 if access.present == Some(true) {
                     // Faulted on a page of the unit before it went out.
                     return;
                 }
-                let Some(claim) = PageClaim::try_claim(st, w) else {
+                let Some(claim) = st.try_claim(w) else {
                     continue;
                 };
                 install_unit(inner, claim, base, head);
                 return;
             }
-            page::RESIDENT => {
+            Kind::Resident => {
                 // The unit is in: a duplicate fault, or a page of it the
                 // program discarded (MADV_DONTNEED), which reads as zeros.
                 let page = addr & !(PAGE - 1);
                 if access.present.unwrap_or_else(|| page_mapped(page)) {
                     return;
                 }
-                let Some(claim) = PageClaim::try_claim(st, w) else {
+                let Some(claim) = st.try_claim(w) else {
                     continue;
                 };
                 match inner.copy_zero(page, false) {
@@ -332,13 +328,13 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
         inner.retry_later(claim, Some(libc::ENOMEM));
         return;
     }
-    if page::kind(w) == page::SWAPPED {
+    if w.is(Kind::Swapped) {
         // SAFETY: we hold unit `u`, populated just now.
         let buf = unsafe { pool.bytes(u) };
         // One folio of 512 pages: one IO from a whole cluster, one per
         // segment of neighbouring slots from a split one.
-        let e = page::slot(w).expect("a swapped unit has a slot");
-        let result = if w & page::WHOLE != 0 {
+        let e = w.slot().expect("a swapped unit has a slot");
+        let result = if w.is_whole() {
             folio::read(inner, |i| SwapEntry::new(e.device(), e.offset() + i as u64), buf)
         } else {
             folio::read(inner, |i| inner.split_slot(head, i, w), buf)
@@ -366,7 +362,7 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
             let _ = inner.uffd.wake(base, UNIT);
             inner.counters.read_errors.inc();
             inner.free_unit_slots(head, w);
-            claim.commit(page::POISONED | page::UNIT);
+            claim.commit(PageWord::of(Kind::Poisoned).unit());
             return;
         }
     } else {
@@ -384,14 +380,14 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
         // The program unmapped the unit meanwhile: its memory went with
         // the mapping, and its slots are of no use to anyone.
         inner.free_unit_slots(head, w);
-        claim.commit(page::NEVER | page::UNIT);
+        claim.commit(PageWord::NEVER.unit());
         return;
     }
-    if page::kind(w) == page::SWAPPED {
+    if w.is(Kind::Swapped) {
         inner.free_unit_slots(head, w);
         inner.counters.huge_swapins.inc();
     }
-    inner.budget.resident.fetch_add(UNIT_PAGES, Ordering::Relaxed);
-    claim.commit(page::RESIDENT | page::DIRTY | page::UNIT);
+    inner.budget.charge(UNIT_PAGES);
+    claim.commit(PageWord::of(Kind::Resident).dirty().unit());
     inner.lru.add(head);
 }

@@ -30,12 +30,12 @@ pub(crate) struct Budget {
     /// runs, else 0.
     pub slack_max: usize,
     /// Pages resident now, staged ones included.
-    pub resident: AtomicUsize,
+    resident: AtomicUsize,
     /// The most pages resident the background reclaimer has seen (it
     /// looks every pass, at least every millisecond).
-    pub peak: AtomicUsize,
+    peak: AtomicUsize,
     /// Pages staged now; counted in `resident` too.
-    pub staged: AtomicUsize,
+    staged: AtomicUsize,
     /// Staged pages kept in memory before writeback starts: half the
     /// staging frames.
     pub staging_target: usize,
@@ -97,5 +97,67 @@ impl Budget {
 
     pub fn max_overrun(&self) -> usize {
         self.max_overrun.load(Ordering::Relaxed)
+    }
+
+    // The counts move only here, one method per transition of a page, so
+    // that the pairs (a staged page freed is one fewer staged and one
+    // fewer resident) cannot drift apart at a call site.
+
+    /// Pages resident now (staged ones included: their frames hold them).
+    #[inline]
+    pub fn resident(&self) -> usize {
+        self.resident.load(Ordering::Relaxed)
+    }
+
+    /// Pages staged now: moved out of their regions, not yet written.
+    #[inline]
+    pub fn staged(&self) -> usize {
+        self.staged.load(Ordering::Relaxed)
+    }
+
+    /// The most pages ever resident (as of the reclaimer's last look),
+    /// `resident` included.
+    #[inline]
+    pub fn peak(&self, resident: usize) -> usize {
+        self.peak.load(Ordering::Relaxed).max(resident)
+    }
+
+    /// The reclaimer's look: `resident` is the newest high-water mark if
+    /// it is one.
+    #[inline]
+    pub fn note_peak(&self, resident: usize) {
+        self.peak.fetch_max(resident, Ordering::Relaxed);
+    }
+
+    /// `n` pages came into memory (a fault installed them).
+    #[inline]
+    pub fn charge(&self, n: usize) {
+        self.resident.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// `n` pages left memory (dropped, written and discarded, unmapped).
+    #[inline]
+    pub fn uncharge(&self, n: usize) {
+        self.resident.fetch_sub(n, Ordering::Relaxed);
+    }
+
+    /// A page moved out into a staging frame: staged, still resident.
+    #[inline]
+    pub fn stage(&self) {
+        self.staged.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A staged page moved back into its region: resident as before.
+    #[inline]
+    pub fn unstage(&self) {
+        self.staged.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// A staged page's frame freed (written to its slot, or dropped): no
+    /// longer staged, no longer resident.
+    #[inline]
+    pub fn free_staged(&self) {
+        self.staged.fetch_sub(1, Ordering::Relaxed);
+        self.resident.fetch_sub(1, Ordering::Relaxed);
     }
 }

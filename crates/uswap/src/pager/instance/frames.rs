@@ -142,6 +142,30 @@ impl FramePool {
         }
     }
 
+    /// A free frame, held until the guard drops, waiting for one if all
+    /// are in use (see `get_waiting`).
+    pub fn hold_waiting(&self) -> HeldFrames<'_> {
+        HeldFrames {
+            pool: self,
+            first: self.get_waiting(),
+            n: 1,
+        }
+    }
+
+    /// `n` free neighbouring frames, held until the guard drops, if there
+    /// are such.
+    pub fn hold_run(&self, n: u32) -> Option<HeldFrames<'_>> {
+        self.get_run(n).map(|first| HeldFrames { pool: self, first, n })
+    }
+
+    /// Every frame of the pool, zero-filled: populated before any fault
+    /// needs one (bounce frames are read into and copied from).
+    pub fn populate(&self) {
+        let n = (self.map.len() / PAGE_SIZE) as u32;
+        let mut all = self.hold_run(n).expect("a fresh pool holds every frame free");
+        all.bytes().fill(0);
+    }
+
     /// Return a frame.
     pub fn put(&self, f: u32) {
         let mut free = self.free.lock();
@@ -204,6 +228,39 @@ impl FramePool {
         );
         // SAFETY: the caller holds the frames, which lie in the mapping.
         unsafe { std::slice::from_raw_parts_mut(self.addr(f) as *mut u8, n * PAGE_SIZE) }
+    }
+}
+
+/// Neighbouring frames taken from a pool, given back when the guard drops:
+/// while it lives its holder alone reads and writes them, so their bytes
+/// are handed out without `unsafe`.  For frames held within one call (a
+/// swap-in's bounce frames); a staging frame outlives the call that took
+/// it (the swap cache holds it for its page), and stays an index.
+pub(crate) struct HeldFrames<'p> {
+    pool: &'p FramePool,
+    first: u32,
+    n: u32,
+}
+
+impl HeldFrames<'_> {
+    /// The first frame's address.
+    pub fn addr(&self) -> u64 {
+        self.pool.addr(self.first)
+    }
+
+    /// The frames as one buffer.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the pool handed frames `first..first + n` to this guard
+        // alone, until it drops; `&mut self` makes this slice the only one.
+        unsafe { self.pool.run_bytes(self.first, self.n as usize) }
+    }
+}
+
+impl Drop for HeldFrames<'_> {
+    fn drop(&mut self) {
+        for f in self.first..self.first + self.n {
+            self.pool.put(f);
+        }
     }
 }
 

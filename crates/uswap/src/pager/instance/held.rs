@@ -4,11 +4,11 @@
 //! share (`swap_duplicate`) until both free it.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::descriptors::Placed;
-use crate::pager::instance::page::{self, UNIT_PAGES};
+use crate::pager::instance::page::{PageState, UNIT_PAGES};
 use crate::pager::instance::report;
 use crate::stats::StatMutex;
 use crate::swap_space::SwapEntry;
@@ -61,7 +61,7 @@ impl Hold {
 
     /// Before a fork: the slots on swap files (`file_device` says which
     /// devices are) that the child's copy of the page states refers to.
-    pub(crate) fn snapshot(&self, states: &[AtomicU64], file_device: impl Fn(u16) -> bool) {
+    pub(crate) fn snapshot(&self, states: &[PageState], file_device: impl Fn(u16) -> bool) {
         let mut s = self.state.lock();
         let mut bits = vec![0u64; s.total.div_ceil(64) as usize];
         let bases = s.bases.clone();
@@ -72,11 +72,11 @@ impl Hold {
             }
         };
         for st in states {
-            let w = st.load(Ordering::Relaxed);
-            let Some(e) = page::slot(w) else {
+            let w = st.load();
+            let Some(e) = w.slot() else {
                 continue;
             };
-            if w & page::UNIT != 0 && w & page::WHOLE != 0 {
+            if w.is_unit() && w.is_whole() {
                 for q in 0..UNIT_PAGES as u64 {
                     mark(SwapEntry::new(e.device(), e.offset() + q));
                 }

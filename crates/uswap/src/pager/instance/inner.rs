@@ -15,7 +15,7 @@ use crate::pager::instance::counters::Counters;
 use crate::pager::instance::frames::{FramePool, Mapping, UnitPool};
 #[cfg(test)]
 use crate::pager::instance::inject::Inject;
-use crate::pager::instance::page::{self, PageClaim};
+use crate::pager::instance::page::{self, PageClaim, PageState};
 use crate::pager::instance::prefetch::Prefetch;
 use crate::pager::instance::report;
 use crate::pager::instance::staged::StagedRing;
@@ -30,7 +30,7 @@ pub(crate) struct Inner {
     pub uffd: Uffd,
     pub lru: Lru,
     /// Per page id: the page state word (see page.rs).
-    pub states: Box<[AtomicU64]>,
+    pub states: Box<[PageState]>,
     /// Page id -> the page's address (0 when no region holds the id).
     pub addrs: crate::pager::instance::addrs::PageAddrs,
     /// Per page id: pins held on the page (`Region::pin`): a pinned page
@@ -188,11 +188,9 @@ impl Inner {
     pub fn publish_levels(&self, resident: usize, slow: bool) {
         let l = &self.counters.levels;
         l.resident.set(resident as u64);
-        l.resident_peak
-            .set(self.budget.peak.load(Ordering::Relaxed).max(resident) as u64);
+        l.resident_peak.set(self.budget.peak(resident) as u64);
         l.share.set(self.budget.limit() as u64);
-        l.staged_now
-            .set(self.budget.staged.load(Ordering::Relaxed) as u64);
+        l.staged_now.set(self.budget.staged() as u64);
         self.registry.update_pressure();
         if !slow {
             return;
@@ -252,7 +250,7 @@ impl Inner {
 
     /// Pages staged now.
     pub fn staged_count(&self) -> usize {
-        self.budget.staged.load(Ordering::Relaxed)
+        self.budget.staged()
     }
 
     /// Discard staging frames (their contents are on swap or were clean)

@@ -63,65 +63,296 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::pager::instance::report;
 use crate::swap_space::SwapEntry;
 
-pub const KIND_MASK: u64 = 0b111;
-pub const NEVER: u64 = 0;
-pub const RESIDENT: u64 = 1;
-pub const SWAPPED: u64 = 2;
-pub const POISONED: u64 = 3;
-pub const DEAD: u64 = 4;
-/// Moved out into a staging frame (the swap cache holds it under its
-/// slot) but not yet written back: a touch moves it back with no IO.
-pub const STAGED: u64 = 5;
-pub const BUSY: u64 = 1 << 3;
-pub const DIRTY: u64 = 1 << 4;
+const KIND_MASK: u64 = 0b111;
+const NEVER: u64 = 0;
+const RESIDENT: u64 = 1;
+const SWAPPED: u64 = 2;
+const POISONED: u64 = 3;
+const DEAD: u64 = 4;
+const STAGED: u64 = 5;
+const BUSY: u64 = 1 << 3;
+const DIRTY: u64 = 1 << 4;
 /// A slot is recorded (Resident: a clean copy is on it; Swapped: always).
-pub const HAS_SLOT: u64 = 1 << 5;
+const HAS_SLOT: u64 = 1 << 5;
 /// The first page of a 2 MB unit: its word is the unit's state (the other
 /// 511 words hold only slots, after a split swap-out).
-pub const UNIT: u64 = 1 << 6;
+const UNIT: u64 = 1 << 6;
 /// A unit's slot is the first of a whole cluster (seed 003); without it a
 /// swapped unit was split, each page on its own slot.
-pub const WHOLE: u64 = 1 << 7;
+const WHOLE: u64 = 1 << 7;
 /// Resident and dirty (its contents are on no slot), but installed
 /// write-protected and not written since: read back from a compressed
 /// device, whose copy was let go.  Nothing can have written it, not even
 /// the kernel through a write pin, without a write-protect fault, which
 /// clears this bit; so eviction may copy it out and drop it in place, as a
 /// clean page is dropped, with no `UFFDIO_MOVE` (batch.rs).
-pub const SEALED: u64 = 1 << 24;
+const SEALED: u64 = 1 << 24;
 /// Someone sleeps on this word until its claim is released.  In the low
 /// half (the futex word), never set without `BUSY`.
-pub(crate) const WAITERS: u64 = 1 << 31;
+const WAITERS: u64 = 1 << 31;
 
 const DEV_SHIFT: u32 = 8;
 const OFF_SHIFT: u32 = 32;
 const DEV_MASK: u64 = 0xffff;
 
-#[inline]
-pub fn kind(w: u64) -> u64 {
-    w & KIND_MASK
+/// What a page is: the word's low three bits (see the module
+/// documentation for each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Never,
+    Resident,
+    Swapped,
+    Poisoned,
+    Dead,
+    /// Moved out into a staging frame (the swap cache holds it under its
+    /// slot) but not yet written back: a touch moves it back with no IO.
+    Staged,
 }
 
-/// The word with `e` as its slot.
-#[inline]
-pub fn with_slot(w: u64, e: SwapEntry) -> u64 {
-    debug_assert!(e.offset() < 1 << 32);
-    (w & (KIND_MASK | DIRTY | UNIT | WHOLE))
-        | HAS_SLOT
-        | (e.device() as u64) << DEV_SHIFT
-        | e.offset() << OFF_SHIFT
+impl Kind {
+    const fn bits(self) -> u64 {
+        match self {
+            Kind::Never => NEVER,
+            Kind::Resident => RESIDENT,
+            Kind::Swapped => SWAPPED,
+            Kind::Poisoned => POISONED,
+            Kind::Dead => DEAD,
+            Kind::Staged => STAGED,
+        }
+    }
 }
 
-/// The slot recorded in `w`, if any.
-#[inline]
-pub fn slot(w: u64) -> Option<SwapEntry> {
-    (w & HAS_SLOT != 0).then(|| SwapEntry::new(((w >> DEV_SHIFT) & DEV_MASK) as u16, w >> OFF_SHIFT))
+/// One page's state, as loaded from its word: a kind, flags, and maybe a
+/// slot.  A value: changing one makes another, which a [`PageClaim`]
+/// publishes.  Every bit of the layout is read and written here and
+/// nowhere else.
+#[derive(Clone, Copy, PartialEq, Eq)]
+#[repr(transparent)]
+pub(crate) struct PageWord(u64);
+
+impl PageWord {
+    /// Never touched: no flags, no slot.  All-zero, as a fresh table is.
+    pub const NEVER: PageWord = PageWord(NEVER);
+
+    /// A page of `kind`, no flags, no slot.
+    #[inline]
+    pub const fn of(kind: Kind) -> PageWord {
+        PageWord(kind.bits())
+    }
+
+    #[inline]
+    pub fn kind(self) -> Kind {
+        match self.0 & KIND_MASK {
+            NEVER => Kind::Never,
+            RESIDENT => Kind::Resident,
+            SWAPPED => Kind::Swapped,
+            POISONED => Kind::Poisoned,
+            DEAD => Kind::Dead,
+            // STAGED; 6 and 7 are never written (`Kind::bits`).
+            _ => Kind::Staged,
+        }
+    }
+
+    #[inline]
+    pub fn is(self, kind: Kind) -> bool {
+        self.0 & KIND_MASK == kind.bits()
+    }
+
+    /// A transition is in progress (a claim holds the word).
+    #[inline]
+    pub fn is_busy(self) -> bool {
+        self.0 & BUSY != 0
+    }
+
+    /// Someone sleeps on the word until its claim is released.
+    #[inline]
+    pub fn has_waiters(self) -> bool {
+        self.0 & WAITERS != 0
+    }
+
+    /// Written since its slot's copy (a resident page), or newer than its
+    /// slot (a staged one).
+    #[inline]
+    pub fn is_dirty(self) -> bool {
+        self.0 & DIRTY != 0
+    }
+
+    /// The first page of a 2 MB unit, whose word is the unit's.
+    #[inline]
+    pub fn is_unit(self) -> bool {
+        self.0 & UNIT != 0
+    }
+
+    /// A swapped unit on a whole cluster (not split over single slots).
+    #[inline]
+    pub fn is_whole(self) -> bool {
+        self.0 & WHOLE != 0
+    }
+
+    /// Dirty but write-protected and unwritten since it was read from a
+    /// compressed device (see `SEALED`).
+    #[inline]
+    pub fn is_sealed(self) -> bool {
+        self.0 & SEALED != 0
+    }
+
+    /// The slot recorded, if any.
+    #[inline]
+    pub fn slot(self) -> Option<SwapEntry> {
+        (self.0 & HAS_SLOT != 0)
+            .then(|| SwapEntry::new(((self.0 >> DEV_SHIFT) & DEV_MASK) as u16, self.0 >> OFF_SHIFT))
+    }
+
+    /// With `e` as its slot; kind, dirt and unit flags kept, sealing lost.
+    #[inline]
+    pub fn with_slot(self, e: SwapEntry) -> PageWord {
+        debug_assert!(e.offset() < 1 << 32);
+        PageWord(
+            (self.0 & (KIND_MASK | DIRTY | UNIT | WHOLE))
+                | HAS_SLOT
+                | (e.device() as u64) << DEV_SHIFT
+                | e.offset() << OFF_SHIFT,
+        )
+    }
+
+    /// Without its slot (nor `WHOLE`, nor sealing): kind, dirt, unit.
+    #[inline]
+    pub fn without_slot(self) -> PageWord {
+        PageWord(self.0 & (KIND_MASK | DIRTY | UNIT))
+    }
+
+    /// Dirty as well.
+    #[inline]
+    pub fn dirty(self) -> PageWord {
+        PageWord(self.0 | DIRTY)
+    }
+
+    /// Dirty as well, when `dirty`.
+    #[inline]
+    pub fn dirty_if(self, dirty: bool) -> PageWord {
+        if dirty {
+            self.dirty()
+        } else {
+            self
+        }
+    }
+
+    /// Sealed as well, when `sealed` (a dirty page read back from a
+    /// compressed device that let its copy go).
+    #[inline]
+    pub fn sealed_if(self, sealed: bool) -> PageWord {
+        if sealed {
+            PageWord(self.0 | SEALED)
+        } else {
+            self
+        }
+    }
+
+    /// A unit's word, when `unit`.
+    #[inline]
+    pub fn unit_if(self, unit: bool) -> PageWord {
+        if unit {
+            PageWord(self.0 | UNIT)
+        } else {
+            self
+        }
+    }
+
+    /// A unit's word.
+    #[inline]
+    pub fn unit(self) -> PageWord {
+        PageWord(self.0 | UNIT)
+    }
+
+    /// A unit swapped to a whole cluster.
+    #[inline]
+    pub fn whole(self) -> PageWord {
+        PageWord(self.0 | WHOLE)
+    }
+
+    /// Without sealing.
+    #[inline]
+    pub fn unsealed(self) -> PageWord {
+        PageWord(self.0 & !SEALED)
+    }
+
+    /// As a word no one claims: without `BUSY` and `WAITERS` (what a
+    /// forked child finds of a claim its parent's thread held).
+    #[inline]
+    pub fn unclaimed(self) -> PageWord {
+        PageWord(self.0 & !(BUSY | WAITERS))
+    }
+
+    /// The bits, for a dump.
+    #[cfg(test)]
+    pub fn raw(self) -> u64 {
+        self.0
+    }
 }
 
-/// `w` without its slot.
-#[inline]
-pub fn without_slot(w: u64) -> u64 {
-    w & (KIND_MASK | DIRTY | UNIT)
+impl std::fmt::Debug for PageWord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:?}", self.kind())?;
+        for (on, name) in [
+            (self.is_busy(), "busy"),
+            (self.has_waiters(), "waiters"),
+            (self.is_dirty(), "dirty"),
+            (self.is_unit(), "unit"),
+            (self.is_whole(), "whole"),
+            (self.is_sealed(), "sealed"),
+        ] {
+            if on {
+                write!(f, "|{name}")?;
+            }
+        }
+        if let Some(e) = self.slot() {
+            write!(f, " slot {}:{}", e.device(), e.offset())?;
+        }
+        Ok(())
+    }
+}
+
+/// One page's state word in a region's table: loaded as a [`PageWord`],
+/// changed by a [`PageClaim`] (and, where nothing else can touch it, a
+/// store: a unit's other 511 words, a fresh region, a forked child's
+/// adoption).
+#[repr(transparent)]
+pub(crate) struct PageState(AtomicU64);
+
+// SAFETY: a transparent AtomicU64, for which zero is valid: `Never`.
+unsafe impl crate::table::Zeroed for PageState {}
+
+impl PageState {
+    #[inline]
+    pub fn load(&self) -> PageWord {
+        PageWord(self.0.load(Ordering::Acquire))
+    }
+
+    /// Where no claim can be in progress (a region being set up, a
+    /// forked child adopting its pages) or for a word no claim covers
+    /// (a unit's other 511).
+    #[inline]
+    pub fn store(&self, w: PageWord) {
+        debug_assert!(!w.is_busy() && !w.has_waiters());
+        self.0.store(w.0, Ordering::Release);
+    }
+
+    /// Claim the word if it still holds `expect` (which has no `BUSY`).
+    #[inline]
+    pub fn try_claim(&self, expect: PageWord) -> Option<PageClaim<'_>> {
+        PageClaim::try_claim(&self.0, expect)
+    }
+
+    /// Claim the word whatever it holds, waiting out a claim in progress.
+    pub fn wait_claim(&self, waited: impl FnMut()) -> PageClaim<'_> {
+        PageClaim::wait_claim(&self.0, waited)
+    }
+
+    /// Wait until no claim is on the word, and return it.  `waited` is
+    /// called once when the wait turns into sleeping.
+    pub fn wait_unbusy(&self, waited: &mut impl FnMut()) -> PageWord {
+        wait_unbusy(&self.0, waited)
+    }
 }
 
 /// Exclusive ownership of one page's state for one transition.  See the
@@ -129,21 +360,21 @@ pub fn without_slot(w: u64) -> u64 {
 #[must_use = "a claim dropped at once puts the page back as it was"]
 pub(crate) struct PageClaim<'a> {
     word: &'a AtomicU64,
-    found: u64,
+    found: PageWord,
 }
 
 impl<'a> PageClaim<'a> {
     /// Claim `word` if it still holds `expect` (which has no `BUSY`).
     #[inline]
-    pub fn try_claim(word: &'a AtomicU64, expect: u64) -> Option<PageClaim<'a>> {
-        debug_assert!(expect & BUSY == 0);
-        word.compare_exchange(expect, expect | BUSY, Ordering::AcqRel, Ordering::Acquire)
+    fn try_claim(word: &'a AtomicU64, expect: PageWord) -> Option<PageClaim<'a>> {
+        debug_assert!(!expect.is_busy());
+        word.compare_exchange(expect.0, expect.0 | BUSY, Ordering::AcqRel, Ordering::Acquire)
             .ok()
             .map(|_| PageClaim { word, found: expect })
     }
 
     /// Claim `word` whatever it holds, waiting out a claim in progress.
-    pub fn wait_claim(word: &'a AtomicU64, waited: impl FnMut()) -> PageClaim<'a> {
+    fn wait_claim(word: &'a AtomicU64, waited: impl FnMut()) -> PageClaim<'a> {
         let mut waited = waited;
         loop {
             let w = wait_unbusy(word, &mut waited);
@@ -155,15 +386,15 @@ impl<'a> PageClaim<'a> {
 
     /// The word as it was claimed (without `BUSY`).
     #[inline]
-    pub fn found(&self) -> u64 {
+    pub fn found(&self) -> PageWord {
         self.found
     }
 
     /// Publish `next` as the page's state and release the claim.
     #[inline]
-    pub fn commit(self, next: u64) {
-        debug_assert!(next & (BUSY | WAITERS) == 0);
-        release(self.word, next);
+    pub fn commit(self, next: PageWord) {
+        debug_assert!(!next.is_busy() && !next.has_waiters());
+        release(self.word, next.0);
         std::mem::forget(self);
     }
 }
@@ -172,7 +403,7 @@ impl Drop for PageClaim<'_> {
     /// Without a commit, the page is what it was.
     #[inline]
     fn drop(&mut self) {
-        release(self.word, self.found);
+        release(self.word, self.found.0);
     }
 }
 
@@ -185,7 +416,7 @@ fn release(word: &AtomicU64, next: u64) {
 
 /// Wait until `word` has no claim on it, and return it.  `waited` is
 /// called once when the wait turns into sleeping.
-pub(crate) fn wait_unbusy(word: &AtomicU64, waited: &mut impl FnMut()) -> u64 {
+fn wait_unbusy(word: &AtomicU64, waited: &mut impl FnMut()) -> PageWord {
     // A claim is held for an ioctl or two, or for a swap-in's IO: spin for
     // the first, sleep for the second.
     const SPINS: u32 = 64;
@@ -194,7 +425,7 @@ pub(crate) fn wait_unbusy(word: &AtomicU64, waited: &mut impl FnMut()) -> u64 {
     loop {
         let w = word.load(Ordering::Acquire);
         if w & BUSY == 0 {
-            return w;
+            return PageWord(w);
         }
         if spins < SPINS {
             spins += 1;
@@ -282,31 +513,53 @@ mod tests {
     #[test]
     fn slots_round_trip() {
         let e = SwapEntry::new(31, (1 << 31) + 5);
-        let w = with_slot(RESIDENT | DIRTY, e);
-        assert_eq!(kind(w), RESIDENT);
-        assert_eq!(slot(w), Some(e));
-        assert_eq!(w & DIRTY, DIRTY);
-        assert_eq!(w & (BUSY | WAITERS), 0);
-        assert_eq!(slot(without_slot(w)), None);
-        assert_eq!(kind(without_slot(w)), RESIDENT);
+        let w = PageWord::of(Kind::Resident).dirty().with_slot(e);
+        assert_eq!(w.kind(), Kind::Resident);
+        assert_eq!(w.slot(), Some(e));
+        assert!(w.is_dirty());
+        assert!(!w.is_busy() && !w.has_waiters() && !w.is_unit() && !w.is_sealed());
+        assert_eq!(w.without_slot().slot(), None);
+        assert_eq!(w.without_slot().kind(), Kind::Resident);
+        assert!(w.without_slot().is_dirty());
+        // A unit's flags survive a slot; sealing does not.
+        let u = PageWord::of(Kind::Swapped).unit().whole().with_slot(e);
+        assert!(u.is_unit() && u.is_whole() && u.is(Kind::Swapped));
+        let sealed = PageWord::of(Kind::Resident).dirty().sealed_if(true);
+        assert!(sealed.is_sealed() && !sealed.with_slot(e).is_sealed());
+        assert_eq!(
+            format!("{u:?}"),
+            format!("Swapped|unit|whole slot 31:{}", (1u64 << 31) + 5)
+        );
+        // Every kind reads back as itself.
+        for k in [
+            Kind::Never,
+            Kind::Resident,
+            Kind::Swapped,
+            Kind::Poisoned,
+            Kind::Dead,
+            Kind::Staged,
+        ] {
+            assert_eq!(PageWord::of(k).kind(), k);
+            assert!(PageWord::of(k).is(k));
+        }
     }
 
     #[test]
     fn a_dropped_claim_restores_and_a_commit_publishes() {
-        let word = AtomicU64::new(RESIDENT);
+        let resident = PageWord::of(Kind::Resident);
+        let word = PageState(AtomicU64::new(resident.raw()));
         {
-            let c = PageClaim::try_claim(&word, RESIDENT).unwrap();
-            assert!(PageClaim::try_claim(&word, RESIDENT).is_none(), "one owner");
-            assert_eq!(word.load(Ordering::Relaxed), RESIDENT | BUSY);
-            assert_eq!(c.found(), RESIDENT);
+            let c = word.try_claim(resident).unwrap();
+            assert!(word.try_claim(resident).is_none(), "one owner");
+            assert!(word.load().is_busy());
+            assert_eq!(c.found(), resident);
         }
-        assert_eq!(word.load(Ordering::Relaxed), RESIDENT);
-        PageClaim::try_claim(&word, RESIDENT).unwrap().commit(SWAPPED);
-        assert_eq!(word.load(Ordering::Relaxed), SWAPPED);
-        assert!(
-            PageClaim::try_claim(&word, RESIDENT).is_none(),
-            "stale expectation"
-        );
+        assert_eq!(word.load(), resident);
+        word.try_claim(resident)
+            .unwrap()
+            .commit(PageWord::of(Kind::Swapped));
+        assert_eq!(word.load(), PageWord::of(Kind::Swapped));
+        assert!(word.try_claim(resident).is_none(), "stale expectation");
     }
 
     /// Many threads each claim the page, increment a counter that only the
@@ -314,7 +567,7 @@ mod tests {
     /// and are woken, and the word ends without BUSY or WAITERS.
     #[test]
     fn claims_exclude_each_other_and_wake_sleepers() {
-        let word = Arc::new(AtomicU64::new(NEVER));
+        let word = Arc::new(PageState(AtomicU64::new(NEVER)));
         let count = Arc::new(AtomicU64::new(0));
         let sleeps = Arc::new(AtomicU64::new(0));
         let threads: Vec<_> = (0..8)
@@ -322,7 +575,7 @@ mod tests {
                 let (word, count, sleeps) = (word.clone(), count.clone(), sleeps.clone());
                 std::thread::spawn(move || {
                     for _ in 0..2000 {
-                        let c = PageClaim::wait_claim(&word, || {
+                        let c = word.wait_claim(|| {
                             sleeps.fetch_add(1, Ordering::Relaxed);
                         });
                         // Not atomic as a whole: only the owner does this.
@@ -331,7 +584,12 @@ mod tests {
                             std::thread::yield_now();
                         }
                         count.store(v + 1, Ordering::Relaxed);
-                        let next = c.found() ^ DIRTY;
+                        let found = c.found();
+                        let next = if found.is_dirty() {
+                            PageWord::NEVER
+                        } else {
+                            found.dirty()
+                        };
                         c.commit(next);
                     }
                 })
@@ -341,7 +599,7 @@ mod tests {
             t.join().unwrap();
         }
         assert_eq!(count.load(Ordering::Relaxed), 16000);
-        assert_eq!(word.load(Ordering::Relaxed) & (BUSY | WAITERS), 0);
+        assert!(!word.load().is_busy() && !word.load().has_waiters());
         assert!(sleeps.load(Ordering::Relaxed) > 0, "some waiter slept");
     }
 }

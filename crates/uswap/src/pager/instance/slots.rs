@@ -5,7 +5,8 @@
 
 use std::sync::atomic::Ordering;
 
-use crate::pager::instance::page::{self, UNIT_PAGES};
+use crate::pager::instance::page::{Kind, PageWord, UNIT_PAGES};
+use crate::pager::instance::staged;
 use crate::swap_space::SwapEntry;
 
 use crate::pager::instance::inner::Inner;
@@ -126,42 +127,43 @@ impl Inner {
             .swap_cache
             .lookup(e)
             .expect("a staged page is in the swap cache");
-        (h.get() - 1) as u32
+        staged::frame(h)
     }
 
     /// The slot of page `i` of a split unit whose head word is `w`.
-    pub fn split_slot(&self, head: u32, i: usize, w: u64) -> SwapEntry {
+    pub fn split_slot(&self, head: u32, i: usize, w: PageWord) -> SwapEntry {
         // The head's own word is claimed by the caller (its slot is in `w`);
         // the others hold only their slots.
         let word = if i == 0 {
             w
         } else {
-            self.states[head as usize + i].load(Ordering::Acquire)
+            self.states[head as usize + i].load()
         };
-        page::slot(word).expect("a split unit has a slot per page")
+        word.slot().expect("a split unit has a slot per page")
     }
 
     /// Free the slots of swapped unit `head` (state `w`).
-    pub fn free_unit_slots(&self, head: u32, w: u64) {
-        if page::kind(w) != page::SWAPPED {
+    pub fn free_unit_slots(&self, head: u32, w: PageWord) {
+        if !w.is(Kind::Swapped) {
             return;
         }
-        if w & page::WHOLE != 0 {
-            if let Some(e) = page::slot(w) {
+        if w.is_whole() {
+            if let Some(e) = w.slot() {
                 self.free_huge(e);
             }
             return;
         }
         for i in 0..UNIT_PAGES {
-            if let Some(e) = page::slot(if i == 0 {
+            let word = if i == 0 {
                 w
             } else {
-                self.states[head as usize + i].load(Ordering::Acquire)
-            }) {
+                self.states[head as usize + i].load()
+            };
+            if let Some(e) = word.slot() {
                 self.free_slot(e);
             }
             if i > 0 {
-                self.states[head as usize + i].store(page::NEVER, Ordering::Release);
+                self.states[head as usize + i].store(PageWord::NEVER);
             }
         }
     }

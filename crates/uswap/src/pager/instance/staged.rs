@@ -2,6 +2,7 @@
 //! frames, waiting, oldest first, for writeback to write them to their
 //! slots.
 
+use crate::swap_cache::PageHandle;
 use crate::swap_space::SwapEntry;
 use std::collections::VecDeque;
 
@@ -61,4 +62,18 @@ impl StagedRing {
     pub fn compact(&mut self, live: impl Fn(u32, u64) -> bool) {
         self.ids.retain(|&(id, slot)| live(id, slot));
     }
+}
+
+/// The swap cache's handle for a page staged in frame `f`: the frame plus
+/// one, as a handle is never zero.  This and [`frame`] are the encoding's
+/// only two places.
+#[inline]
+pub(crate) fn handle(f: u32) -> PageHandle {
+    PageHandle::new(f as u64 + 1).expect("frame + 1 is not zero")
+}
+
+/// The staging frame a swap cache handle names.
+#[inline]
+pub(crate) fn frame(h: PageHandle) -> u32 {
+    (h.get() - 1) as u32
 }

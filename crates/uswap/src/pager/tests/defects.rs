@@ -272,8 +272,8 @@ fn dontneed_scenario(mode: FaultMode) {
     // the madvise dropped it.  A claimed page may be on its way out
     // already: its contents safe in a staging frame, not discarded.
     let settled = |p: usize| {
-        let w = region.inner.states[region.id_base as usize + p].load(Ordering::Acquire);
-        page::kind(w) == page::RESIDENT && w & page::BUSY == 0
+        let w = region.inner.states[region.id_base as usize + p].load();
+        w.is(Kind::Resident) && !w.is_busy()
     };
     let discarded_before = swap.stats().counters.discarded;
     let mut gone = Vec::new();

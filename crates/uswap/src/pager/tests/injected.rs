@@ -32,8 +32,8 @@ fn present(region: &Region, p: usize) -> bool {
 }
 
 /// The state word of page `p`.
-fn word(region: &Region, p: usize) -> u64 {
-    region.inner.states[region.id_base as usize + p].load(Ordering::Acquire)
+fn word(region: &Region, p: usize) -> PageWord {
+    region.inner.states[region.id_base as usize + p].load()
 }
 
 /// Wait for the last fault's transition to end.  In handler-thread mode
@@ -43,7 +43,7 @@ fn word(region: &Region, p: usize) -> u64 {
 fn settle(region: &Region) {
     let pages = region.len() / PAGE_SIZE;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while (0..pages).any(|p| word(region, p) & page::BUSY != 0) {
+    while (0..pages).any(|p| word(region, p).is_busy()) {
         assert!(
             std::time::Instant::now() < deadline,
             "a page stayed claimed for 10 s"
@@ -59,13 +59,13 @@ fn assert_states_true(region: &Region, huge: bool) {
     let step = if huge { page::UNIT_PAGES } else { 1 };
     for head in (0..pages).step_by(step) {
         let w = word(region, head);
-        assert_eq!(w & page::BUSY, 0, "page {head} left claimed");
-        let resident = page::kind(w) == page::RESIDENT;
+        assert!(!w.is_busy(), "page {head} left claimed");
+        let resident = w.is(Kind::Resident);
         for p in head..head + step {
             assert_eq!(
                 present(region, p),
                 resident,
-                "page {p}: state {w:#x} but {}mapped",
+                "page {p}: state {w:?} but {}mapped",
                 if resident { "not " } else { "" }
             );
         }

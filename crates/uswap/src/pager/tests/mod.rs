@@ -3,10 +3,11 @@
 use std::os::unix::fs::FileExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering as AtOrd};
 
-use super::instance::page;
+use super::instance::page::{self, Kind, PageWord};
 use super::*;
 use crate::io::FileOptions;
 use crate::PAGE_SIZE;
+use support::*;
 
 mod child;
 mod compressed;
@@ -14,145 +15,9 @@ mod defects;
 mod encrypted;
 mod injected;
 mod soak;
+mod support;
 
 const MIB: u64 = 1 << 20;
-
-fn fill_byte(page: usize, at: usize, seed: u64) -> u8 {
-    let x = (page as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed ^ (at as u64).wrapping_mul(0x2545_f491);
-    (x ^ (x >> 29)) as u8
-}
-
-/// 4 threads write the pattern of `seed` over every byte of the region.
-fn fill(region: &mut Region, seed: u64) {
-    let chunk = region.len() / 4;
-    std::thread::scope(|s| {
-        for (t, part) in region.as_mut_slice().chunks_mut(chunk).enumerate() {
-            s.spawn(move || {
-                for (i, page) in part.chunks_mut(PAGE_SIZE).enumerate() {
-                    let p = t * (chunk / PAGE_SIZE) + i;
-                    for (at, b) in page.iter_mut().enumerate() {
-                        *b = fill_byte(p, at, seed);
-                    }
-                }
-            });
-        }
-    });
-}
-
-/// 4 threads check every byte of the region against the pattern of `seed`.
-fn verify(region: &Region, seed: u64) {
-    let chunk = region.len() / 4;
-    std::thread::scope(|s| {
-        for (t, part) in region.as_slice().chunks(chunk).enumerate() {
-            s.spawn(move || {
-                for (i, page) in part.chunks(PAGE_SIZE).enumerate() {
-                    let p = t * (chunk / PAGE_SIZE) + i;
-                    for (at, b) in page.iter().enumerate() {
-                        assert_eq!(*b, fill_byte(p, at, seed), "page {p} byte {at}");
-                    }
-                }
-            });
-        }
-    });
-}
-
-/// 4 threads each increment a counter in every page of their quarter,
-/// `rounds` times, reading the page first on odd rounds (so it comes in
-/// clean and the write is a write-protect fault racing the reclaimer);
-/// then every counter must read `rounds`.
-fn hammer_counters(region: &mut Region, rounds: u64, what: &str) {
-    let chunk = region.len() / 4;
-    std::thread::scope(|s| {
-        for part in region.as_mut_slice().chunks_mut(chunk) {
-            s.spawn(move || {
-                for round in 0..rounds {
-                    for page in part.chunks_mut(PAGE_SIZE) {
-                        if round % 2 == 1 {
-                            // SAFETY: a byte of our own page.
-                            std::hint::black_box(unsafe { std::ptr::read_volatile(&page[100]) });
-                        }
-                        // A u64 counter at the start and end of each page.
-                        for at in [0, PAGE_SIZE - 8] {
-                            let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
-                            page[at..at + 8].copy_from_slice(&(c + 1).to_ne_bytes());
-                        }
-                    }
-                }
-            });
-        }
-    });
-    for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
-        for at in [0, PAGE_SIZE - 8] {
-            let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
-            assert_eq!(c, rounds, "{what}: page {p} offset {at} lost writes");
-        }
-    }
-}
-
-/// A file of `len` bytes holding the pattern of `seed` (as `fill` writes
-/// it), open for reading, in a directory that lives as long as the
-/// returned guard; and the bytes.
-fn pattern_file(len: usize, seed: u64) -> (tempfile::TempDir, std::fs::File, Vec<u8>) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("data");
-    let data: Vec<u8> = (0..len)
-        .map(|i| fill_byte(i / PAGE_SIZE, i % PAGE_SIZE, seed))
-        .collect();
-    std::fs::write(&path, &data).unwrap();
-    let f = std::fs::File::open(&path).unwrap();
-    (dir, f, data)
-}
-
-/// An instance of `budget` bytes with a RAM swap device of `ram` bytes,
-/// in `mode` (the shape most tests need).
-fn ram_swap(budget: u64, ram: u64, mode: FaultMode) -> Swap {
-    Swap::builder()
-        .budget(budget)
-        .device(SwapDeviceSpec::ram(ram))
-        .fault_mode(mode)
-        .build()
-        .unwrap()
-}
-
-/// Both fault modes, each with a RAM device and with a swap file (true).
-const MODES_AND_DEVICES: [(FaultMode, bool); 4] = [
-    (FaultMode::Sigbus, false),
-    (FaultMode::HandlerThread, false),
-    (FaultMode::Sigbus, true),
-    (FaultMode::HandlerThread, true),
-];
-
-/// A 32 MiB swap device: RAM, or a file named after `what` in `dir`.
-fn ram_or_file(file: bool, dir: &tempfile::TempDir, what: &str) -> SwapDeviceSpec {
-    if file {
-        SwapDeviceSpec::file(FileOptions::new(
-            dir.path().join(format!("swap-{what}")),
-            32 * MIB / PAGE_SIZE as u64,
-        ))
-    } else {
-        SwapDeviceSpec::ram(32 * MIB)
-    }
-}
-
-/// After the last region of `swap` is dropped: every slot is free again
-/// (slot caches drained), nothing is resident, and the swap space's
-/// invariants hold.
-fn assert_all_returned(swap: &Swap, what: &str) {
-    assert_all_returned_but(swap, 0, what);
-}
-
-/// `assert_all_returned`, but for `retired` slots that a write error
-/// retired for good.
-fn assert_all_returned_but(swap: &Swap, retired: u64, what: &str) {
-    swap.swap_space().drain_slot_caches();
-    assert_eq!(
-        swap.free_slots(),
-        swap.total_slots() - retired,
-        "{what}: region drop returns every slot but {retired} retired"
-    );
-    assert_eq!(swap.resident_pages(), 0, "{what}: resident count off");
-    swap.swap_space().check_invariants().unwrap();
-}
 
 /// 4 threads write patterns over a region four times the budget, then
 /// every byte is checked; then the region is dropped and every slot must
@@ -205,16 +70,10 @@ fn integrity_ram_handler_thread_mode() {
 
 #[test]
 fn integrity_file_backend() {
-    let dir = tempfile::tempdir().unwrap();
-    let swap = Swap::builder()
-        .budget(4 * MIB)
-        .device(SwapDeviceSpec::file(FileOptions::new(
-            dir.path().join("swapfile"),
-            64 * MIB / PAGE_SIZE as u64,
-        )))
-        .build()
-        .unwrap();
-    integrity(swap, (16 * MIB) as usize);
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let dir = tempfile::tempdir().unwrap();
+        integrity(swap_64m(4 * MIB, Some(&dir), mode), (16 * MIB) as usize);
+    }
 }
 
 #[test]
@@ -1127,15 +986,10 @@ fn huge_integrity(swap: Swap, expect_fallback: bool) {
 }
 
 #[test]
-fn huge_units_sigbus_mode() {
-    let swap = ram_swap(8 * MIB, 64 * MIB, FaultMode::Sigbus);
-    huge_integrity(swap, false);
-}
-
-#[test]
-fn huge_units_handler_thread_mode() {
-    let swap = ram_swap(8 * MIB, 64 * MIB, FaultMode::HandlerThread);
-    huge_integrity(swap, false);
+fn huge_units_on_ram() {
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        huge_integrity(swap_64m(8 * MIB, None, mode), false);
+    }
 }
 
 #[test]
@@ -1154,16 +1008,10 @@ fn huge_units_fall_back_to_single_slots() {
 
 #[test]
 fn huge_units_on_a_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let swap = Swap::builder()
-        .budget(8 * MIB)
-        .device(SwapDeviceSpec::file(FileOptions::new(
-            dir.path().join("swap"),
-            64 * MIB / PAGE_SIZE as u64,
-        )))
-        .build()
-        .unwrap();
-    huge_integrity(swap, false);
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let dir = tempfile::tempdir().unwrap();
+        huge_integrity(swap_64m(8 * MIB, Some(&dir), mode), false);
+    }
 }
 
 /// When `UFFDIO_MOVE` refuses pages (`EBUSY`, as for pinned ones, injected
@@ -1190,36 +1038,6 @@ fn refused_moves_keep_pages_resident() {
         drop(region);
         assert_all_returned(&swap, &format!("{mode:?}"));
     }
-}
-
-#[test]
-fn integrity_file_backend_handler_thread_mode() {
-    let dir = tempfile::tempdir().unwrap();
-    let swap = Swap::builder()
-        .budget(4 * MIB)
-        .device(SwapDeviceSpec::file(FileOptions::new(
-            dir.path().join("swapfile"),
-            64 * MIB / PAGE_SIZE as u64,
-        )))
-        .fault_mode(FaultMode::HandlerThread)
-        .build()
-        .unwrap();
-    integrity(swap, (16 * MIB) as usize);
-}
-
-#[test]
-fn huge_units_on_a_file_handler_thread_mode() {
-    let dir = tempfile::tempdir().unwrap();
-    let swap = Swap::builder()
-        .budget(8 * MIB)
-        .device(SwapDeviceSpec::file(FileOptions::new(
-            dir.path().join("swap"),
-            64 * MIB / PAGE_SIZE as u64,
-        )))
-        .fault_mode(FaultMode::HandlerThread)
-        .build()
-        .unwrap();
-    huge_integrity(swap, false);
 }
 
 /// Many threads fault on the same pages at once (each page swapped out,

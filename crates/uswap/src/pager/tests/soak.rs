@@ -188,7 +188,7 @@ struct Progress {
 /// The stuck page, and the threads, as a diagnosis needs them.
 fn dump(region: &Region, swap: &Swap, worker: usize, p: usize) {
     let inner = &region.inner;
-    let w = inner.states[region.id_base as usize + p].load(Ordering::Acquire);
+    let w = inner.states[region.id_base as usize + p].load();
     let addr = region.as_ptr() as u64 + (p * PAGE_SIZE) as u64;
     let pte = std::fs::File::open("/proc/self/pagemap")
         .and_then(|f| {
@@ -211,18 +211,12 @@ fn dump(region: &Region, swap: &Swap, worker: usize, p: usize) {
         );
     eprintln!(
         "soak: STALL: worker {worker} made no progress for {STALL:?} on page {p} at {addr:#x}\n\
-         \x20 state word {w:#018x}: kind {} busy {} waiters {} dirty {} unit {} sealed {}, slot {:?}\n\
+         \x20 state word {:#018x}: {w:?}\n\
          \x20 page-table entry {pte}\n\
          \x20 resident {} of budget {}, staged {}, free slots {} of {}\n\
          \x20 counters {:?}",
-        page::kind(w),
-        w & page::BUSY != 0,
-        w & page::WAITERS != 0,
-        w & page::DIRTY != 0,
-        w & page::UNIT != 0,
-        w & page::SEALED != 0,
-        page::slot(w),
-        inner.budget.resident.load(Ordering::Relaxed),
+        w.raw(),
+        inner.budget.resident(),
         inner.budget.limit(),
         inner.staged_count(),
         swap.free_slots(),

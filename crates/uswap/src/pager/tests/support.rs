@@ -1,0 +1,161 @@
+//! What the pager's tests share: the patterns they write and check,
+//! the swaps they page on (one helper per shape: a RAM device, a RAM
+//! device or a swap file, each in either fault mode), and the check that
+//! a dropped region gave everything back.
+
+use super::*;
+
+pub(super) fn fill_byte(page: usize, at: usize, seed: u64) -> u8 {
+    let x = (page as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ seed ^ (at as u64).wrapping_mul(0x2545_f491);
+    (x ^ (x >> 29)) as u8
+}
+
+/// 4 threads write the pattern of `seed` over every byte of the region.
+pub(super) fn fill(region: &mut Region, seed: u64) {
+    let chunk = region.len() / 4;
+    std::thread::scope(|s| {
+        for (t, part) in region.as_mut_slice().chunks_mut(chunk).enumerate() {
+            s.spawn(move || {
+                for (i, page) in part.chunks_mut(PAGE_SIZE).enumerate() {
+                    let p = t * (chunk / PAGE_SIZE) + i;
+                    for (at, b) in page.iter_mut().enumerate() {
+                        *b = fill_byte(p, at, seed);
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// 4 threads check every byte of the region against the pattern of `seed`.
+pub(super) fn verify(region: &Region, seed: u64) {
+    let chunk = region.len() / 4;
+    std::thread::scope(|s| {
+        for (t, part) in region.as_slice().chunks(chunk).enumerate() {
+            s.spawn(move || {
+                for (i, page) in part.chunks(PAGE_SIZE).enumerate() {
+                    let p = t * (chunk / PAGE_SIZE) + i;
+                    for (at, b) in page.iter().enumerate() {
+                        assert_eq!(*b, fill_byte(p, at, seed), "page {p} byte {at}");
+                    }
+                }
+            });
+        }
+    });
+}
+
+/// 4 threads each increment a counter in every page of their quarter,
+/// `rounds` times, reading the page first on odd rounds (so it comes in
+/// clean and the write is a write-protect fault racing the reclaimer);
+/// then every counter must read `rounds`.
+pub(super) fn hammer_counters(region: &mut Region, rounds: u64, what: &str) {
+    let chunk = region.len() / 4;
+    std::thread::scope(|s| {
+        for part in region.as_mut_slice().chunks_mut(chunk) {
+            s.spawn(move || {
+                for round in 0..rounds {
+                    for page in part.chunks_mut(PAGE_SIZE) {
+                        if round % 2 == 1 {
+                            // SAFETY: a byte of our own page.
+                            std::hint::black_box(unsafe { std::ptr::read_volatile(&page[100]) });
+                        }
+                        // A u64 counter at the start and end of each page.
+                        for at in [0, PAGE_SIZE - 8] {
+                            let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
+                            page[at..at + 8].copy_from_slice(&(c + 1).to_ne_bytes());
+                        }
+                    }
+                }
+            });
+        }
+    });
+    for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+        for at in [0, PAGE_SIZE - 8] {
+            let c = u64::from_ne_bytes(page[at..at + 8].try_into().unwrap());
+            assert_eq!(c, rounds, "{what}: page {p} offset {at} lost writes");
+        }
+    }
+}
+
+/// A file of `len` bytes holding the pattern of `seed` (as `fill` writes
+/// it), open for reading, in a directory that lives as long as the
+/// returned guard; and the bytes.
+pub(super) fn pattern_file(len: usize, seed: u64) -> (tempfile::TempDir, std::fs::File, Vec<u8>) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let data: Vec<u8> = (0..len)
+        .map(|i| fill_byte(i / PAGE_SIZE, i % PAGE_SIZE, seed))
+        .collect();
+    std::fs::write(&path, &data).unwrap();
+    let f = std::fs::File::open(&path).unwrap();
+    (dir, f, data)
+}
+
+/// An instance of `budget` bytes with a RAM swap device of `ram` bytes,
+/// in `mode` (the shape most tests need).
+pub(super) fn ram_swap(budget: u64, ram: u64, mode: FaultMode) -> Swap {
+    Swap::builder()
+        .budget(budget)
+        .device(SwapDeviceSpec::ram(ram))
+        .fault_mode(mode)
+        .build()
+        .unwrap()
+}
+
+/// Both fault modes, each with a RAM device and with a swap file (true).
+pub(super) const MODES_AND_DEVICES: [(FaultMode, bool); 4] = [
+    (FaultMode::Sigbus, false),
+    (FaultMode::HandlerThread, false),
+    (FaultMode::Sigbus, true),
+    (FaultMode::HandlerThread, true),
+];
+
+/// A 32 MiB swap device: RAM, or a file named after `what` in `dir`.
+pub(super) fn ram_or_file(file: bool, dir: &tempfile::TempDir, what: &str) -> SwapDeviceSpec {
+    if file {
+        SwapDeviceSpec::file(FileOptions::new(
+            dir.path().join(format!("swap-{what}")),
+            32 * MIB / PAGE_SIZE as u64,
+        ))
+    } else {
+        SwapDeviceSpec::ram(32 * MIB)
+    }
+}
+
+/// After the last region of `swap` is dropped: every slot is free again
+/// (slot caches drained), nothing is resident, and the swap space's
+/// invariants hold.
+pub(super) fn assert_all_returned(swap: &Swap, what: &str) {
+    assert_all_returned_but(swap, 0, what);
+}
+
+/// `assert_all_returned`, but for `retired` slots that a write error
+/// retired for good.
+pub(super) fn assert_all_returned_but(swap: &Swap, retired: u64, what: &str) {
+    swap.swap_space().drain_slot_caches();
+    assert_eq!(
+        swap.free_slots(),
+        swap.total_slots() - retired,
+        "{what}: region drop returns every slot but {retired} retired"
+    );
+    assert_eq!(swap.resident_pages(), 0, "{what}: resident count off");
+    swap.swap_space().check_invariants().unwrap();
+}
+
+/// An instance of `budget` bytes on a 64 MiB device, in `mode`: a swap
+/// file in `dir`, or RAM without one.
+pub(super) fn swap_64m(budget: u64, file: Option<&tempfile::TempDir>, mode: FaultMode) -> Swap {
+    let device = match file {
+        Some(dir) => SwapDeviceSpec::file(FileOptions::new(
+            dir.path().join("swap"),
+            64 * MIB / PAGE_SIZE as u64,
+        )),
+        None => SwapDeviceSpec::ram(64 * MIB),
+    };
+    Swap::builder()
+        .budget(budget)
+        .device(device)
+        .fault_mode(mode)
+        .build()
+        .unwrap()
+}
