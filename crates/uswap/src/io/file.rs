@@ -35,6 +35,7 @@ use super::backing::{self, Access, Backing, ExtentSource};
 use super::crypt::{self, Sealer};
 use super::device::{BackendKind, IoDevice, PageStore};
 use super::error::IoError;
+use super::options::FileOptions;
 use crate::extent::ExtentMap;
 use crate::extent::ExtentMapKind;
 use crate::stats::Registry;
@@ -505,91 +506,6 @@ impl PageStore for FileStore {
             .field("extents", &self.map.len())
             .field("encrypted", &self.sealer.is_some())
             .field("depth", &self.depth.load(Ordering::Relaxed));
-    }
-}
-
-/// How to open a file device.  Built with [`FileOptions::new`] and the
-/// setters; passed to `IoDevice::file` (the builder, for a `SwapDeviceSpec::file`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FileOptions {
-    path: PathBuf,
-    slots: u64,
-    direct: bool,
-    fiemap: bool,
-    extent_kind: ExtentMapKind,
-    encrypt: bool,
-}
-
-impl FileOptions {
-    /// A device of `slots` pages at `path`: created (mode 0600, fully
-    /// preallocated) if it does not exist, else used as is.  `O_DIRECT`,
-    /// one whole-file extent, a tree extent map.
-    pub fn new(path: impl Into<PathBuf>, slots: u64) -> Self {
-        FileOptions {
-            path: path.into(),
-            slots,
-            direct: true,
-            fiemap: false,
-            extent_kind: ExtentMapKind::Tree,
-            encrypt: true,
-        }
-    }
-
-    /// The path of the file or block device.
-    pub fn path(&self) -> &std::path::Path {
-        &self.path
-    }
-
-    /// The same options for another path.
-    pub fn with_path(mut self, path: impl Into<PathBuf>) -> Self {
-        self.path = path.into();
-        self
-    }
-
-    /// The device's slots.
-    pub fn slots(&self) -> u64 {
-        self.slots
-    }
-
-    /// `O_DIRECT` IO (the default, `true`), or buffered IO (`false`) for
-    /// filesystems without `O_DIRECT`, such as ramfs, or tmpfs before
-    /// Linux 6.6.
-    pub fn direct(mut self, on: bool) -> Self {
-        self.direct = on;
-        self
-    }
-
-    /// Map the file by its physical extents (`ExtentSource::Fiemap`), so a
-    /// fragmented file has as many extents as in the kernel; holes and
-    /// unstable extents are refused.  Default `false`: one extent for the
-    /// whole file (`ExtentSource::Whole`).
-    pub fn fiemap(mut self, on: bool) -> Self {
-        self.fiemap = on;
-        self
-    }
-
-    /// How the extent map finds a slot's extent (default
-    /// [`ExtentMapKind::Tree`]).
-    pub fn extent_kind(mut self, k: ExtentMapKind) -> Self {
-        self.extent_kind = k;
-        self
-    }
-
-    /// Encrypt and authenticate every page written (the default, `true`):
-    /// AES-256-GCM under a random key held only in this process's memory,
-    /// a fresh nonce per write, the slot bound in, so a block changed,
-    /// moved or replayed on disk fails its check and its page is
-    /// poisoned rather than read wrong (`io/crypt.rs`).  `false` writes
-    /// plaintext: the ablation that measures what encryption costs, or a
-    /// file on storage that is already encrypted and trusted.
-    pub fn encrypt(mut self, on: bool) -> Self {
-        self.encrypt = on;
-        self
-    }
-
-    /// Whether pages are encrypted ([`FileOptions::encrypt`]).
-    pub fn encrypts(&self) -> bool {
-        self.encrypt
     }
 }
 

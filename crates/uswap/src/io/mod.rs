@@ -1,8 +1,9 @@
 //! The IO backend of one swap device: store and fetch page contents by slot.
 //!
 //! From the ground up: `error.rs` (why a device failed, in one line);
-//! `codec.rs`, `crypt.rs` and `backing.rs` (compression, sealing, the
-//! files and block devices a file device lives on); `device.rs` (the
+//! `options.rs` (how a device is asked for); `codec.rs`, `crypt.rs` and
+//! `backing.rs` (compression, sealing, the files and block devices a file
+//! device lives on); `device.rs` (the
 //! [`IoDevice`] every store sits behind, and the [`PageStore`] trait);
 //! the stores, each building its device: `ram.rs`, `file.rs`,
 //! `compressed/` (with `zpool.rs`, its packed pool); `uring.rs` (queued
@@ -49,18 +50,18 @@ mod crypt;
 mod device;
 mod error;
 mod file;
+mod options;
 mod ram;
 mod uring;
 mod zpool;
 
 pub use backing::{from_sources, BackingInfo, ExtentSource};
 pub use codec::{Codec, CodecError};
-pub use compressed::CompressedOptions;
 pub use device::{BackendKind, IoDevice, PageStore};
 #[cfg(test)]
 pub use device::{IoOp, ANY_SLOT};
 pub use error::IoError;
-pub use file::FileOptions;
+pub use options::{CompressedOptions, FileOptions};
 pub use uring::{WriteJob, WriteRing};
 
 #[cfg(test)]

@@ -42,10 +42,10 @@ use crate::stats::{CounterId, GaugeId, LockId};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use super::codec::{Codec, Contexts};
+use super::codec::Contexts;
 use super::device::{BackendKind, IoDevice, PageStore};
 use super::error::IoError;
-use super::file::FileOptions;
+use super::options::CompressedOptions;
 use super::zpool::{self, Handle, Pool, BLOCK, HEADER, MAX_PACKED, WHOLE};
 use crate::index_list::IndexLists;
 use crate::stats::{Counter, Gauge, Registry, StatMutex};
@@ -96,101 +96,6 @@ const WRITEBACK_HOLD_NS: u64 = 20_000_000;
 
 /// Pages written back to the file per writeback pass.
 const WRITEBACK_BATCH: usize = 64;
-
-/// How to build a compressed device; see [`CompressedOptions::new`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CompressedOptions {
-    limit: u64,
-    codec: Codec,
-    file: Option<FileOptions>,
-    incompressible_to_file: bool,
-    sample_check: bool,
-    keep_copies: bool,
-}
-
-impl CompressedOptions {
-    /// A compressed device whose store uses at most `limit` bytes of
-    /// memory.  Alone, the device has `limit / 4096` slots, like a zram
-    /// disk of that size (its store then never fills: a page that does not
-    /// compress takes 4096 bytes, no more); with a [`file`](Self::file)
-    /// behind it, it has the file's slots, and the store's oldest pages
-    /// go to the file when the store reaches `limit`.  LZ4 by default.
-    pub fn new(limit: u64) -> Self {
-        CompressedOptions {
-            limit,
-            codec: Codec::Lz4,
-            file: None,
-            incompressible_to_file: true,
-            sample_check: true,
-            keep_copies: false,
-        }
-    }
-
-    /// Keep a page's compressed copy when a read fault brings it back
-    /// (off by default).  Off, as zram and zswap do, the copy is let go:
-    /// the store holds only pages that are out, and a page read back and
-    /// evicted again is compressed again.  On, the page comes back clean
-    /// with its slot, as from a RAM or file device, and goes again with no
-    /// compression, for memory: the store also holds copies of resident
-    /// pages (measured in docs/PERFORMANCE.md, "Compressed RAM").
-    pub fn keep_copies(mut self, on: bool) -> Self {
-        self.keep_copies = on;
-        self
-    }
-
-    /// The codec (default [`Codec::Lz4`]).
-    pub fn codec(mut self, c: Codec) -> Self {
-        self.codec = c;
-        self
-    }
-
-    /// A file behind the store (a tier): the device has its slots.
-    pub fn file(mut self, f: FileOptions) -> Self {
-        self.file = Some(f);
-        self
-    }
-
-    /// With a file behind: pages that do not compress go straight to it
-    /// (default on), as zswap rejects them to the swap device; off, they
-    /// are stored whole and written back in their turn.
-    pub fn incompressible_to_file(mut self, on: bool) -> Self {
-        self.incompressible_to_file = on;
-        self
-    }
-
-    /// Look at a sample of each page's bytes before compressing it (on by
-    /// default): a sample of almost all distinct bytes (random, encrypted
-    /// or compressed data) is stored whole without trying, as btrfs's
-    /// compression heuristic does.  Off, every page is compressed and
-    /// stored whole only when that did not pay.
-    pub fn sample_check(mut self, on: bool) -> Self {
-        self.sample_check = on;
-        self
-    }
-
-    /// The store's memory limit in bytes.
-    pub fn limit(&self) -> u64 {
-        self.limit
-    }
-
-    /// The codec.
-    pub fn codec_of(&self) -> Codec {
-        self.codec
-    }
-
-    /// The file behind, if any.
-    pub fn file_of(&self) -> Option<&FileOptions> {
-        self.file.as_ref()
-    }
-
-    /// The device's slots.
-    pub fn slots(&self) -> u64 {
-        match &self.file {
-            Some(f) => f.slots(),
-            None => self.limit / PAGE,
-        }
-    }
-}
 
 /// The gauges and counters of compressed devices, as zram's `mm_stat`
 /// and `bd_stat` give them, summed over an instance's devices.

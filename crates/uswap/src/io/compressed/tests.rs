@@ -3,6 +3,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::*;
+use crate::io::codec::Codec;
+use crate::io::options::FileOptions;
 use crate::io::IoOp;
 use crate::stats::Registry;
 
