@@ -227,35 +227,29 @@ impl PageWord {
         PageWord(self.0 | DIRTY)
     }
 
+    /// With `flag` set as well, when `on`.
+    #[inline]
+    fn with_if(self, flag: u64, on: bool) -> PageWord {
+        PageWord(self.0 | if on { flag } else { 0 })
+    }
+
     /// Dirty as well, when `dirty`.
     #[inline]
     pub fn dirty_if(self, dirty: bool) -> PageWord {
-        if dirty {
-            self.dirty()
-        } else {
-            self
-        }
+        self.with_if(DIRTY, dirty)
     }
 
     /// Sealed as well, when `sealed` (a dirty page read back from a
     /// compressed device that let its copy go).
     #[inline]
     pub fn sealed_if(self, sealed: bool) -> PageWord {
-        if sealed {
-            PageWord(self.0 | SEALED)
-        } else {
-            self
-        }
+        self.with_if(SEALED, sealed)
     }
 
     /// A unit's word, when `unit`.
     #[inline]
     pub fn unit_if(self, unit: bool) -> PageWord {
-        if unit {
-            PageWord(self.0 | UNIT)
-        } else {
-            self
-        }
+        self.with_if(UNIT, unit)
     }
 
     /// A unit's word.
