@@ -23,7 +23,10 @@
 //! goes past the seeds to kernel 6.12's per-list cluster allocation.
 
 mod cluster;
+mod config;
 mod device;
+mod entry;
+mod scan;
 mod slot_cache;
 
 use crate::stats::{CounterId, LockId};
@@ -31,6 +34,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 pub use cluster::{ListId, CLUSTER_SLOTS};
+pub use config::{ScanBase, SlotDeviceConfig, Switches};
+pub use entry::{SwapEntry, SwapError, MAX_DEVICES, MAX_DEVICE_SLOTS, TRUNK_SLOTS};
 pub use device::{SlotDevice, LATENCY_LIMIT, SWAP_MAP_MAX};
 pub use slot_cache::SLOTS_CACHE_SIZE;
 
@@ -38,203 +43,6 @@ use crate::percpu::{possible_cpus, PerCpu};
 use crate::stats::{Counter, Registry, StatMutex};
 use device::{Put, SWAP_HAS_CACHE};
 use slot_cache::{SlotCache, THRESHOLD_ACTIVATE, THRESHOLD_DEACTIVATE};
-
-/// Most devices in one swap space (`MAX_SWAPFILES`).
-pub const MAX_DEVICES: usize = 32;
-/// Most slots in one device: 2^32 slots are 16 TiB of swap and a 4 GiB
-/// `swap_map`; beyond that the metadata alone is unreasonable.
-pub const MAX_DEVICE_SLOTS: u64 = 1 << 32;
-/// Slots per swap-cache trunk, the unit the per-CPU scan bases spread CPUs
-/// over (`SWAP_ADDRESS_SPACE_PAGES`: 64 MB).
-pub const TRUNK_SLOTS: u64 = 16384;
-
-const OFFSET_BITS: u32 = 48;
-
-/// A swap entry: device index and slot offset (`swp_entry_t`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct SwapEntry(u64);
-
-impl SwapEntry {
-    /// No entry (offset 0 is every device's header, never allocated).
-    pub const NONE: SwapEntry = SwapEntry(0);
-
-    /// The entry for slot `offset` of device `device`.
-    pub fn new(device: u16, offset: u64) -> Self {
-        debug_assert!(offset < 1 << OFFSET_BITS);
-        SwapEntry((device as u64) << OFFSET_BITS | offset)
-    }
-
-    /// The device index.
-    pub fn device(self) -> u16 {
-        (self.0 >> OFFSET_BITS) as u16
-    }
-
-    /// The slot offset within the device.
-    pub fn offset(self) -> u64 {
-        self.0 & ((1 << OFFSET_BITS) - 1)
-    }
-
-    /// The packed value.
-    pub fn raw(self) -> u64 {
-        self.0
-    }
-}
-
-/// What can go wrong in the swap space.
-#[derive(Debug, thiserror::Error, PartialEq, Eq)]
-pub enum SwapError {
-    /// Every slot of every device is in use.
-    #[error("swap space is full: all {slots} slots are in use; add a device or free slots")]
-    Full {
-        /// Slots: in all (full), or asked for (a bad size).
-        slots: u64,
-    },
-    /// No device has a whole free cluster for a 2 MB unit; allocate its 512
-    /// pages one by one instead.
-    #[error("no free 2 MB cluster on any device; fall back to single slots")]
-    NoFreeCluster,
-    /// The entry does not name an allocated slot.
-    #[error("bad swap entry: device {device} slot {offset}: {reason}")]
-    BadEntry {
-        /// The device's index.
-        device: u16,
-        /// The slot on its device.
-        offset: u64,
-        /// Why.
-        reason: &'static str,
-    },
-    /// The slot's use count cannot grow further.
-    #[error("swap count overflow on device {device} slot {offset}: more than 2^32-1 references")]
-    CountOverflow {
-        /// The device's index.
-        device: u16,
-        /// The slot on its device.
-        offset: u64,
-    },
-    /// A swap space needs at least one device.
-    #[error("a swap space needs at least one device")]
-    NoDevices,
-    /// More devices than `MAX_DEVICES`.
-    #[error("{0} devices given; at most {MAX_DEVICES} are supported")]
-    TooManyDevices(usize),
-    /// A device size that cannot work.
-    #[error("device {device}: {slots} slots is {problem}; give between 2 (one header slot and one page) and {MAX_DEVICE_SLOTS} slots")]
-    BadSize {
-        /// The device's index.
-        device: usize,
-        /// Slots: in all (full), or asked for (a bad size).
-        slots: u64,
-        /// What is wrong with it.
-        problem: &'static str,
-    },
-    /// A configuration value out of range.
-    #[error("invalid swap space configuration: {0}")]
-    Config(String),
-    /// The swap map or cluster table could not be allocated.
-    #[error(transparent)]
-    Table(#[from] crate::table::TableError),
-}
-
-/// Where a solid-state device's linear scan starts (seed 001).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum ScanBase {
-    /// Each CPU has its own scan base (`cluster_next_cpu`), re-randomised
-    /// when it crosses into another swap-cache trunk.
-    #[default]
-    PerCpu,
-    /// One base shared by all CPUs: the behaviour before seed 001 (and the
-    /// only one for rotational devices, where sequential IO matters more).
-    Shared,
-}
-
-/// The seeds' mechanisms, each of which can be switched back to the
-/// behaviour before it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Switches {
-    /// Per-CPU slot caches, refilled and returned 64 slots at a time.
-    /// Off: every allocation and free takes the device lock.
-    pub slot_cache: bool,
-    /// Seed 000: after the first slot, scan up to `LATENCY_LIMIT` more
-    /// slots even when no free cluster is left, so refills stay batched.
-    /// Off: a fragmented device returns one slot per call.
-    pub fragmented_scan: bool,
-    /// Seed 001: per-CPU or shared scan base on solid-state devices.
-    pub scan_base: ScanBase,
-    /// Seed 003: a 2 MB unit takes one whole free cluster.  Off:
-    /// `alloc_huge` always fails, so callers allocate 512 single slots.
-    pub huge_cluster: bool,
-    /// Kernel 6.12 (beyond the seeds): when no cluster is free, a CPU takes
-    /// a nonfull (then a fragmented) cluster as its current cluster instead
-    /// of scanning the map linearly.  Off: the seeds' linear scan.
-    pub nonfull_clusters: bool,
-}
-
-impl Switches {
-    /// The shipped configuration: every seed mechanism on, nothing past
-    /// them (Linux 5.8's swap).
-    pub const DEFAULT: Switches = Switches {
-        slot_cache: true,
-        fragmented_scan: true,
-        scan_base: ScanBase::PerCpu,
-        huge_cluster: true,
-        nonfull_clusters: false,
-    };
-
-    /// Every combination of the switches (for tests).
-    pub fn all() -> impl Iterator<Item = Switches> {
-        (0..32u32).map(|b| Switches {
-            slot_cache: b & 1 != 0,
-            fragmented_scan: b & 2 != 0,
-            scan_base: if b & 4 != 0 {
-                ScanBase::PerCpu
-            } else {
-                ScanBase::Shared
-            },
-            huge_cluster: b & 8 != 0,
-            nonfull_clusters: b & 16 != 0,
-        })
-    }
-}
-
-impl Default for Switches {
-    fn default() -> Self {
-        Switches::DEFAULT
-    }
-}
-
-/// One device of a swap space.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SlotDeviceConfig {
-    /// Slots, the header slot 0 included (so `slots - 1` pages of swap).
-    pub slots: u64,
-    /// Higher priorities are used first; equal priorities round-robin.
-    pub priority: i32,
-    /// Rotational (one shared scan base, sequential runs) or solid-state.
-    pub rotational: bool,
-}
-
-impl SlotDeviceConfig {
-    /// A solid-state device of `slots` slots, priority 0.
-    pub fn new(slots: u64) -> Self {
-        SlotDeviceConfig {
-            slots,
-            priority: 0,
-            rotational: false,
-        }
-    }
-
-    /// Set the priority.
-    pub fn priority(mut self, priority: i32) -> Self {
-        self.priority = priority;
-        self
-    }
-
-    /// Mark the device rotational.
-    pub fn rotational(mut self, rotational: bool) -> Self {
-        self.rotational = rotational;
-        self
-    }
-}
 
 /// Builds a [`SwapSpace`].
 #[derive(Clone, Debug)]

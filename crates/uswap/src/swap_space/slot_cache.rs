@@ -12,7 +12,7 @@
 //! caches switch themselves off (and give everything back) when free slots
 //! fall below `2 * 64` per CPU, and on again above `5 * 64` per CPU.
 
-use super::SwapEntry;
+use super::entry::SwapEntry;
 use crate::percpu::PerCpu;
 use crate::stats::LockId;
 use crate::stats::{Registry, StatMutex};

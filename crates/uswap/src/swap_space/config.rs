@@ -1,0 +1,104 @@
+//! How a swap space is configured: each device's size and kind
+//! ([`SlotDeviceConfig`]), and the seed switches ([`Switches`]) that
+//! restore the behaviour before each seed.
+
+/// Where a solid-state device's linear scan starts (seed 001).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum ScanBase {
+    /// Each CPU has its own scan base (`cluster_next_cpu`), re-randomised
+    /// when it crosses into another swap-cache trunk.
+    #[default]
+    PerCpu,
+    /// One base shared by all CPUs: the behaviour before seed 001 (and the
+    /// only one for rotational devices, where sequential IO matters more).
+    Shared,
+}
+
+/// The seeds' mechanisms, each of which can be switched back to the
+/// behaviour before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Switches {
+    /// Per-CPU slot caches, refilled and returned 64 slots at a time.
+    /// Off: every allocation and free takes the device lock.
+    pub slot_cache: bool,
+    /// Seed 000: after the first slot, scan up to `LATENCY_LIMIT` more
+    /// slots even when no free cluster is left, so refills stay batched.
+    /// Off: a fragmented device returns one slot per call.
+    pub fragmented_scan: bool,
+    /// Seed 001: per-CPU or shared scan base on solid-state devices.
+    pub scan_base: ScanBase,
+    /// Seed 003: a 2 MB unit takes one whole free cluster.  Off:
+    /// `alloc_huge` always fails, so callers allocate 512 single slots.
+    pub huge_cluster: bool,
+    /// Kernel 6.12 (beyond the seeds): when no cluster is free, a CPU takes
+    /// a nonfull (then a fragmented) cluster as its current cluster instead
+    /// of scanning the map linearly.  Off: the seeds' linear scan.
+    pub nonfull_clusters: bool,
+}
+
+impl Switches {
+    /// The shipped configuration: every seed mechanism on, nothing past
+    /// them (Linux 5.8's swap).
+    pub const DEFAULT: Switches = Switches {
+        slot_cache: true,
+        fragmented_scan: true,
+        scan_base: ScanBase::PerCpu,
+        huge_cluster: true,
+        nonfull_clusters: false,
+    };
+
+    /// Every combination of the switches (for tests).
+    pub fn all() -> impl Iterator<Item = Switches> {
+        (0..32u32).map(|b| Switches {
+            slot_cache: b & 1 != 0,
+            fragmented_scan: b & 2 != 0,
+            scan_base: if b & 4 != 0 {
+                ScanBase::PerCpu
+            } else {
+                ScanBase::Shared
+            },
+            huge_cluster: b & 8 != 0,
+            nonfull_clusters: b & 16 != 0,
+        })
+    }
+}
+
+impl Default for Switches {
+    fn default() -> Self {
+        Switches::DEFAULT
+    }
+}
+
+/// One device of a swap space.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SlotDeviceConfig {
+    /// Slots, the header slot 0 included (so `slots - 1` pages of swap).
+    pub slots: u64,
+    /// Higher priorities are used first; equal priorities round-robin.
+    pub priority: i32,
+    /// Rotational (one shared scan base, sequential runs) or solid-state.
+    pub rotational: bool,
+}
+
+impl SlotDeviceConfig {
+    /// A solid-state device of `slots` slots, priority 0.
+    pub fn new(slots: u64) -> Self {
+        SlotDeviceConfig {
+            slots,
+            priority: 0,
+            rotational: false,
+        }
+    }
+
+    /// Set the priority.
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Mark the device rotational.
+    pub fn rotational(mut self, rotational: bool) -> Self {
+        self.rotational = rotational;
+        self
+    }
+}
