@@ -34,7 +34,7 @@ use rustix::mm::{self, MapFlags, ProtFlags};
 use super::table::{layout_hash, Counters, EventKind, Gauges, Locks};
 use super::LockStats;
 
-const MAGIC: u64 = u64::from_le_bytes(*b"uswapst1");
+pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"uswapst1");
 /// Recent events kept (the counts are kept for every kind).
 pub const EVENT_RING: usize = 16;
 /// Fault latency buckets: bucket `b` counts faults served in
@@ -50,8 +50,8 @@ const MAX_SHARDS: usize = 256;
 /// A stall clock word: threads stalled now (top 16 bits) and when the
 /// first of them began (microseconds of CLOCK_MONOTONIC, low 48 bits:
 /// nine years of uptime).
-const STALL_SHIFT: u32 = 48;
-const STALL_MASK: u64 = (1 << STALL_SHIFT) - 1;
+pub(super) const STALL_SHIFT: u32 = 48;
+pub(super) const STALL_MASK: u64 = (1 << STALL_SHIFT) - 1;
 
 #[repr(C)]
 pub(crate) struct EventSlot {
@@ -67,45 +67,45 @@ pub(crate) struct EventSlot {
 pub(crate) struct Head {
     /// Set last, when the rest is written: a reader skips a block
     /// without it.
-    magic: AtomicU64,
-    layout: AtomicU64,
-    shards: AtomicU64,
-    len: AtomicU64,
-    pid: AtomicU64,
-    parent: AtomicU64,
+    pub(super) magic: AtomicU64,
+    pub(super) layout: AtomicU64,
+    pub(super) shards: AtomicU64,
+    pub(super) len: AtomicU64,
+    pub(super) pid: AtomicU64,
+    pub(super) parent: AtomicU64,
     /// The process's start time (`/proc/PID/stat`'s 22nd field): a pid
     /// reused by another process is not this one.
-    start: AtomicU64,
+    pub(super) start: AtomicU64,
     /// The process tree's supervisor (`uswap run`), 0 for none.
-    group: AtomicU64,
-    born_unix_ns: AtomicU64,
+    pub(super) group: AtomicU64,
+    pub(super) born_unix_ns: AtomicU64,
     /// 0 handler threads, 1 SIGBUS, 2 SIGBUS for user-mode faults only.
-    mode: AtomicU64,
-    command: [AtomicU64; COMMAND_BYTES / 8],
+    pub(super) mode: AtomicU64,
+    pub(super) command: [AtomicU64; COMMAND_BYTES / 8],
     /// PSI "some": threads stalled in uswap now, and since when.
-    some: AtomicU64,
+    pub(super) some: AtomicU64,
     /// PSI "full": 1 << 48 | since, while every thread is stalled.
-    full: AtomicU64,
+    pub(super) full: AtomicU64,
     /// Averages of the stalled share of wall time, as f64 bits: some
     /// over 10, 60 and 300 s, then full.
-    avg: [AtomicU64; 6],
-    events_head: AtomicU64,
-    event_counts: [AtomicU64; EventKind::ALL.len()],
-    events: [EventSlot; EVENT_RING],
-    gauges: [AtomicI64; Gauges::LEN],
+    pub(super) avg: [AtomicU64; 6],
+    pub(super) events_head: AtomicU64,
+    pub(super) event_counts: [AtomicU64; EventKind::ALL.len()],
+    pub(super) events: [EventSlot; EVENT_RING],
+    pub(super) gauges: [AtomicI64; Gauges::LEN],
     /// Per swap device: its kind (1 ram, 2 file, 3 compressed; 0 none),
     /// its slots, and those in use.
-    devices: [[AtomicU64; 3]; MAX_DEVICES],
+    pub(super) devices: [[AtomicU64; 3]; MAX_DEVICES],
     /// When a thread of each bucket of thread ids (`tid % 64`) last
     /// began to wait in uswap, in microseconds of CLOCK_MONOTONIC: the
     /// threads that touch swapped memory, PSI's non-idle tasks for
     /// "full".  Not /proc/self/task: reading it from the reclaimer would
     /// open descriptors at the program's lowest free numbers, under it.
-    active: [AtomicU64; ACTIVE_BUCKETS],
+    pub(super) active: [AtomicU64; ACTIVE_BUCKETS],
 }
 
 /// Buckets of thread ids for [`Head::active`].
-const ACTIVE_BUCKETS: usize = 64;
+pub(super) const ACTIVE_BUCKETS: usize = 64;
 
 /// One CPU's counters, lock sites and latency buckets.
 #[repr(C, align(64))]
@@ -155,23 +155,23 @@ fn shard_count() -> usize {
     crate::percpu::possible_cpus().next_power_of_two().min(MAX_SHARDS)
 }
 
-fn block_len(shards: usize) -> usize {
+pub(super) fn block_len(shards: usize) -> usize {
     let raw = std::mem::size_of::<Head>() + shards * std::mem::size_of::<Shard>();
     raw.next_multiple_of(crate::PAGE_SIZE)
 }
 
 /// The block's memory and, when published, its file.
 pub(crate) struct Block {
-    addr: *mut u8,
-    len: usize,
-    shards: usize,
+    pub(super) addr: *mut u8,
+    pub(super) len: usize,
+    pub(super) shards: usize,
     /// The file it is published as, and the directory, or None.  Taken
     /// only to publish, to unpublish and in a forked child.
-    file: Mutex<Option<(PathBuf, PathBuf)>>,
+    pub(super) file: Mutex<Option<(PathBuf, PathBuf)>>,
     /// The process that made (or reopened) the block: only it unlinks.
-    owner: AtomicI32,
+    pub(super) owner: AtomicI32,
     /// Totals at the last pressure average, and when (the updater's own).
-    last_avg: Mutex<(u64, u64, u64)>,
+    pub(super) last_avg: Mutex<(u64, u64, u64)>,
 }
 
 // SAFETY: the block's memory is atomics only, shared by design; the
@@ -207,7 +207,7 @@ impl Block {
         Ok(b)
     }
 
-    fn at(addr: *mut u8, len: usize, shards: usize) -> Block {
+    pub(super) fn at(addr: *mut u8, len: usize, shards: usize) -> Block {
         Block {
             addr,
             len,
@@ -314,142 +314,6 @@ impl Block {
     pub(crate) fn latency(&self, ns: u64) {
         let b = ((64 - ns.leading_zeros()) as usize).min(LATENCY_BUCKETS - 1);
         self.here().latency[b].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Buckets with a thread that waited in the last `within_us`.
-    pub(crate) fn active_threads(&self, within_us: u64) -> u64 {
-        let now = monotonic_us();
-        self.head()
-            .active
-            .iter()
-            .filter(|t| {
-                let t = t.load(Ordering::Relaxed);
-                t != 0 && now.saturating_sub(t) < within_us
-            })
-            .count() as u64
-    }
-
-    /// Thread `tid` of the process begins to wait in uswap (a fault
-    /// being served for it, reclaim, IO), with `threads` the threads
-    /// "full" asks to be stalled.  Its bucket of `active` takes the time,
-    /// written only when it moved on by a millisecond (a line not written
-    /// per fault).  One clock read for both.  Async-signal-safe.
-    pub(crate) fn stall_begin(&self, tid: i32, threads: u64) {
-        let h = self.head();
-        let now = monotonic_us() & STALL_MASK;
-        let slot = &h.active[tid as u32 as usize % ACTIVE_BUCKETS];
-        if now.saturating_sub(slot.load(Ordering::Relaxed)) > 1000 {
-            slot.store(now, Ordering::Relaxed);
-        }
-        let mut s = h.some.load(Ordering::Relaxed);
-        let n = loop {
-            let n = s >> STALL_SHIFT;
-            let since = if n == 0 { now } else { s & STALL_MASK };
-            let next = ((n + 1).min(0xffff) << STALL_SHIFT) | since;
-            match h
-                .some
-                .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => break n + 1,
-                Err(x) => s = x,
-            }
-        };
-        // Every thread of the program stalled at once: PSI's "full".
-        if n >= threads.max(1) {
-            let _ = h
-                .full
-                .compare_exchange(0, (1 << STALL_SHIFT) | now, Ordering::AcqRel, Ordering::Relaxed);
-        }
-    }
-
-    /// The wait [`stall_begin`] began is over.
-    pub(crate) fn stall_end(&self, some_id: u16, full_id: u16) {
-        let h = self.head();
-        let now = monotonic_us() & STALL_MASK;
-        // One thread running again ends "full".
-        let f = h.full.load(Ordering::Relaxed);
-        if f != 0
-            && h.full
-                .compare_exchange(f, 0, Ordering::AcqRel, Ordering::Relaxed)
-                .is_ok()
-        {
-            self.count(full_id, now.saturating_sub(f & STALL_MASK) * 1000);
-        }
-        let mut s = h.some.load(Ordering::Relaxed);
-        loop {
-            let n = s >> STALL_SHIFT;
-            if n == 0 {
-                // Begun before a fork zeroed the clock: nothing to end.
-                return;
-            }
-            let since = s & STALL_MASK;
-            let next = if n == 1 {
-                0
-            } else {
-                ((n - 1) << STALL_SHIFT) | since
-            };
-            match h
-                .some
-                .compare_exchange_weak(s, next, Ordering::AcqRel, Ordering::Relaxed)
-            {
-                Ok(_) => {
-                    if n == 1 {
-                        self.count(some_id, now.saturating_sub(since) * 1000);
-                    }
-                    return;
-                }
-                Err(x) => s = x,
-            }
-        }
-    }
-
-    /// Stalled time so far, an open stall included: (some, full) in ns.
-    fn stall_totals(&self, some_id: u16, full_id: u16) -> (u64, u64) {
-        let h = self.head();
-        let now = monotonic_us() & STALL_MASK;
-        let open = |w: u64| {
-            if w >> STALL_SHIFT == 0 {
-                0
-            } else {
-                now.saturating_sub(w & STALL_MASK) * 1000
-            }
-        };
-        let some = self.counter_total(some_id) + open(h.some.load(Ordering::Relaxed));
-        let full = self.counter_total(full_id) + open(h.full.load(Ordering::Relaxed));
-        (some, full)
-    }
-
-    /// Move the pressure averages on, as the kernel's PSI does every 2 s:
-    /// each decays toward the share of the last period stalled, with the
-    /// period over 10, 60 and 300 s as its weight.  Called by the
-    /// background reclaimer; a call sooner than 2 s after the last does
-    /// nothing.
-    pub(crate) fn update_pressure(&self, some_id: u16, full_id: u16) {
-        const PERIOD_US: u64 = 2_000_000;
-        let now = monotonic_us();
-        let Ok(mut last) = self.last_avg.try_lock() else {
-            return;
-        };
-        let elapsed = now.saturating_sub(last.2);
-        if elapsed < PERIOD_US {
-            return;
-        }
-        let (some, full) = self.stall_totals(some_id, full_id);
-        let period_ns = (elapsed * 1000) as f64;
-        let shares = [
-            (some.saturating_sub(last.0) as f64 / period_ns).min(1.0),
-            (full.saturating_sub(last.1) as f64 / period_ns).min(1.0),
-        ];
-        let h = self.head();
-        for (k, share) in shares.iter().enumerate() {
-            for (j, window) in [10.0f64, 60.0, 300.0].iter().enumerate() {
-                let e = (-(elapsed as f64 / 1e6) / window).exp();
-                let a = &h.avg[k * 3 + j];
-                let old = f64::from_bits(a.load(Ordering::Relaxed));
-                a.store((old * e + share * (1.0 - e)).to_bits(), Ordering::Relaxed);
-            }
-        }
-        *last = (some, full, now);
     }
 
     /// Set device `i`'s levels: its kind (1 ram, 2 file, 3 compressed),
@@ -771,7 +635,7 @@ fn map_private(len: usize) -> io::Result<*mut u8> {
     Ok(p.cast())
 }
 
-fn map_shared(file: &File, len: usize, prot_read_only: Option<()>) -> io::Result<*mut u8> {
+pub(super) fn map_shared(file: &File, len: usize, prot_read_only: Option<()>) -> io::Result<*mut u8> {
     let prot = match prot_read_only {
         Some(()) => ProtFlags::READ,
         None => ProtFlags::READ | ProtFlags::WRITE,
@@ -796,51 +660,20 @@ fn read_command(pid: i32, out: &mut [u8; COMMAND_BYTES]) {
     out[end..].iter_mut().for_each(|b| *b = 0);
 }
 
-/// Another process's block, mapped read-only (`uswap stat`).
-pub struct MappedBlock {
-    block: Block,
-}
-
-impl MappedBlock {
-    /// Map the block file at `path`; None when it is not a block this
-    /// build can read (being written, another version, cut short).
-    pub fn open(path: &Path) -> io::Result<Option<MappedBlock>> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
-            .open(path)?;
-        let size = file.metadata()?.len() as usize;
-        if size < std::mem::size_of::<Head>() {
-            return Ok(None);
-        }
-        let p = map_shared(&file, size, Some(()))?;
-        let mut block = Block::at(p, size, 1);
-        // Never this process's file to remove.
-        block.owner.store(-1, Ordering::Relaxed);
-        let h = block.head();
-        let shards = h.shards.load(Ordering::Relaxed) as usize;
-        if h.magic.load(Ordering::Acquire) != MAGIC
-            || h.layout.load(Ordering::Relaxed) != layout_hash()
-            || !shards.is_power_of_two()
-            || block_len(shards) > size
-        {
-            return Ok(None);
-        }
-        block.shards = shards;
-        Ok(Some(MappedBlock { block }))
-    }
-
-    /// Who it is.
-    pub fn identity(&self) -> Identity {
-        self.block.identity()
-    }
-
-    /// Its statistics now.
-    pub fn stats(&self) -> super::Stats {
-        self.block.snapshot(
-            super::CounterId::STALL_SOME_NS.0,
-            super::CounterId::STALL_FULL_NS.0,
-        )
+impl Block {
+    /// Stalled time so far, an open stall included: (some, full) in ns.
+    pub(super) fn stall_totals(&self, some_id: u16, full_id: u16) -> (u64, u64) {
+        let h = self.head();
+        let now = monotonic_us() & STALL_MASK;
+        let open = |w: u64| {
+            if w >> STALL_SHIFT == 0 {
+                0
+            } else {
+                now.saturating_sub(w & STALL_MASK) * 1000
+            }
+        };
+        let some = self.counter_total(some_id) + open(h.some.load(Ordering::Relaxed));
+        let full = self.counter_total(full_id) + open(h.full.load(Ordering::Relaxed));
+        (some, full)
     }
 }

@@ -29,6 +29,8 @@
 
 mod block;
 pub mod live;
+mod mapped;
+mod pressure;
 mod table;
 
 use std::sync::atomic::Ordering;
@@ -38,7 +40,8 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use block::Block;
-pub use block::{Identity, Label, MappedBlock, EVENT_RING, LATENCY_BUCKETS};
+pub use block::{Identity, Label, EVENT_RING, LATENCY_BUCKETS};
+pub use mapped::MappedBlock;
 pub use table::{Counters, EventKind, Gauges, Locks, Unit};
 // What the pager counts with, and the bench reads a registry by: not a
 // user's (the typed `Stats` is).
