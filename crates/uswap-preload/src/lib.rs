@@ -72,6 +72,7 @@ mod descriptors;
 mod guard;
 mod heap;
 mod maps;
+mod paths;
 mod pins;
 mod running;
 mod signals;

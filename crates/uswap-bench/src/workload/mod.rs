@@ -18,6 +18,7 @@ pub mod kernel_swap;
 pub mod plot;
 pub mod program;
 pub mod side_by_side;
+mod tables;
 pub mod worker;
 // `workload::workload`: the loops themselves, beside the benches that run them.
 #[allow(clippy::module_inception)]

@@ -38,51 +38,29 @@
 //! were stored (oldest first: the coldest, as zswap's LRU), linked exactly
 //! while their entry is `STORED`, under the `store_lru` lock.
 
-use crate::stats::{CounterId, GaugeId, LockId};
+mod accounts;
+mod device;
+mod entry;
+mod sample;
+
+use crate::stats::LockId;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 
 use super::codec::Contexts;
-use super::device::{BackendKind, IoDevice, PageStore};
+use super::device::IoDevice;
 use super::error::IoError;
 use super::options::CompressedOptions;
 use super::zpool::{self, Handle, Pool, BLOCK, HEADER, MAX_PACKED, WHOLE};
 use crate::index_list::IndexLists;
-use crate::stats::{Counter, Gauge, Registry, StatMutex};
+use crate::stats::{Registry, StatMutex};
 use crate::sys::Mapping;
 use crate::PAGE_SIZE;
 
+use accounts::Accounts;
+use entry::{entry, handle, holds_object, tag, BUSY, EMPTY, FILE, SAME, STORED, TAG_SHIFT, WB, WB_DEAD};
+use sample::{looks_incompressible, same_word};
+
 const PAGE: u64 = PAGE_SIZE as u64;
-
-/// Entry tags (the top four bits).
-const TAG_SHIFT: u32 = 60;
-const EMPTY: u64 = 0;
-const SAME: u64 = 1;
-const STORED: u64 = 2;
-const FILE: u64 = 3;
-const WB: u64 = 4;
-const WB_DEAD: u64 = 5;
-const BUSY: u64 = 6;
-
-fn tag(e: u64) -> u64 {
-    e >> TAG_SHIFT
-}
-
-fn entry(tag: u64, h: Handle) -> u64 {
-    tag << TAG_SHIFT | (h.class as u64) << 48 | (h.block as u64) << 16 | h.index as u64
-}
-
-fn handle(e: u64) -> Handle {
-    Handle {
-        class: (e >> 48) as u8,
-        block: (e >> 16) as u32,
-        index: e as u16,
-    }
-}
-
-fn holds_object(e: u64) -> bool {
-    matches!(tag(e), STORED | WB | WB_DEAD)
-}
 
 /// The smallest store with a file behind: 1 MiB.
 const MIN_BLOCKS: usize = 16;
@@ -96,46 +74,6 @@ const WRITEBACK_HOLD_NS: u64 = 20_000_000;
 
 /// Pages written back to the file per writeback pass.
 const WRITEBACK_BATCH: usize = 64;
-
-/// The gauges and counters of compressed devices, as zram's `mm_stat`
-/// and `bd_stat` give them, summed over an instance's devices.
-struct Accounts {
-    /// Bytes of the pages held in memory (stored or same-filled): zram's
-    /// `orig_data_size`.
-    orig: Arc<Gauge>,
-    /// Bytes they take compressed (whole pages count 4096):
-    /// `compr_data_size`.
-    compr: Arc<Gauge>,
-    limit: Arc<Gauge>,
-    same: Arc<Gauge>,
-    /// Pages stored whole (did not compress): `huge_pages`.
-    whole: Arc<Gauge>,
-    /// Pages in the file behind.
-    file: Arc<Gauge>,
-    writebacks: Arc<Counter>,
-    writeback_errors: Arc<Counter>,
-    compacted: Arc<Counter>,
-    compactions: Arc<Counter>,
-    to_file: Arc<Counter>,
-}
-
-impl Accounts {
-    fn new(r: &Registry) -> Self {
-        Accounts {
-            orig: r.gauge(GaugeId::STORE_ORIG_BYTES),
-            compr: r.gauge(GaugeId::STORE_COMPR_BYTES),
-            limit: r.gauge(GaugeId::STORE_LIMIT_BYTES),
-            same: r.gauge(GaugeId::STORE_SAME_PAGES),
-            whole: r.gauge(GaugeId::STORE_WHOLE_PAGES),
-            file: r.gauge(GaugeId::STORE_FILE_PAGES),
-            writebacks: r.counter(CounterId::STORE_WRITEBACKS),
-            writeback_errors: r.counter(CounterId::STORE_WRITEBACK_ERRORS),
-            compacted: r.counter(CounterId::STORE_COMPACTED_BLOCKS),
-            compactions: r.counter(CounterId::STORE_COMPACTIONS),
-            to_file: r.counter(CounterId::STORE_INCOMPRESSIBLE_TO_FILE),
-        }
-    }
-}
 
 /// Where a page being written goes, decided before its slot is taken.
 enum Placement {
@@ -686,116 +624,6 @@ fn full(slot: u64) -> IoError {
     IoError::Write {
         offset: slot,
         source: std::io::Error::from_raw_os_error(libc::ENOSPC),
-    }
-}
-
-/// The word a page repeats, if it is one word repeated (zram's
-/// `page_same_filled`).
-fn same_word(page: &[u8]) -> Option<u64> {
-    let mut words = page
-        .chunks_exact(8)
-        .map(|c| u64::from_ne_bytes(c.try_into().unwrap()));
-    let first = words.next()?;
-    // The last word first: most pages that are not same-filled differ
-    // there already.
-    let last = u64::from_ne_bytes(page[page.len() - 8..].try_into().unwrap());
-    (last == first && words.all(|w| w == first)).then_some(first)
-}
-
-/// Whether a sample of the page looks like it will not compress: more
-/// distinct byte values in 512 sampled bytes than text or numbers show
-/// (random bytes give about 220; English text under 60, arrays of small
-/// numbers fewer), btrfs's byte-set heuristic.  About 0.2 us.
-fn looks_incompressible(page: &[u8]) -> bool {
-    let mut seen = [0u64; 4];
-    for chunk in page.chunks_exact(64) {
-        // Eight bytes from every 64: 512 samples, spread over the page.
-        for &b in &chunk[..8] {
-            seen[(b >> 6) as usize] |= 1 << (b & 63);
-        }
-    }
-    let distinct: u32 = seen.iter().map(|w| w.count_ones()).sum();
-    distinct > 200
-}
-
-impl PageStore for CompressedStore {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Compressed
-    }
-
-    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
-        for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
-            self.write_page(offset + i as u64, page)?;
-        }
-        Ok(())
-    }
-
-    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
-            self.read_page(offset + i as u64, page)?;
-        }
-        Ok(())
-    }
-
-    fn needs_alignment(&self) -> bool {
-        // Pages may go straight to an O_DIRECT file.
-        self.file.as_ref().is_some_and(|f| f.store.needs_alignment())
-    }
-
-    fn frees_on_swapin(&self, offset: u64) -> bool {
-        // A page read back from the store leaves it, as zram and zswap do
-        // (the kernel frees the slot of a synchronous device on swap-in,
-        // and zswap's loads are exclusive): a copy of a resident page
-        // would hold memory to save a compression.  A page read back from
-        // the file keeps its slot there, which costs no memory.
-        !self.keep_copies && tag(self.entry(offset).load(Ordering::Acquire)) != FILE
-    }
-
-    fn discards(&self) -> bool {
-        true
-    }
-
-    fn discard(&self, offset: u64, pages: u64) {
-        for slot in offset..offset + pages {
-            self.discard_slot(slot);
-        }
-    }
-
-    fn has_file(&self) -> bool {
-        self.file.is_some()
-    }
-
-    fn compact(&self) -> usize {
-        CompressedStore::compact(self)
-    }
-
-    fn check(&self) -> Result<(), String> {
-        self.pool.check()
-    }
-
-    #[cfg(test)]
-    fn entry_of(&self, slot: u64) -> u64 {
-        self.entry(slot).load(Ordering::Relaxed)
-    }
-
-    #[cfg(test)]
-    fn file_behind(&self) -> Option<&IoDevice> {
-        self.file.as_ref()
-    }
-
-    fn describe(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
-        d.field("codec", &self.codec.codec())
-            .field("store_blocks", &self.pool.capacity_blocks())
-            .field("file", &self.file);
-    }
-}
-
-impl IoDevice {
-    /// A compressed device (see [`CompressedOptions`]): pages compressed
-    /// into a packed store in memory, with an optional file behind it.
-    pub fn compressed(opts: &CompressedOptions, registry: &Registry) -> Result<IoDevice, IoError> {
-        let store = CompressedStore::new(opts, registry)?;
-        Ok(IoDevice::with_store(opts.slots(), Box::new(store), registry))
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 use super::*;
 use crate::io::codec::Codec;
 use crate::io::options::FileOptions;
+use crate::io::device::{BackendKind, PageStore};
 use crate::io::IoOp;
 use crate::stats::Registry;
 

@@ -1,0 +1,93 @@
+//! The compressed store as a device: the `PageStore` calls an `IoDevice`
+//! makes on it, and `IoDevice::compressed`, which builds one.
+
+use std::sync::atomic::Ordering;
+
+use crate::io::device::{BackendKind, IoDevice, PageStore};
+use crate::io::error::IoError;
+use crate::io::options::CompressedOptions;
+use crate::stats::Registry;
+use crate::PAGE_SIZE;
+use super::entry::{tag, FILE};
+use super::CompressedStore;
+
+impl PageStore for CompressedStore {
+    fn kind(&self) -> BackendKind {
+        BackendKind::Compressed
+    }
+
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+            self.write_page(offset + i as u64, page)?;
+        }
+        Ok(())
+    }
+
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
+            self.read_page(offset + i as u64, page)?;
+        }
+        Ok(())
+    }
+
+    fn needs_alignment(&self) -> bool {
+        // Pages may go straight to an O_DIRECT file.
+        self.file.as_ref().is_some_and(|f| f.store.needs_alignment())
+    }
+
+    fn frees_on_swapin(&self, offset: u64) -> bool {
+        // A page read back from the store leaves it, as zram and zswap do
+        // (the kernel frees the slot of a synchronous device on swap-in,
+        // and zswap's loads are exclusive): a copy of a resident page
+        // would hold memory to save a compression.  A page read back from
+        // the file keeps its slot there, which costs no memory.
+        !self.keep_copies && tag(self.entry(offset).load(Ordering::Acquire)) != FILE
+    }
+
+    fn discards(&self) -> bool {
+        true
+    }
+
+    fn discard(&self, offset: u64, pages: u64) {
+        for slot in offset..offset + pages {
+            self.discard_slot(slot);
+        }
+    }
+
+    fn has_file(&self) -> bool {
+        self.file.is_some()
+    }
+
+    fn compact(&self) -> usize {
+        CompressedStore::compact(self)
+    }
+
+    fn check(&self) -> Result<(), String> {
+        self.pool.check()
+    }
+
+    #[cfg(test)]
+    fn entry_of(&self, slot: u64) -> u64 {
+        self.entry(slot).load(Ordering::Relaxed)
+    }
+
+    #[cfg(test)]
+    fn file_behind(&self) -> Option<&IoDevice> {
+        self.file.as_ref()
+    }
+
+    fn describe(&self, d: &mut std::fmt::DebugStruct<'_, '_>) {
+        d.field("codec", &self.codec.codec())
+            .field("store_blocks", &self.pool.capacity_blocks())
+            .field("file", &self.file);
+    }
+}
+
+impl IoDevice {
+    /// A compressed device (see [`CompressedOptions`]): pages compressed
+    /// into a packed store in memory, with an optional file behind it.
+    pub fn compressed(opts: &CompressedOptions, registry: &Registry) -> Result<IoDevice, IoError> {
+        let store = CompressedStore::new(opts, registry)?;
+        Ok(IoDevice::with_store(opts.slots(), Box::new(store), registry))
+    }
+}
