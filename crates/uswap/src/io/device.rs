@@ -107,11 +107,11 @@ pub trait PageStore: Send + Sync {
     /// The owner freed slots `offset..offset + pages`: a store that keeps
     /// memory per slot lets it go (zram's `swap_slot_free_notify`), an
     /// encrypted one forgets their seals.
-    fn discard(&self, _offset: u64, _pages: u64) {}
-    /// Whether [`PageStore::discard`] does anything: the pager looks up a
-    /// slot's use count before it discards, work spared where there is
+    fn slot_freed(&self, _offset: u64, _pages: u64) {}
+    /// Whether [`PageStore::slot_freed`] does anything: the pager looks up
+    /// a slot's use count before it tells, work spared where there is
     /// nothing to let go (RAM, a plaintext file).
-    fn discards(&self) -> bool {
+    fn wants_slot_freed(&self) -> bool {
         false
     }
     /// Whether some of the pages may be in a file (a file device, or a
@@ -267,13 +267,13 @@ impl IoDevice {
     /// The owner freed slots `offset..offset + pages`; a compressed device
     /// frees their memory, an encrypted file forgets their seals.
     /// Allocation-free.
-    pub fn discard(&self, offset: u64, pages: u64) {
-        self.store.discard(offset, pages)
+    pub fn slot_freed(&self, offset: u64, pages: u64) {
+        self.store.slot_freed(offset, pages)
     }
 
-    /// Whether [`IoDevice::discard`] does anything on this device.
-    pub fn discards(&self) -> bool {
-        self.store.discards()
+    /// Whether [`IoDevice::slot_freed`] does anything on this device.
+    pub fn wants_slot_freed(&self) -> bool {
+        self.store.wants_slot_freed()
     }
 
     /// Whether slot `offset` is this process's to free (a forked child's

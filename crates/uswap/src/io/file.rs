@@ -389,7 +389,7 @@ impl PageStore for FileStore {
     }
 
     /// Freed slots forget their seals: their blocks cannot be read back.
-    fn discard(&self, offset: u64, pages: u64) {
+    fn slot_freed(&self, offset: u64, pages: u64) {
         for slot in offset..offset + pages {
             if let Some(s) = self.sealer_of(&self.reader(slot)) {
                 s.forget(slot, 1);
@@ -397,7 +397,7 @@ impl PageStore for FileStore {
         }
     }
 
-    fn discards(&self) -> bool {
+    fn wants_slot_freed(&self) -> bool {
         self.sealer.is_some()
     }
 

@@ -1115,7 +1115,7 @@ fn freed_slots_cannot_be_read_back() {
     let mut buf = AlignedBuf::new(4);
     fill(&mut buf, 0, 1);
     dev.write(0, &buf).unwrap();
-    dev.discard(1, 2);
+    dev.slot_freed(1, 2);
     assert_eq!(read_one(&dev, 0).unwrap(), &buf[..PAGE_SIZE]);
     for slot in [1, 2, 9] {
         match read_one(&dev, slot) {

@@ -145,6 +145,7 @@ pub struct Label {
 }
 
 /// A CLOCK_MONOTONIC reading, in microseconds (async-signal-safe: the vDSO).
+#[inline]
 pub(crate) fn monotonic_us() -> u64 {
     crate::sys::monotonic_ns() / 1000
 }
@@ -252,6 +253,7 @@ impl Block {
         h.mode.store(label.mode, Ordering::Relaxed);
     }
 
+    #[inline]
     pub(crate) fn head(&self) -> &Head {
         // SAFETY: the mapping starts with a Head (page-aligned, at least
         // `len` long) and lives as long as `self`; all-zero bytes, or any a
@@ -292,6 +294,7 @@ impl Block {
         }
     }
 
+    #[inline]
     pub(crate) fn counter_total(&self, idx: u16) -> u64 {
         (0..self.shards)
             .map(|i| self.shard(i).counters[idx as usize].load(Ordering::Relaxed))

@@ -127,6 +127,7 @@ pub struct SlotDevice {
     pub(super) counters: DeviceCounters,
 }
 
+#[inline]
 pub(super) fn xorshift(state: &mut u64) -> u64 {
     let mut x = *state;
     x ^= x << 13;
@@ -269,6 +270,7 @@ impl SlotDevice {
     }
 
     /// A slot went from free to not free: count it, move its cluster.
+    #[inline]
     pub(super) fn inc_cluster(lists: &mut ClusterLists, c: usize, cl: &mut Cluster) {
         cl.count += 1;
         if cl.count as u64 == CLUSTER_SLOTS {
@@ -283,6 +285,7 @@ impl SlotDevice {
     /// nonfull list, so that list holds, oldest first, the clusters with
     /// frees since their last scan, and the one at its head has had the
     /// longest time to gather them (kernel 6.12's `partial_free_cluster`).
+    #[inline]
     pub(super) fn dec_cluster(lists: &mut ClusterLists, c: usize, cl: &mut Cluster) {
         debug_assert!(cl.count > 0);
         cl.count -= 1;
@@ -294,6 +297,7 @@ impl SlotDevice {
     }
 
     /// `swap_range_alloc`: `n` slots from `off` were taken.
+    #[inline]
     pub(super) fn range_alloc(&self, si: &mut DeviceInner, off: u64, n: u64) {
         let end = off + n - 1;
         if off == si.lowest_bit {
@@ -312,6 +316,7 @@ impl SlotDevice {
     }
 
     /// `swap_range_free`: `n` slots from `off` were freed.
+    #[inline]
     pub(super) fn range_free(&self, si: &mut DeviceInner, off: u64, n: u64) {
         let end = off + n - 1;
         if off < si.lowest_bit {

@@ -44,11 +44,11 @@ impl PageStore for CompressedStore {
         !self.keep_copies && tag(self.entry(offset).load(Ordering::Acquire)) != FILE
     }
 
-    fn discards(&self) -> bool {
+    fn wants_slot_freed(&self) -> bool {
         true
     }
 
-    fn discard(&self, offset: u64, pages: u64) {
+    fn slot_freed(&self, offset: u64, pages: u64) {
         for slot in offset..offset + pages {
             self.discard_slot(slot);
         }

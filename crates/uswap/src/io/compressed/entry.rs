@@ -22,14 +22,17 @@ pub(super) const WB_DEAD: u64 = 5;
 
 pub(super) const BUSY: u64 = 6;
 
+#[inline]
 pub(super) fn tag(e: u64) -> u64 {
     e >> TAG_SHIFT
 }
 
+#[inline]
 pub(super) fn entry(tag: u64, h: Handle) -> u64 {
     tag << TAG_SHIFT | (h.class as u64) << 48 | (h.block as u64) << 16 | h.index as u64
 }
 
+#[inline]
 pub(super) fn handle(e: u64) -> Handle {
     Handle {
         class: (e >> 48) as u8,
@@ -38,6 +41,7 @@ pub(super) fn handle(e: u64) -> Handle {
     }
 }
 
+#[inline]
 pub(super) fn holds_object(e: u64) -> bool {
     matches!(tag(e), STORED | WB | WB_DEAD)
 }

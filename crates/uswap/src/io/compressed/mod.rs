@@ -609,7 +609,7 @@ impl CompressedStore {
                 if tag(cur) == FILE {
                     // The encrypted file forgets the slot's seal too.
                     if let Some(f) = &self.file {
-                        f.discard(slot, 1);
+                        f.slot_freed(slot, 1);
                     }
                 }
                 return;

@@ -4,6 +4,7 @@
 
 /// The word a page repeats, if it is one word repeated (zram's
 /// `page_same_filled`).
+#[inline]
 pub(super) fn same_word(page: &[u8]) -> Option<u64> {
     let mut words = page
         .chunks_exact(8)
@@ -19,6 +20,7 @@ pub(super) fn same_word(page: &[u8]) -> Option<u64> {
 /// distinct byte values in 512 sampled bytes than text or numbers show
 /// (random bytes give about 220; English text under 60, arrays of small
 /// numbers fewer), btrfs's byte-set heuristic.  About 0.2 us.
+#[inline]
 pub(super) fn looks_incompressible(page: &[u8]) -> bool {
     let mut seen = [0u64; 4];
     for chunk in page.chunks_exact(64) {

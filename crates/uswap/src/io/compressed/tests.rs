@@ -130,7 +130,7 @@ fn every_codec_and_kind_of_page_reads_back_and_the_accounts_balance() {
         // Rewriting a slot replaces its page; discarding frees it all.
         write(&dev, 3, &page(Kind::Text, 1000)).unwrap();
         assert_eq!(read(&dev, 3), page(Kind::Text, 1000));
-        dev.discard(0, 400);
+        dev.slot_freed(0, 400);
         let s = r.snapshot();
         for g in HELD {
             assert_eq!(
@@ -178,7 +178,7 @@ fn compaction_gathers_part_used_blocks_and_keeps_every_page() {
     }
     let before = r.snapshot().gauges.store_mem_bytes;
     for slot in (0..2000u64).filter(|s| s % 4 != 0) {
-        dev.discard(slot, 1);
+        dev.slot_freed(slot, 1);
     }
     let holey = r.snapshot().gauges.store_mem_bytes;
     let freed = dev.compact();
@@ -271,7 +271,7 @@ fn a_full_store_spills_its_oldest_pages_to_the_file_and_loses_none() {
             );
         }
         dev.check_store().unwrap();
-        dev.discard(0, N);
+        dev.slot_freed(0, N);
         let s = r.snapshot();
         assert_eq!(s.gauges.store_file_pages, 0);
         assert_eq!(s.gauges.store_orig_bytes, 0);
@@ -369,7 +369,7 @@ fn faults_race_compaction_and_writeback() {
                         let slot = t * per + i;
                         match (xorshift(&mut x) % 8, version[i as usize]) {
                             (0, Some(_)) => {
-                                dev.discard(slot, 1);
+                                dev.slot_freed(slot, 1);
                                 version[i as usize] = None;
                             }
                             (1..=3, Some((k, seed))) => {
@@ -390,7 +390,7 @@ fn faults_race_compaction_and_writeback() {
                         if let Some((k, seed)) = v {
                             dev.read(slot, b.bytes()).unwrap();
                             assert_eq!(b.bytes(), &page(*k, *seed)[..], "slot {slot} at the end");
-                            dev.discard(slot, 1);
+                            dev.slot_freed(slot, 1);
                         }
                     }
                 })

@@ -81,17 +81,18 @@ impl Outcome {
         self.nback += 1;
     }
 
-    fn settle(&mut self, id: u32, how: Stage) {
+    fn settle(&mut self, id: u32, how: Evicted) {
         match how {
-            Stage::Gone | Stage::Dropped(_) => self.gone += 1,
-            Stage::InMemory => {}
-            Stage::Not => self.keep(id, false),
-            Stage::Refused => self.keep(id, true),
+            Evicted::Gone | Evicted::Dropped(_) => self.gone += 1,
+            Evicted::InMemory => {}
+            Evicted::Not => self.keep(id, false),
+            Evicted::Refused => self.keep(id, true),
         }
     }
 }
 
-pub(crate) enum Stage {
+/// What became of one victim of eviction.
+pub(crate) enum Evicted {
     /// Gone from memory with nothing left to discard.
     Gone,
     /// Moved to staging, still in memory.
@@ -528,16 +529,16 @@ fn discarded(inner: &Inner, claim: PageClaim<'_>) {
 /// `UFFDIO_MOVE` would not move page `addr` out (claimed; nothing else
 /// changed yet).  See the reclaim module's documentation for what each
 /// refusal means.
-pub(crate) fn refused(inner: &Inner, claim: PageClaim<'_>, addr: u64, err: UffdError) -> Stage {
+pub(crate) fn refused(inner: &Inner, claim: PageClaim<'_>, addr: u64, err: UffdError) -> Evicted {
     match err.errno() {
         Some(libc::ENOENT) => {
             discarded(inner, claim);
-            Stage::Gone
+            Evicted::Gone
         }
         errno => {
             drop(claim);
             inner.unevictable(addr, errno);
-            Stage::Refused
+            Evicted::Refused
         }
     }
 }

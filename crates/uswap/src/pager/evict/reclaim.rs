@@ -44,7 +44,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::io::WriteRing;
-use crate::pager::evict::batch::{self as evict, enqueue, refused, Outcome, Stage};
+use crate::pager::evict::batch::{self as evict, enqueue, refused, Evicted, Outcome};
 use crate::pager::evict::unit;
 use crate::pager::evict::writeback::{
     write_back_oldest, write_back_queued, writeback, writeback_held, writes_failing,
@@ -249,12 +249,12 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
                 if done >= nr {
                     // Enough already: another unit would free 512 pages
                     // more than asked (a batch can hold several).
-                    back_on_lru(inner, id, Stage::Not);
+                    back_on_lru(inner, id, Evicted::Not);
                     continue;
                 }
                 // A 2 MB unit goes straight to its slots.
                 match unit::evict_unit(inner, id) {
-                    Stage::Gone => done += UNIT_PAGES,
+                    Evicted::Gone => done += UNIT_PAGES,
                     other => back_on_lru(inner, id, other),
                 }
                 continue;
@@ -265,9 +265,9 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
                 continue;
             }
             match stage(inner, id) {
-                Stage::InMemory => {}
-                Stage::Gone => done += 1,
-                Stage::Dropped(f) => {
+                Evicted::InMemory => {}
+                Evicted::Gone => done += 1,
+                Evicted::Dropped(f) => {
                     freed[nfreed] = f;
                     nfreed += 1;
                     done += 1;
@@ -280,7 +280,7 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
             evict::evict(inner, &small[..nsmall], &mut out);
             done += out.gone;
             for &(id, refused) in &out.back[..out.nback] {
-                back_on_lru(inner, id, if refused { Stage::Refused } else { Stage::Not });
+                back_on_lru(inner, id, if refused { Evicted::Refused } else { Evicted::Not });
             }
         }
         inner.discard_frames(&freed[..nfreed]);
@@ -297,37 +297,37 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
 /// A victim that did not leave memory goes back on the LRU, if it is
 /// still resident: an unevictable one on the active list, to come back
 /// to the inactive list (and be tried again) only as it ages.
-fn back_on_lru(inner: &Inner, id: u32, how: Stage) {
+fn back_on_lru(inner: &Inner, id: u32, how: Evicted) {
     if !inner.states[id as usize].load().is(Kind::Resident) {
         return;
     }
     inner.lru.add(id);
-    if matches!(how, Stage::Refused) {
+    if matches!(how, Evicted::Refused) {
         inner.lru.activate(id);
     }
 }
 
 /// Soft-evict page `id` into a staging frame.
-fn stage(inner: &Inner, id: u32) -> Stage {
+fn stage(inner: &Inner, id: u32) -> Evicted {
     let st = &inner.states[id as usize];
     let w = st.load();
     if !w.is(Kind::Resident) || w.is_busy() {
-        return Stage::Not;
+        return Evicted::Not;
     }
     let dirty = w.is_dirty();
     if dirty && w.slot().is_none() && inner.no_free_slots() {
         // Nowhere to write it: do not move it out just to move it back.
         inner.counters.swap_full.inc();
-        return Stage::Not;
+        return Evicted::Not;
     }
     let Some(claim) = st.try_claim(w) else {
-        return Stage::Not;
+        return Evicted::Not;
     };
     if inner.pinned(id) {
-        return Stage::Refused;
+        return Evicted::Refused;
     }
     let Some(f) = frame(inner) else {
-        return Stage::Not;
+        return Evicted::Not;
     };
     let addr = inner.addrs.get(id);
     let frame_addr = inner.frames.staging.addr(f);
@@ -342,7 +342,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
         inner.counters.evictions.inc();
         inner.budget.uncharge(1);
         claim.commit(PageWord::NEVER);
-        return Stage::Dropped(f);
+        return Evicted::Dropped(f);
     }
     // The slot it will be written to (a clean page keeps its own).
     let (e, new_slot) = match w.slot() {
@@ -354,7 +354,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
                     inner.counters.swap_full.inc();
                 }
                 inner.frames.staging.put(f);
-                return Stage::Not;
+                return Evicted::Not;
             }
         },
     };
@@ -367,7 +367,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
             inner.free_slot(e);
         }
         inner.frames.staging.put(f);
-        return Stage::Not;
+        return Evicted::Not;
     }
     inner.counters.evict_moves.inc();
     if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
@@ -388,7 +388,7 @@ fn stage(inner: &Inner, id: u32) -> Stage {
     inner.budget.stage();
     claim.commit(PageWord::of(Kind::Staged).dirty_if(w.is_dirty()).with_slot(e));
     enqueue(inner, id, e);
-    Stage::InMemory
+    Evicted::InMemory
 }
 
 /// A free staging frame, writing back the oldest staged page if none is.

@@ -22,7 +22,7 @@
 //! what they read as) and tries again later; a pinned or locked page keeps
 //! its unit resident.
 
-use crate::pager::evict::batch::Stage;
+use crate::pager::evict::batch::Evicted;
 use crate::pager::evict::folio::{self, FolioSlots};
 use crate::pager::evict::writeback::{writeback_failed, writeback_worked, writes_held};
 use crate::pager::instance::inner::Inner;
@@ -34,21 +34,21 @@ use crate::PAGE_SIZE;
 const UNIT: u64 = UNIT_BYTES as u64;
 
 const PAGE: u64 = PAGE_SIZE as u64;
-/// Evict the unit whose first page is `head`: `Stage::Gone` when it left
+/// Evict the unit whose first page is `head`: `Evicted::Gone` when it left
 /// memory; otherwise it is still resident (`Refused`: unevictable).
-pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Stage {
+pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Evicted {
     let st = &inner.states[head as usize];
     let w = st.load();
     if !w.is(Kind::Resident) || w.is_busy() || writes_held(inner) {
-        return Stage::Not;
+        return Evicted::Not;
     }
     let Some(claim) = st.try_claim(w) else {
-        return Stage::Not;
+        return Evicted::Not;
     };
     let addr = inner.addrs.get(head);
     let pool = &inner.frames.unit_out;
     let Some(u) = pool.get() else {
-        return Stage::Not;
+        return Evicted::Not;
     };
     if let Err((moved, err)) = inner.move_out(pool.addr(u), addr, UNIT) {
         // Part of it (or none) moved: put that back before anything reads
@@ -66,13 +66,13 @@ pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Stage {
             // at all (the program discarded or unmapped the whole unit):
             // there is nothing to evict.
             Some(libc::ENOENT) => match fill_holes(inner, addr) {
-                Holes::Filled => Stage::Not,
+                Holes::Filled => Evicted::Not,
                 Holes::All => unit_gone(inner, claim),
             },
             errno => {
                 drop(claim);
                 inner.unevictable(addr + moved, errno);
-                Stage::Refused
+                Evicted::Refused
             }
         };
     }
@@ -85,7 +85,7 @@ pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Stage {
         if gone {
             return unit_gone(inner, claim);
         }
-        return Stage::Not;
+        return Evicted::Not;
     };
     pool.discard(u);
     pool.put(u);
@@ -93,16 +93,16 @@ pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Stage {
     inner.counters.evictions.inc();
     inner.budget.uncharge(UNIT_PAGES);
     claim.commit(next);
-    Stage::Gone
+    Evicted::Gone
 }
 
 /// The unit's memory went with the program's unmap or discard: nothing
 /// to keep, and it reads as zeros.
-fn unit_gone(inner: &Inner, claim: PageClaim<'_>) -> Stage {
+fn unit_gone(inner: &Inner, claim: PageClaim<'_>) -> Evicted {
     inner.counters.discarded.inc();
     inner.budget.uncharge(UNIT_PAGES);
     claim.commit(PageWord::NEVER.unit());
-    Stage::Gone
+    Evicted::Gone
 }
 
 enum Holes {

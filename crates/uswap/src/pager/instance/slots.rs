@@ -21,7 +21,7 @@ impl Inner {
         if self.parents_slot(e) || self.backing.hold.defer(e, false) {
             return;
         }
-        self.discard_if_last(e, 1);
+        self.notify_if_last(e, 1);
         let freed = self.backing.space.free(e);
         debug_assert!(freed.is_ok(), "freeing {e:?}: {freed:?}");
     }
@@ -32,15 +32,15 @@ impl Inner {
     /// everyone: how freed slots are scrubbed): before, so that no one
     /// has the slot allocated again meanwhile.  A slot still
     /// referenced elsewhere (a forked child's share) keeps its page.
-    fn discard_if_last(&self, e: SwapEntry, pages: u64) {
+    fn notify_if_last(&self, e: SwapEntry, pages: u64) {
         let dev = &self.backing.devices[e.device() as usize];
-        if !dev.discards() {
+        if !dev.wants_slot_freed() {
             return;
         }
         for off in e.offset()..e.offset() + pages {
             let slot = SwapEntry::new(e.device(), off);
             if self.backing.space.count(slot) == Ok(1) {
-                dev.discard(off, 1);
+                dev.slot_freed(off, 1);
             }
         }
     }
@@ -50,7 +50,7 @@ impl Inner {
         if self.parents_slot(e) || self.backing.hold.defer(e, true) {
             return;
         }
-        self.discard_if_last(e, crate::swap_space::CLUSTER_SLOTS);
+        self.notify_if_last(e, crate::swap_space::CLUSTER_SLOTS);
         let freed = self.backing.space.free_huge(e);
         debug_assert!(freed.is_ok(), "freeing unit {e:?}: {freed:?}");
     }
