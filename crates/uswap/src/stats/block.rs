@@ -492,29 +492,10 @@ impl Block {
                 return;
             }
             if let Ok((f, path)) = create_file(&dir, self.len) {
-                if let Ok(p) = map_shared(&f, self.len, None) {
-                    // SAFETY: both mappings are `len` bytes and ours; the
-                    // new one is fresh.
-                    unsafe { std::ptr::copy_nonoverlapping(self.addr, p, self.len) };
-                    // SAFETY: moves our fresh mapping over our own block's
-                    // address (MREMAP_FIXED replaces it in one step).
-                    let moved = unsafe {
-                        mm::mremap_fixed(
-                            p.cast(),
-                            self.len,
-                            self.len,
-                            mm::MremapFlags::MAYMOVE,
-                            self.addr.cast(),
-                        )
-                    };
-                    if moved.is_ok() {
-                        if let Ok(f) = held.as_deref_mut() {
-                            *f = Some((path, dir));
-                        }
-                    } else {
-                        let _ = std::fs::remove_file(&path);
-                        // SAFETY: the fresh mapping, not moved.
-                        let _ = unsafe { mm::munmap(p.cast(), self.len) };
+                let moved = map_shared(&f, self.len, None).and_then(|p| self.move_over(p));
+                if moved.is_ok() {
+                    if let Ok(f) = held.as_deref_mut() {
+                        *f = Some((path, dir));
                     }
                 } else {
                     let _ = std::fs::remove_file(&path);
@@ -552,10 +533,17 @@ impl Block {
 
     /// Replace the mapping with a private anonymous copy of itself.
     fn privatize(&self) -> io::Result<()> {
-        let p = map_private(self.len)?;
-        // SAFETY: both `len` bytes; then our fresh mapping moved over our
-        // own block's address.
-        unsafe {
+        self.move_over(map_private(self.len)?)
+    }
+
+    /// Copy the block into `p`, a fresh mapping of `len` bytes of ours,
+    /// and move that mapping over the block's address (`MREMAP_FIXED`
+    /// replaces the old one in one step): every handle stays valid.  On
+    /// failure `p` is unmapped and the block is as it was.
+    fn move_over(&self, p: *mut u8) -> io::Result<()> {
+        // SAFETY: both mappings are `len` bytes and ours; `p` is fresh,
+        // and is moved over our own block's address.
+        let moved = unsafe {
             std::ptr::copy_nonoverlapping(self.addr, p, self.len);
             mm::mremap_fixed(
                 p.cast(),
@@ -563,7 +551,12 @@ impl Block {
                 self.len,
                 mm::MremapFlags::MAYMOVE,
                 self.addr.cast(),
-            )?;
+            )
+        };
+        if let Err(e) = moved {
+            // SAFETY: the fresh mapping, not moved.
+            let _ = unsafe { mm::munmap(p.cast(), self.len) };
+            return Err(e.into());
         }
         Ok(())
     }
