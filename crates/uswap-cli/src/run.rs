@@ -435,7 +435,16 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         cmd.env(uswap_env::GUARD, layout.to_env());
     }
     let ended = crate::supervisor::supervise(cmd, arbiter)?;
-    // What members killed outright left in the statistics directory.
-    uswap::stats::live::remove_group(&uswap::stats::live::directory(), std::process::id() as i32);
+    // What members killed outright, or gone through a raw `exit_group`
+    // (Go's runtime leaves that way: no exit handler of the library
+    // runs), left in the statistics directory.  With `--stats` their
+    // last numbers are said here, since they could not say them.
+    let left = uswap::stats::live::remove_group(&uswap::stats::live::directory(), std::process::id() as i32);
+    if args.stats && !left.is_empty() {
+        eprint!(
+            "{}",
+            crate::watch::stat::left_without_exit(std::process::id() as i32, left)
+        );
+    }
     crate::supervisor::end_as(ended)
 }

@@ -216,7 +216,7 @@ fn python_with_faulthandler_runs() {
 /// exec's pins stayed before: 30 MiB resident on a 16 MiB budget).
 #[test]
 fn vfork_children_exec_with_arguments_that_were_out() {
-    let (plain, runs) = under_uswap("vfork", &["48", "30"], "16M", "ram:256M", &Mode::all());
+    let (plain, runs) = under_uswap("vfork", &["48", "30"], "16M", Some("ram:256M"), &Mode::all());
     assert_eq!(String::from_utf8_lossy(&plain), "ok\n");
     for (mode, err) in runs {
         let resident: f64 = number_after(&err, "resident now ");
@@ -551,7 +551,15 @@ fn mapped_memory_comes_back_fresh_after_munmap() {
 #[test]
 fn a_program_that_forked_pages_as_one_that_did_not() {
     for forks in ["1", "20"] {
-        for (mode, err) in under_uswap("forkchurn", &["48", "3", forks], "24M", "ram:256M", &Mode::all()).1 {
+        for (mode, err) in under_uswap(
+            "forkchurn",
+            &["48", "3", forks],
+            "24M",
+            Some("ram:256M"),
+            &Mode::all(),
+        )
+        .1
+        {
             assert_eq!(stat(&err, "unevictable"), 0, "{mode:?} {forks}: {err}");
             assert!(stat(&err, "unshared after a fork") > 0, "{mode:?} {forks}: {err}");
         }
@@ -564,7 +572,7 @@ fn a_program_that_forked_pages_as_one_that_did_not() {
 /// and returns NULL.
 #[test]
 fn the_allocator_behaves_as_glibcs() {
-    let (plain, _) = under_uswap("alloc", &[], "64M", "ram:1G", &Mode::all());
+    let (plain, _) = under_uswap("alloc", &[], "64M", Some("ram:1G"), &Mode::all());
     assert_eq!(String::from_utf8_lossy(&plain), "ok\n");
 }
 
@@ -576,7 +584,7 @@ fn the_allocator_behaves_as_glibcs() {
 /// stays within the budget's reach.
 #[test]
 fn mlockall_and_long_sends_keep_to_the_budget() {
-    for (mode, err) in under_uswap("locks", &["64"], "16M", "ram:512M", &Mode::all()).1 {
+    for (mode, err) in under_uswap("locks", &["64"], "16M", Some("ram:512M"), &Mode::all()).1 {
         let peak: f64 = number_after(&err, "at most ");
         assert!(peak < 24.0, "{mode:?}: {peak} MiB resident at the peak: {err}");
     }

@@ -103,6 +103,29 @@ fn a_thread_blocking_sigbus_is_served() {
     same_under_uswap("threads", &["16", "block-sigbus"], "16M", &[Mode::Sigbus], 10000);
 }
 
+/// In SIGBUS mode, a thread whose first call into uswap is a fault
+/// (`programs/first_touch.c`: it reads its parent's swapped-out memory
+/// before it allocates, then allocates as much again): its blocks come
+/// from the paged heap and go out, as every thread's.  Before, the route
+/// was decided inside the fault handler, where every signal is blocked,
+/// and the thread was taken for one that blocks SIGBUS: its 48 MiB were
+/// glibc's, outside the budget (9.5 K evictions, not the 20 K+ that
+/// paging both halves through a 16 MiB budget makes: 35 K here).  What a Go
+/// program's threads met (`runtimes::go_with_cgo`, now and then, under
+/// load: a tree at 126 MiB under a 40 MiB budget).
+#[test]
+fn a_thread_whose_first_touch_is_a_fault_allocates_from_the_heap() {
+    // The default swap device, a file: the fault reads the page back
+    // with `pread`, which the library interposes (the RAM device reads
+    // none).
+    for (mode, err) in under_uswap("first_touch", &["48"], "16M", None, &[Mode::Sigbus]).1 {
+        assert!(
+            stat(&err, "evictions") > 20000,
+            "{mode:?}: the thread's blocks did not go out: {err}"
+        );
+    }
+}
+
 /// The kernel touching swapped-out heap memory (`programs/kernel_io.c`):
 /// `read(2)` into a buffer that is out, `send(2)` from one that is out
 /// through a socket pair (to a forked child that touches no heap), and the

@@ -46,6 +46,13 @@ use crate::running::RUNNING;
 /// byte of the span is in the heap.
 pub(crate) fn pin(addr: *const c_void, len: usize, write: bool) -> Option<Pinned<'static>> {
     chunk()?;
+    // Asked first: uswap's own reads and writes of its swap files come
+    // here too (std's `read_at` calls the interposed `pread64`), from its
+    // threads and from its fault handler on the program's, and a buffer
+    // outside the heap has nothing to pin and no route to decide.
+    if !in_heap(addr, len) {
+        return None;
+    }
     if crate::heap::to_libc() {
         // A thread that blocks SIGBUS cannot have a page brought in (the
         // kernel would end the process at the touch): its call fails with

@@ -338,6 +338,17 @@ fn decide_route() -> bool {
         // memory, and no decision kept, so that one is made once it runs.
         return false;
     }
+    if uswap::pager::in_handler() {
+        // Inside uswap's SIGBUS handler or the system-call guard's, where
+        // every signal is blocked whatever the program's mask: a thread
+        // whose first call here is a fault (a new thread touching memory
+        // that is out before it allocates, as a Go program's do) would be
+        // taken for one that blocks SIGBUS, and every block it allocated
+        // after, its heap arenas included, would be glibc's and the
+        // kernel's, outside the budget.  glibc's for now, nothing kept:
+        // the decision is made at its first call outside.
+        return true;
+    }
     // SAFETY: reads this thread's signal mask into a local set.
     let blocked = unsafe {
         let mut cur: libc::sigset_t = std::mem::zeroed();

@@ -85,6 +85,27 @@ fn json(groups: &[Group]) -> anyhow::Result<String> {
     Ok(format!("{}\n", serde_json::to_string_pretty(&doc)?))
 }
 
+/// `uswap run --stats` for the members of its tree that ended without
+/// running their exit handlers (a raw `exit_group`, or killed): their
+/// last published statistics, as `uswap stat` shows a tree.
+pub fn left_without_exit(group: i32, left: Vec<(uswap::stats::Identity, uswap::stats::Stats)>) -> String {
+    let g = Group {
+        id: group,
+        tree: true,
+        members: left
+            .into_iter()
+            .map(|(id, stats)| Process { id, stats })
+            .collect(),
+    };
+    format!(
+        "uswap run: {} process{} ended without exit handlers (a raw exit_group, as Go's runtime makes, or killed); what {} published last:\n{}",
+        g.members.len(),
+        if g.members.len() == 1 { "" } else { "es" },
+        if g.members.len() == 1 { "it" } else { "they" },
+        text(&g)
+    )
+}
+
 /// One group's block: key value lines in base units (bytes, counts,
 /// microseconds where PSI has them), then pressure and events as the
 /// kernel lays them out, then a row per process for a tree.

@@ -136,7 +136,8 @@ pub fn compile(name: &str, dir: &Path) -> PathBuf {
 }
 
 /// Run compiled program `name` with `args`, plainly and under `uswap run`
-/// with `budget`, swap device `swap` and `--stats`, in each of `modes`:
+/// with `budget`, swap device `swap` (None: the default, a file in
+/// $TMPDIR) and `--stats`, in each of `modes`:
 /// every run succeeds with the plain run's output, and no thread of
 /// uswap's is named as the program's.  Returns the plain output and each
 /// mode's stderr (the statistics), for the caller's own checks.
@@ -144,7 +145,7 @@ pub fn under_uswap(
     name: &str,
     args: &[&str],
     budget: &str,
-    swap: &str,
+    swap: Option<&str>,
     modes: &[Mode],
 ) -> (Vec<u8>, Vec<(Mode, String)>) {
     let dir = open_dir(false);
@@ -158,7 +159,11 @@ pub fn under_uswap(
     );
     let mut errs = Vec::new();
     for &mode in modes {
-        let mut run = vec!["run", "--budget", budget, "--swap", swap, "--stats", "--", bin];
+        let mut run = vec!["run", "--budget", budget, "--stats"];
+        if let Some(swap) = swap {
+            run.extend_from_slice(&["--swap", swap]);
+        }
+        run.extend_from_slice(&["--", bin]);
         run.extend_from_slice(args);
         let out = uswap_in(mode, &run, &[]);
         let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -174,7 +179,7 @@ pub fn under_uswap(
 /// [`under_uswap`] on a 256 MiB RAM swap device, where at least
 /// `evictions` pages went out in every mode.
 pub fn same_under_uswap(name: &str, args: &[&str], budget: &str, modes: &[Mode], evictions: u64) {
-    for (mode, err) in under_uswap(name, args, budget, "ram:256M", modes).1 {
+    for (mode, err) in under_uswap(name, args, budget, Some("ram:256M"), modes).1 {
         assert!(
             stat(&err, "evictions") > evictions,
             "{name} {mode:?}: too little went out: {err}"

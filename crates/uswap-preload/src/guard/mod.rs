@@ -258,6 +258,7 @@ pub(crate) fn program_action(new: Option<&libc::sigaction>, old: Option<&mut lib
 extern "C" fn on_sigsys(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: errno is this thread's.
     let errno = unsafe { *libc::__errno_location() };
+    let _scope = uswap::pager::HandlerScope::enter();
     // SAFETY: an SA_SIGINFO handler's siginfo; for SIGSYS, `si_errno` is
     // the filter's data.
     let (code, data) = unsafe { ((*info).si_code, (*info).si_errno) };

@@ -83,7 +83,7 @@ pub use instance::regions::MAX_REGIONS;
 // the pager's side of the program's signals.  The `internal` feature.
 #[cfg(feature = "internal")]
 #[doc(hidden)]
-pub use instance::signals::{program_sigmask, starting_a_thread, NEVER_BLOCKED};
+pub use instance::signals::{in_handler, program_sigmask, starting_a_thread, HandlerScope, NEVER_BLOCKED};
 
 /// For a library that interposes `sigaction` on a program (`uswap run`):
 /// `sigaction(SIGBUS, new, old)` as the program sees it while uswap's

@@ -191,13 +191,17 @@ pub fn scan(dir: &Path) -> Result<Vec<Entry>, LiveError> {
     Ok(out)
 }
 
-/// Remove every block of the tree `group` (its supervisor's pid), alive
-/// or not: the supervisor's last act, for members it outlived that could
-/// not remove their own.
-pub fn remove_group(dir: &Path, group: i32) {
+/// Remove every block of the tree `group` (its supervisor's pid) whose
+/// process is gone: the supervisor's last act, for members it outlived
+/// that could not remove their own (killed, or left through a raw
+/// `exit_group` that runs no exit handlers, as Go programs do).  Returns
+/// what each said last, oldest first, so that `uswap run --stats` can
+/// show them.
+pub fn remove_group(dir: &Path, group: i32) -> Vec<(Identity, Stats)> {
     let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
+        return Vec::new();
     };
+    let mut removed = Vec::new();
     for ent in rd.flatten() {
         let path = ent.path();
         if path.extension().is_none_or(|e| e != "stats") {
@@ -207,7 +211,10 @@ pub fn remove_group(dir: &Path, group: i32) {
             let id = b.identity();
             if id.group == group && !alive(&id, &path) {
                 let _ = std::fs::remove_file(&path);
+                removed.push((id, b.stats()));
             }
         }
     }
+    removed.sort_by_key(|(id, _)| (id.pid, id.born_unix_ns));
+    removed
 }

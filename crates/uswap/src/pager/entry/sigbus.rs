@@ -469,6 +469,7 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // The interrupted code's errno is its own: the calls below may set it.
     // SAFETY: errno is this thread's.
     let errno = unsafe { *libc::__errno_location() };
+    let _scope = signals::HandlerScope::enter();
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     let inside = handler_bucket(tid);

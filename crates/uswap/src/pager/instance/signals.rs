@@ -98,6 +98,40 @@ pub(crate) fn serving_sigbus() -> bool {
 }
 
 thread_local! {
+    /// How deep this thread is in uswap's signal handlers (the SIGBUS
+    /// fault handler, and a host library's own, such as `uswap run`'s
+    /// system-call guard).  There every signal is blocked, SIGBUS too: the
+    /// mask says nothing of the program's, so a decision taken from it
+    /// (which allocator a thread's blocks come from) must not be taken
+    /// there.  A `Cell` with a const initializer: no allocation, no
+    /// destructor, safe to touch from a handler.
+    static IN_HANDLER: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// This thread runs one of uswap's signal handlers while it lives.
+pub struct HandlerScope(());
+
+impl HandlerScope {
+    /// Entered at the top of a handler.
+    pub fn enter() -> HandlerScope {
+        IN_HANDLER.with(|d| d.set(d.get() + 1));
+        HandlerScope(())
+    }
+}
+
+impl Drop for HandlerScope {
+    fn drop(&mut self) {
+        IN_HANDLER.with(|d| d.set(d.get() - 1));
+    }
+}
+
+/// Whether this thread is inside one of uswap's signal handlers: its
+/// signal mask is the handler's (everything blocked), not the program's.
+pub fn in_handler() -> bool {
+    IN_HANDLER.with(std::cell::Cell::get) > 0
+}
+
+thread_local! {
     /// Of [`NEVER_BLOCKED`], bit i: the program's mask on this thread
     /// blocks it (bits 0-1), and one was sent meanwhile (bits 2-3).  A
     /// `Cell` with a const initializer: no allocation, no destructor.
