@@ -235,6 +235,33 @@ impl IoDevice {
         self.store.kind()
     }
 
+    /// Whether its reads and writes wait on a disk (a swap file): worth
+    /// handing the rest of a readahead window to the prefetcher while the
+    /// program runs, and writes to an io_uring ring.  Reads from memory
+    /// (RAM, compressed) cost less than the hand-over.
+    #[inline]
+    pub fn waits_on_disk(&self) -> bool {
+        self.kind() == BackendKind::File
+    }
+
+    /// Whether a page read ahead from here should come in dirty rather
+    /// than clean and write-protected: where writing it out again costs a
+    /// copy in memory (RAM), less than the write-protect call per run and
+    /// the fault of the program's first write; or where its copy leaves
+    /// the device anyway ([`frees_on_swapin`](Self::frees_on_swapin)).
+    #[inline]
+    pub fn read_ahead_dirty(&self, offset: u64) -> bool {
+        self.kind() == BackendKind::Ram || self.frees_on_swapin(offset)
+    }
+
+    /// Whether its pages' copies cost memory, so that pages read back let
+    /// them go and come in sealed (a compressed device; see
+    /// [`frees_on_swapin`](Self::frees_on_swapin) for which pages).
+    #[inline]
+    pub fn lets_copies_go(&self) -> bool {
+        self.kind() == BackendKind::Compressed
+    }
+
     /// Pages of memory a RAM device holds (0 for any other device).
     pub fn ram_pages(&self) -> u64 {
         self.store.ram_pages()

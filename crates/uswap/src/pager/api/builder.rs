@@ -411,7 +411,7 @@ impl SwapBuilder {
                 wp: false,
             },
         )?;
-        let prefetch = self.readahead && devices.iter().any(|d| d.kind() == crate::io::BackendKind::File);
+        let prefetch = self.readahead && devices.iter().any(|d| d.waits_on_disk());
         let inner = Arc::new(Inner {
             counters: Counters::new(&registry),
             uffd,

@@ -18,7 +18,7 @@
 //!   stack pointer; with all 32 in use, it stays where it is.
 //!
 //! Every signal is blocked meanwhile, so no delivery can reuse the
-//! alternate stack under the handler's frame.  `tests/defects.rs`
+//! alternate stack under the handler's frame.  `tests/signals.rs`
 //! measures what is left on the alternate stack: 3.7 KiB.  A thread that
 //! runs on region memory still needs an alternate signal stack outside
 //! regions, and its thread-local storage must not be region memory (the

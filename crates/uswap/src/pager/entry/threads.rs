@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::io::{BackendKind, WriteRing};
+use crate::io::WriteRing;
 use crate::pager::entry::sigbus::watch;
 use crate::pager::evict::reclaim;
 use crate::pager::fault::readahead;
@@ -144,13 +144,7 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
         // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
         // time, said once.
         let mut ring = match Inner::upgrade(&weak) {
-            Some(inner)
-                if inner
-                    .backing
-                    .devices
-                    .iter()
-                    .any(|d| d.kind() == BackendKind::File) =>
-            {
+            Some(inner) if inner.backing.devices.iter().any(|d| d.waits_on_disk()) => {
                 match WriteRing::new() {
                     Ok(r) => Some(r),
                     Err(e) => {

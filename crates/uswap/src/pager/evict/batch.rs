@@ -543,10 +543,9 @@ pub(crate) fn refused(inner: &Inner, claim: PageClaim<'_>, addr: u64, err: UffdE
     }
 }
 
-/// Whether `(id, slot)` is a live ring entry: the page is staged to that slot.
+/// Whether `(id, slot)` is a live ring entry (`staged::live`).
 pub(crate) fn live(inner: &Inner, id: u32, slot: u64) -> bool {
-    let w = inner.states[id as usize].load();
-    w.is(Kind::Staged) && w.slot().map(|e| e.raw()) == Some(slot)
+    staged::live(&inner.states, id, slot)
 }
 
 /// Put a staged page on the ring (its state says staged already, so the
@@ -557,12 +556,5 @@ pub(crate) fn enqueue(inner: &Inner, id: u32, e: SwapEntry) {
 
 /// Put staged pages on the ring, in order, under one hold of its lock.
 fn enqueue_run(inner: &Inner, pages: impl Iterator<Item = (u32, SwapEntry)>) {
-    let mut ring = inner.backing.staged.lock();
-    for (id, e) in pages {
-        if !ring.push(id, e) {
-            ring.compact(|i, s| live(inner, i, s));
-            // Live entries never outnumber the staging frames, half the ring.
-            assert!(ring.push(id, e), "staged ring full of live entries");
-        }
-    }
+    inner.backing.staged.lock().enqueue(&inner.states, pages);
 }

@@ -3,7 +3,6 @@
 //! thread while the program uses the window before (the kernel's
 //! asynchronous readahead).
 
-use crate::io::BackendKind;
 use crate::pager::evict::folio;
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::page::{Kind, PageClaim, PageWord};
@@ -190,10 +189,7 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         let this_device = e.map_or(0, |e| e.device());
         let this_dirty = match e {
             None => write,
-            Some(e) => {
-                let dev = &inner.backing.devices[e.device() as usize];
-                dev.kind() == BackendKind::Ram || dev.frees_on_swapin(e.offset())
-            }
+            Some(e) => inner.backing.devices[e.device() as usize].read_ahead_dirty(e.offset()),
         };
         if n > 0 && (this_never != never || this_dirty != dirty || this_device != device) {
             break;
@@ -210,7 +206,7 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         return 0;
     }
     // Pages let go by a compressed device come in sealed (see serve).
-    let sealed = !never && dirty && inner.backing.devices[device as usize].kind() == BackendKind::Compressed;
+    let sealed = !never && dirty && inner.backing.devices[device as usize].lets_copies_go();
     // Neighbouring bounce frames for a swapped run (as many as there
     // are: the run shrinks to fit), read with one IO where its slots are
     // neighbours too; a never-written run copies from the zero pages.

@@ -18,7 +18,6 @@
 //! in that stops part way is finished by copying: a resident unit is
 //! always all there.  How units go out is in `reclaim.rs`.
 
-use crate::io::BackendKind;
 use crate::pager::evict::folio;
 use crate::pager::evict::reclaim;
 use crate::pager::fault::readahead::read_ahead;
@@ -161,7 +160,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
     };
     let mut bounce = inner.frames.bounce.hold_waiting();
     let buf = bounce.bytes();
-    let from_file = inner.backing.devices[e.device() as usize].kind() == BackendKind::File;
+    let from_file = inner.backing.devices[e.device() as usize].waits_on_disk();
     let read = folio::read(inner, |_| e, buf).map_err(|failed| failed.err);
     match read {
         Ok(()) => {

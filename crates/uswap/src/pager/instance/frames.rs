@@ -173,12 +173,12 @@ impl FramePool {
         free.set(f, true);
     }
 
-    /// Drop the contents of `frames` (at most 64) in one system call.
     /// In a forked child: discards act on this process (`Discarder`).
     pub fn reopen_here(&self) {
         self.discarder.reopen_here();
     }
 
+    /// Drop the contents of `frames` (at most 64) in one system call.
     pub fn discard_batch(&self, frames: &[u32]) {
         debug_assert!(frames.len() <= DISCARD_BATCH);
         let frames = &frames[..frames.len().min(DISCARD_BATCH)];

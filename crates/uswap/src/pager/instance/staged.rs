@@ -2,6 +2,7 @@
 //! frames, waiting, oldest first, for writeback to write them to their
 //! slots.
 
+use crate::pager::instance::page::{Kind, PageState};
 use crate::swap_cache::PageHandle;
 use crate::swap_space::SwapEntry;
 use std::collections::VecDeque;
@@ -27,14 +28,6 @@ impl StagedRing {
         }
     }
 
-    pub fn push(&mut self, id: u32, slot: SwapEntry) -> bool {
-        if self.ids.len() == self.cap {
-            return false;
-        }
-        self.ids.push_back((id, slot.raw()));
-        true
-    }
-
     pub fn pop(&mut self) -> Option<(u32, u64)> {
         self.ids.pop_front()
     }
@@ -58,10 +51,33 @@ impl StagedRing {
         n
     }
 
-    /// Keep only the entries `live` accepts, in order.
-    pub fn compact(&mut self, live: impl Fn(u32, u64) -> bool) {
-        self.ids.retain(|&(id, slot)| live(id, slot));
+    /// Put staged pages on the ring, in order (their states say staged
+    /// already, so each entry is live when anyone can pop it).  A full
+    /// ring is compacted first: live entries never outnumber the staging
+    /// frames, half the ring.
+    pub fn enqueue(&mut self, states: &[PageState], pages: impl Iterator<Item = (u32, SwapEntry)>) {
+        for (id, e) in pages {
+            if !self.push(id, e) {
+                self.ids.retain(|&(id, slot)| live(states, id, slot));
+                assert!(self.push(id, e), "staged ring full of live entries");
+            }
+        }
     }
+
+    fn push(&mut self, id: u32, slot: SwapEntry) -> bool {
+        if self.ids.len() == self.cap {
+            return false;
+        }
+        self.ids.push_back((id, slot.raw()));
+        true
+    }
+}
+
+/// Whether `(id, slot)` is a live ring entry: page `id` is staged to
+/// that slot (not touched and moved back since, nor its region gone).
+pub(crate) fn live(states: &[PageState], id: u32, slot: u64) -> bool {
+    let w = states[id as usize].load();
+    w.is(Kind::Staged) && w.slot().map(|e| e.raw()) == Some(slot)
 }
 
 /// The swap cache's handle for a page staged in frame `f`: the frame plus

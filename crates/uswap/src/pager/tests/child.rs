@@ -46,7 +46,7 @@ pub fn scenario() -> Option<String> {
     std::env::var(SCENARIO).ok()
 }
 
-/// Run test `test` (its full path, e.g. `pager::tests::defects::x`) in a
+/// Run test `test` (its full path, e.g. `pager::tests::signals::x`) in a
 /// child with scenario `arg`; kill it after `timeout`.
 pub fn run(test: &str, arg: &str, timeout: Duration) -> Outcome {
     run_as(test, arg, timeout, None)

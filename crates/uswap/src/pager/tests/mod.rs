@@ -11,9 +11,13 @@ use support::*;
 
 mod child;
 mod compressed;
-mod defects;
 mod encrypted;
+mod fork;
 mod injected;
+mod limits;
+mod memory;
+mod races;
+mod signals;
 mod soak;
 mod support;
 

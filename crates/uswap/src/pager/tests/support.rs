@@ -3,6 +3,8 @@
 //! device or a swap file, each in either fault mode), and the check that
 //! a dropped region gave everything back.
 
+use std::os::fd::AsRawFd;
+
 use super::*;
 
 pub(super) fn fill_byte(page: usize, at: usize, seed: u64) -> u8 {
@@ -158,4 +160,104 @@ pub(super) fn swap_64m(budget: u64, file: Option<&tempfile::TempDir>, mode: Faul
         .fault_mode(mode)
         .build()
         .unwrap()
+}
+
+// What the scenario tests (memory, fork, signals, races, limits) share.
+
+/// The byte every page `p` of these tests holds at offset `at`.
+pub(super) fn pattern(p: usize, at: usize) -> u8 {
+    (p as u8).wrapping_mul(31) ^ (at as u8) ^ 0x5a
+}
+
+/// Write `pattern` over pages `pages` of the region at `base`, a word at a
+/// time through raw pointers (threads share regions in these tests).
+pub(super) fn write_pages(base: *mut u8, pages: std::ops::Range<usize>) {
+    for p in pages {
+        for at in (0..PAGE_SIZE).step_by(512) {
+            // SAFETY: inside a live region the caller owns.
+            unsafe { std::ptr::write_volatile(base.add(p * PAGE_SIZE + at), pattern(p, at)) };
+        }
+    }
+}
+
+/// The first page in `pages` whose bytes differ from `pattern`.
+pub(super) fn check_pages(base: *const u8, pages: std::ops::Range<usize>) -> Option<(usize, usize, u8)> {
+    for p in pages {
+        for at in (0..PAGE_SIZE).step_by(512) {
+            // SAFETY: inside a live region the caller owns.
+            let v = unsafe { std::ptr::read_volatile(base.add(p * PAGE_SIZE + at)) };
+            if v != pattern(p, at) {
+                return Some((p, at, v));
+            }
+        }
+    }
+    None
+}
+
+pub(super) fn both_modes() -> [FaultMode; 2] {
+    [FaultMode::Sigbus, FaultMode::HandlerThread]
+}
+
+pub(super) fn mode_name(m: FaultMode) -> &'static str {
+    match m {
+        FaultMode::Sigbus => "sigbus",
+        FaultMode::HandlerThread => "handler",
+    }
+}
+
+pub(super) fn mode_from(s: &str) -> FaultMode {
+    if s.contains("handler") {
+        FaultMode::HandlerThread
+    } else {
+        FaultMode::Sigbus
+    }
+}
+
+pub(super) fn madvise(addr: *mut u8, len: usize, advice: i32) {
+    // SAFETY: advice on memory of a region the test owns.
+    let rc = unsafe { libc::madvise(addr.cast(), len, advice) };
+    assert_eq!(rc, 0, "madvise {advice}: {}", std::io::Error::last_os_error());
+}
+
+/// A file of one page of `byte`, for reads into pinned buffers.
+pub(super) fn page_file(dir: &tempfile::TempDir, byte: u8) -> std::fs::File {
+    let path = dir.path().join("page");
+    std::fs::write(&path, vec![byte; PAGE_SIZE]).unwrap();
+    std::fs::File::open(path).unwrap()
+}
+
+/// Pin the page at `addr` the way a program doing DMA does: register it
+/// as an io_uring fixed buffer (a long-term `FOLL_PIN`).  The page is
+/// written just before, so it is present and writable; if the reclaimer
+/// takes it in between, try again.
+pub(super) fn pin_page(ring: &io_uring::IoUring, addr: *mut u8) {
+    for _ in 0..1000 {
+        // SAFETY: a byte of a live region page the caller owns.
+        unsafe { std::ptr::write_volatile(addr, std::ptr::read_volatile(addr)) };
+        let iov = libc::iovec {
+            iov_base: addr.cast(),
+            iov_len: PAGE_SIZE,
+        };
+        // SAFETY: the buffer stays mapped until it is unregistered.
+        match unsafe { ring.submitter().register_buffers(&[iov]) } {
+            Ok(()) => return,
+            Err(e) if e.raw_os_error() == Some(libc::EFAULT) => continue,
+            Err(e) => panic!("register_buffers: {e}"),
+        }
+    }
+    panic!("could not pin the page");
+}
+
+/// Read one page of `file` into fixed buffer 0 (at `addr`), as a device
+/// would by DMA: the kernel writes the pinned page, whatever maps it now.
+pub(super) fn read_fixed(ring: &mut io_uring::IoUring, file: &std::fs::File, addr: *mut u8) {
+    let e =
+        io_uring::opcode::ReadFixed::new(io_uring::types::Fd(file.as_raw_fd()), addr, PAGE_SIZE as u32, 0)
+            .offset(0)
+            .build();
+    // SAFETY: the buffer is registered and outlives the operation.
+    unsafe { ring.submission().push(&e).unwrap() };
+    ring.submit_and_wait(1).unwrap();
+    let cqe = ring.completion().next().unwrap();
+    assert_eq!(cqe.result(), PAGE_SIZE as i32, "READ_FIXED");
 }

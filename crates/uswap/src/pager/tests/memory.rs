@@ -1,0 +1,406 @@
+//! What a program does to its own paged memory: pins it for DMA, maps
+//! over part of a 2 MB unit, discards it (`MADV_DONTNEED`), locks or
+//! protects it, maps something else where a dropped region was; each made
+//! to happen, in both fault modes where both apply.
+//!
+//! Scenarios that died, hung or deadlocked before their fix run in a
+//! child process under a watchdog (`child.rs`), so that a regression fails
+//! its test with the child's output instead of taking the suite down.
+
+use std::time::Duration;
+
+use super::child;
+use super::support::*;
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+// A pinned page must stay resident: the pin holder writes the page
+// itself, and a copy taken for swap would go stale.
+
+#[test]
+fn pinned_pages_stay_resident() {
+    for mode in both_modes() {
+        let swap = ram_swap(MIB, 32 * MIB, mode);
+        let mut region = swap.map((8 * MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr();
+        let pages = region.len() / PAGE_SIZE;
+        write_pages(base, 0..pages);
+        let mut ring = io_uring::IoUring::new(4).unwrap();
+        pin_page(&ring, base);
+        // Stream over the rest three times: page 0, never touched again,
+        // comes up for eviction.
+        for _ in 0..3 {
+            write_pages(base, 1..pages);
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = page_file(&dir, 0x5b);
+        read_fixed(&mut ring, &file, base);
+        ring.submitter().unregister_buffers().unwrap();
+        let st = swap.stats();
+        // SAFETY: page 0 of the region.
+        let page0 = unsafe { std::slice::from_raw_parts(base, PAGE_SIZE) };
+        assert!(
+            page0.iter().all(|&b| b == 0x5b),
+            "{mode:?}: the data the pin holder wrote is lost: page 0 reads {:#x} ({:?})",
+            page0[0],
+            st.counters
+        );
+        assert!(st.counters.unevictable > 0, "{mode:?}: {:?}", st.counters);
+        assert_eq!(check_pages(base, 1..pages), None, "{mode:?}");
+        drop(region);
+        assert_all_returned(&swap, mode_name(mode));
+    }
+}
+
+// A unit that `UFFDIO_MOVE` moves only part of (a hole, a pinned page).
+
+fn unit_scenario(arg: &str) {
+    let mode = mode_from(arg);
+    let dir = tempfile::tempdir().unwrap();
+    let device = if arg.contains("file") {
+        SwapDeviceSpec::file(FileOptions::new(
+            dir.path().join("swap"),
+            64 * MIB / PAGE_SIZE as u64,
+        ))
+    } else {
+        SwapDeviceSpec::ram(64 * MIB)
+    };
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(device)
+        .fault_mode(mode)
+        .build()
+        .unwrap();
+    let mut region = swap.map_huge(16 * MIB as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    madvise(base, region.len(), libc::MADV_NOHUGEPAGE);
+    write_pages(base, 0..512);
+    let mut ring = io_uring::IoUring::new(4).unwrap();
+    let odd = if arg.contains("pin") {
+        // SAFETY: page 7 of unit 0.
+        pin_page(&ring, unsafe { base.add(7 * PAGE_SIZE) });
+        7
+    } else {
+        // SAFETY: page 5 of unit 0.
+        madvise(unsafe { base.add(5 * PAGE_SIZE) }, PAGE_SIZE, libc::MADV_DONTNEED);
+        5
+    };
+    // Fill the other units twice: unit 0 comes up for eviction.
+    for _ in 0..2 {
+        write_pages(base, 512..pages);
+    }
+    eprintln!("filled");
+    // SAFETY: page `odd` of unit 0.
+    let odd_page = unsafe { base.add(odd * PAGE_SIZE) };
+    if arg.contains("pin") {
+        let file = page_file(&dir, 0x5b);
+        read_fixed(&mut ring, &file, odd_page);
+        ring.submitter().unregister_buffers().unwrap();
+    }
+    // SAFETY: one page of unit 0.
+    let odd_bytes = unsafe { std::slice::from_raw_parts(odd_page, PAGE_SIZE) };
+    let want = if arg.contains("pin") { 0x5b } else { 0 };
+    assert!(
+        odd_bytes.iter().all(|&b| b == want),
+        "page {odd} reads {:#x}",
+        odd_bytes[0]
+    );
+    assert_eq!(check_pages(base, 0..odd), None);
+    assert_eq!(check_pages(base, odd + 1..pages), None);
+    let st = swap.stats();
+    eprintln!("{:?}", st.counters);
+    assert!(st.counters.huge_swapouts > 4, "{:?}", st.counters);
+    drop(region);
+    assert_all_returned(&swap, arg);
+}
+
+#[test]
+fn units_with_a_hole_or_a_pin_are_handled() {
+    if let Some(arg) = child::scenario() {
+        unit_scenario(&arg);
+        child::exit(0);
+    }
+    for mode in both_modes() {
+        for case in ["hole-ram", "hole-file", "pin-ram"] {
+            let arg = format!("{case}-{}", mode_name(mode));
+            let out = child::run(
+                "pager::tests::memory::units_with_a_hole_or_a_pin_are_handled",
+                &arg,
+                Duration::from_secs(60),
+            );
+            assert!(out.code == Some(0), "{arg}: {out:?}");
+        }
+    }
+}
+
+// The program's own MADV_DONTNEED on a resident page: the page reads
+// as zeros, as a fresh anonymous page would, instead of faulting
+// forever.
+
+fn dontneed_scenario(mode: FaultMode) {
+    let swap = ram_swap(MIB, 16 * MIB, mode);
+    let mut region = swap.map((4 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    // Page 0: written (dirty), then discarded by the program.
+    write_pages(base, 0..1);
+    madvise(base, PAGE_SIZE, libc::MADV_DONTNEED);
+    eprintln!("reading a discarded dirty page");
+    // SAFETY: page 0 of the region.
+    assert_eq!(unsafe { std::ptr::read_volatile(base) }, 0);
+    // Page 1: swapped out, read back clean (it keeps its slot), then
+    // discarded.
+    write_pages(base, 1..pages);
+    assert_eq!(check_pages(base, 1..2), None);
+    // SAFETY: page 1 of the region.
+    let p1 = unsafe { base.add(PAGE_SIZE) };
+    madvise(p1, PAGE_SIZE, libc::MADV_DONTNEED);
+    eprintln!("reading a discarded clean page");
+    // SAFETY: page 1 of the region.
+    assert_eq!(unsafe { std::ptr::read_volatile(p1.add(100)) }, 0);
+    // Discarded again and written: a write fault on a hole.
+    madvise(p1, PAGE_SIZE, libc::MADV_DONTNEED);
+    // SAFETY: page 1 of the region.
+    unsafe { std::ptr::write_volatile(p1.add(8), 0x11) };
+    // SAFETY: as above.
+    assert_eq!(unsafe { std::ptr::read_volatile(p1.add(8)) }, 0x11);
+    // Discarded pages the reclaimer meets later are dropped, not written.
+    // Only a resident page's discard can be seen (uswap does not see the
+    // madvise itself): a page resident and unclaimed before and after its
+    // madvise was in place throughout (the reclaimer moves a page out only
+    // under its claim, and commits it STAGED, never back to RESIDENT), so
+    // the madvise dropped it.  A claimed page may be on its way out
+    // already: its contents safe in a staging frame, not discarded.
+    let settled = |p: usize| {
+        let w = region.inner.states[region.id_base as usize + p].load();
+        w.is(Kind::Resident) && !w.is_busy()
+    };
+    let discarded_before = swap.stats().counters.discarded;
+    let mut gone = Vec::new();
+    for p in 2..pages {
+        if settled(p) {
+            // SAFETY: page p of the region.
+            madvise(unsafe { base.add(p * PAGE_SIZE) }, PAGE_SIZE, libc::MADV_DONTNEED);
+            if settled(p) {
+                gone.push(p);
+            }
+        }
+    }
+    assert!(gone.len() >= 32, "only {} resident pages to discard", gone.len());
+    // Push them all out, then read them back.
+    for p in 2..pages {
+        if gone.binary_search(&p).is_err() {
+            write_pages(base, p..p + 1);
+        }
+    }
+    for &p in &gone {
+        // SAFETY: page p of the region.
+        let page = unsafe { std::slice::from_raw_parts(base.add(p * PAGE_SIZE), PAGE_SIZE) };
+        assert!(page.iter().all(|&b| b == 0), "discarded page {p} is not zeros");
+    }
+    let discarded = swap.stats().counters.discarded - discarded_before;
+    assert!(
+        discarded >= gone.len() as u64,
+        "{discarded} of {} discards counted",
+        gone.len()
+    );
+    drop(region);
+    assert_all_returned(&swap, mode_name(mode));
+}
+
+#[test]
+fn discarded_resident_pages_read_as_zeros() {
+    if let Some(arg) = child::scenario() {
+        dontneed_scenario(mode_from(&arg));
+        child::exit(0);
+    }
+    for mode in both_modes() {
+        let out = child::run(
+            "pager::tests::memory::discarded_resident_pages_read_as_zeros",
+            mode_name(mode),
+            Duration::from_secs(30),
+        );
+        assert!(out.code == Some(0), "{mode:?}: {out:?}");
+    }
+}
+
+/// A page whose region the program unmapped and replaced: dropping the
+/// region leaves the new mapping alone.  No background reclaimer: uswap
+/// does not see the munmap (UFFD_EVENT_UNMAP is issue 11's), so a
+/// reclaimer evicting the old region's pages meanwhile would move the new
+/// mapping's pages out from under the program; that is not what this
+/// test is about.
+#[test]
+fn region_drop_spares_what_the_program_mapped_there() {
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(SwapDeviceSpec::ram(16 * MIB))
+        .background_reclaim(false)
+        .build()
+        .unwrap();
+    let mut region = swap.map((4 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let len = region.len();
+    write_pages(base, 0..1024);
+    // SAFETY: the program unmaps region memory and maps its own there,
+    // which is what this test is about.
+    let p = unsafe {
+        assert_eq!(libc::munmap(base.cast(), len), 0);
+        libc::mmap(
+            base.cast(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+            -1,
+            0,
+        )
+    };
+    assert_eq!(p, base.cast(), "{}", std::io::Error::last_os_error());
+    // SAFETY: our own new mapping.
+    unsafe { std::ptr::write_bytes(base, 0x33, len) };
+    drop(region);
+    let mut v = vec![0u8; len / PAGE_SIZE];
+    // SAFETY: mincore only reports, or fails with ENOMEM if unmapped.
+    let rc = unsafe { libc::mincore(base.cast(), len, v.as_mut_ptr()) };
+    assert_eq!(rc, 0, "the program's mapping was unmapped by Region::drop");
+    // SAFETY: still our own mapping.
+    let bytes = unsafe { std::slice::from_raw_parts(base, len) };
+    assert!(bytes.iter().all(|&b| b == 0x33));
+    // SAFETY: ours to unmap.
+    unsafe { libc::munmap(base.cast(), len) };
+    swap.swap_space().drain_slot_caches();
+    assert_eq!(swap.free_slots(), swap.total_slots());
+}
+
+/// The program's own mprotect or mlock on region memory: those pages stay
+/// resident, counted and reported once, and eviction goes on around them.
+#[test]
+fn locked_and_read_only_pages_are_unevictable() {
+    if let Some(arg) = child::scenario() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(SwapDeviceSpec::ram(32 * MIB))
+            .fault_mode(mode_from(&arg))
+            .build()
+            .unwrap();
+        let mut region = swap.map((8 * MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr();
+        let pages = region.len() / PAGE_SIZE;
+        write_pages(base, 0..64);
+        // SAFETY: the program's own calls on its region, as under test.
+        unsafe {
+            assert_eq!(libc::mlock(base.cast(), 32 * PAGE_SIZE), 0);
+            assert_eq!(
+                libc::mprotect(base.add(32 * PAGE_SIZE).cast(), 32 * PAGE_SIZE, libc::PROT_READ),
+                0
+            );
+        }
+        let before = swap.stats().counters.evictions;
+        for _ in 0..3 {
+            write_pages(base, 64..pages);
+        }
+        let st = swap.stats();
+        assert!(
+            st.counters.evictions - before > 2000,
+            "eviction goes on: {:?}",
+            st.counters
+        );
+        assert!(st.counters.unevictable >= 64, "{:?}", st.counters);
+        assert_eq!(check_pages(base, 0..pages), None);
+        // SAFETY: undo them before the region goes.
+        unsafe {
+            libc::munlock(base.cast(), 32 * PAGE_SIZE);
+            libc::mprotect(
+                base.add(32 * PAGE_SIZE).cast(),
+                32 * PAGE_SIZE,
+                libc::PROT_READ | libc::PROT_WRITE,
+            );
+        }
+        drop(region);
+        assert_all_returned(&swap, &arg);
+        child::exit(0);
+    }
+    for mode in both_modes() {
+        let out = child::run(
+            "pager::tests::memory::locked_and_read_only_pages_are_unevictable",
+            mode_name(mode),
+            Duration::from_secs(60),
+        );
+        assert!(out.code == Some(0), "{mode:?}: {out:?}");
+        let lines = out
+            .stderr
+            .lines()
+            .filter(|l| l.contains("cannot be evicted"))
+            .count();
+        assert_eq!(lines, 1, "{mode:?}: reported once: {out:?}");
+    }
+}
+
+// Batched eviction (issue 10): clean pages dropped in place, dirty
+// neighbours moved as runs.
+
+/// A clean page (read back, write-protected) that the program discards
+/// itself must read as zeros after the reclaimer drops it in a batch, not
+/// as its slot's old copy; its neighbours keep their data.  (Only pages
+/// still resident when the program discards them: uswap does not see a
+/// discard of a page it has evicted already, as it does not see munmap;
+/// no background reclaimer, so nothing is evicted between the look and
+/// the discard.)
+#[test]
+fn discarded_clean_pages_read_as_zeros_after_batched_eviction() {
+    for mode in both_modes() {
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(SwapDeviceSpec::ram(32 * MIB))
+            .fault_mode(mode)
+            // Pages read back come in clean, one per fault.
+            .readahead(false)
+            .background_reclaim(false)
+            .build()
+            .unwrap();
+        let mut region = swap.map((4 * MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr();
+        let pages = region.len() / PAGE_SIZE;
+        write_pages(base, 0..pages);
+        // Read the first 128 back: clean, each with its slot.
+        assert_eq!(check_pages(base, 0..128), None, "{mode:?}");
+        let mut gone = [false; 128];
+        for p in (0..128).step_by(2) {
+            // SAFETY: page p of the region.
+            let page = unsafe { base.add(p * PAGE_SIZE) };
+            if crate::sys::page_mapped(page as u64) {
+                madvise(page, PAGE_SIZE, libc::MADV_DONTNEED);
+                gone[p] = true;
+            }
+        }
+        let discards = gone.iter().filter(|&&g| g).count() as u64;
+        assert!(
+            discards >= 32,
+            "{mode:?}: only {discards} of pages 0..128 stayed resident"
+        );
+        for _ in 0..2 {
+            write_pages(base, 256..pages);
+        }
+        let st = swap.stats();
+        for (p, &gone) in gone.iter().enumerate() {
+            if gone {
+                // SAFETY: page p of the region.
+                let page = unsafe { std::slice::from_raw_parts(base.add(p * PAGE_SIZE), PAGE_SIZE) };
+                assert!(
+                    page.iter().all(|&b| b == 0),
+                    "{mode:?}: discarded page {p} reads old data ({:?})",
+                    st.counters
+                );
+            } else {
+                assert_eq!(check_pages(base, p..p + 1), None, "{mode:?}");
+            }
+        }
+        assert!(st.counters.discarded >= discards, "{mode:?}: {:?}", st.counters);
+        assert!(st.counters.evict_clean >= 32, "{mode:?}: {:?}", st.counters);
+        assert_eq!(check_pages(base, 256..pages), None, "{mode:?}");
+        drop(region);
+        assert_all_returned(&swap, mode_name(mode));
+    }
+}

@@ -1,0 +1,197 @@
+//! Races: read faults on the same pages, a real-time thread waiting on a
+//! claim a normal thread holds, writers against batched eviction.
+//!
+//! Scenarios that died, hung or deadlocked before their fix run in a
+//! child process under a watchdog (`child.rs`), so that a regression fails
+//! its test with the child's output instead of taking the suite down.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use super::child;
+use super::support::*;
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+// Smaller ones.
+
+/// Many threads read the same swapped pages at once in SIGBUS mode: the
+/// losers of each race find the page installed; none takes it for a write
+/// (which would mark it dirty and free its valid slot).
+#[test]
+fn concurrent_read_faults_leave_pages_clean() {
+    let swap = ram_swap(4 * MIB, 64 * MIB, FaultMode::Sigbus);
+    let mut region = swap.map((16 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr() as usize;
+    write_pages(base as *mut u8, 0..4096);
+    let wp_before = swap.stats().counters.wp_faults;
+    let barrier = std::sync::Barrier::new(8);
+    std::thread::scope(|s| {
+        for _ in 0..8 {
+            let barrier = &barrier;
+            s.spawn(move || {
+                barrier.wait();
+                assert_eq!(check_pages(base as *const u8, 0..512), None);
+            });
+        }
+    });
+    let st = swap.stats();
+    assert_eq!(
+        st.counters.wp_faults - wp_before,
+        0,
+        "reads were taken for writes: {:?}",
+        st.counters
+    );
+    assert!(st.counters.swapins + st.counters.readahead > 100);
+}
+
+// A SCHED_FIFO thread waiting on a claim that a normal thread on the
+// same CPU holds.
+
+fn pin_to_cpu0() {
+    // SAFETY: a local CPU set; affinity of this thread only.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(0, &mut set);
+        assert_eq!(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set), 0);
+    }
+}
+
+/// The scheduler state letter of thread `tid` ('R' running, 'S' asleep).
+fn thread_state(tid: i32) -> char {
+    let stat = std::fs::read_to_string(format!("/proc/self/task/{tid}/stat")).unwrap();
+    // The state follows the parenthesised name, which may hold spaces.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    after.chars().next().unwrap()
+}
+
+/// The waiter sleeps on the claim's futex after a short spin, so the
+/// holder it preempted gets the CPU back; a waiter that spun with
+/// `sched_yield` would keep a SCHED_FIFO thread running and the holder
+/// off its CPU.
+#[test]
+fn a_realtime_waiter_sleeps_on_a_claim() {
+    if child::scenario().is_some() {
+        let swap = ram_swap(4 * MIB, 16 * MIB, FaultMode::Sigbus);
+        let mut region = swap.map((MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr() as usize;
+        let gate = &swap.inner.inject.gate;
+        gate.store(1, Ordering::Release);
+        let waiter_tid = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                pin_to_cpu0();
+                // Faults page 0; stops in the install, claim held.
+                write_pages(base as *mut u8, 0..1);
+            });
+            while gate.load(Ordering::Acquire) != 2 {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            s.spawn(|| {
+                pin_to_cpu0();
+                let param = libc::sched_param { sched_priority: 1 };
+                // SAFETY: this thread's policy.
+                if unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) } != 0 {
+                    eprintln!("cannot run SCHED_FIFO: {}", std::io::Error::last_os_error());
+                    child::exit(5);
+                }
+                // SAFETY: gettid has no preconditions.
+                waiter_tid.store(unsafe { libc::gettid() } as usize, Ordering::Release);
+                // Zeros or the holder's bytes, whichever is there first:
+                // the waiter runs before the holder's write, on this CPU.
+                // SAFETY: page 0 of the live region.
+                std::hint::black_box(unsafe { std::ptr::read_volatile(base as *const u8) });
+            });
+            let tid = loop {
+                match waiter_tid.load(Ordering::Acquire) {
+                    0 => std::thread::sleep(Duration::from_millis(1)),
+                    t => break t as i32,
+                }
+            };
+            // Asleep, several times in a row.
+            let mut asleep = 0;
+            for _ in 0..5000 {
+                if thread_state(tid) == 'S' {
+                    asleep += 1;
+                    if asleep == 20 {
+                        break;
+                    }
+                } else {
+                    asleep = 0;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            eprintln!("waiter seen asleep {asleep} times in a row");
+            gate.store(0, Ordering::Release);
+        });
+        assert_eq!(check_pages(base as *const u8, 0..1), None);
+        drop(region);
+        child::exit(0);
+    }
+    let out = child::run(
+        "pager::tests::races::a_realtime_waiter_sleeps_on_a_claim",
+        "go",
+        Duration::from_secs(60),
+    );
+    if out.code == Some(5) {
+        // Without CAP_SYS_NICE (or an RLIMIT_RTPRIO) there is no SCHED_FIFO
+        // thread to test with: say so, loudly, rather than pass silently.
+        eprintln!("NOT RUN: {}", out.stderr.trim());
+        return;
+    }
+    out.assert_success();
+    assert!(out.stderr.contains("seen asleep 20 times"), "{out:?}");
+}
+
+/// Writers (reading first, so pages come in clean and the write races the
+/// reclaimer's drop) against batched eviction, in both fault modes, with
+/// batches and with one move per page: no write lost, clean pages dropped
+/// in batches, dirty neighbours moved in runs (fewer moves than pages).
+#[test]
+fn writers_racing_batched_eviction_lose_nothing() {
+    for per_page in [false, true] {
+        for mode in both_modes() {
+            let what = format!("{mode:?} per_page_evict={per_page}");
+            let swap = Swap::builder()
+                .budget(MIB)
+                .device(SwapDeviceSpec::ram(32 * MIB))
+                .fault_mode(mode)
+                .per_page_evict(per_page)
+                .build()
+                .unwrap();
+            let mut region = swap.map((4 * MIB) as usize).unwrap();
+            hammer_counters(&mut region, 6, &what);
+            // Two passes of reads: pages come in clean and, the region
+            // being four times the budget, go out clean, dropped in place.
+            for _ in 0..2 {
+                for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+                    assert_eq!(page[..8], 6u64.to_ne_bytes(), "{what}: page {p}");
+                }
+            }
+            // The counters once the region is gone: nothing moves then, so
+            // no eviction lands between reading one counter and another.
+            drop(region);
+            let st = swap.stats();
+            assert!(st.counters.evict_clean > 100, "{what}: {:?}", st.counters);
+            assert!(st.counters.staged > 100, "{what}: {:?}", st.counters);
+            let (moves, staged) = (st.counters.evict_moves, st.counters.staged);
+            if per_page {
+                assert!(moves >= staged, "{what}: a move per page: {:?}", st.counters);
+            } else {
+                assert!(
+                    moves * 2 < staged,
+                    "{what}: runs of neighbours: {:?}",
+                    st.counters
+                );
+                let (writes, pages) = (st.counters.io_writes, st.counters.io_write_pages);
+                assert!(
+                    writes * 2 < pages,
+                    "{what}: runs written with one IO: {:?}",
+                    st.counters
+                );
+            }
+            assert_all_returned(&swap, &what);
+        }
+    }
+}
