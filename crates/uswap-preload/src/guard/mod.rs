@@ -258,7 +258,6 @@ pub(crate) fn program_action(new: Option<&libc::sigaction>, old: Option<&mut lib
 extern "C" fn on_sigsys(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void) {
     // SAFETY: errno is this thread's.
     let errno = unsafe { *libc::__errno_location() };
-    let _scope = uswap::pager::HandlerScope::enter();
     // SAFETY: an SA_SIGINFO handler's siginfo; for SIGSYS, `si_errno` is
     // the filter's data.
     let (code, data) = unsafe { ((*info).si_code, (*info).si_errno) };
@@ -281,6 +280,9 @@ extern "C" fn on_sigsys(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
             g[libc::REG_R9 as usize],
         ];
         let mask = uc.uc_sigmask;
+        // Around the guard's own work only (not the program's handler in
+        // `pass_on`, which may leave by `siglongjmp`).
+        let _scope = uswap::pager::HandlerScope::enter();
         uc.uc_mcontext.gregs[libc::REG_RAX as usize] = serve(nr, args, &mask);
     }
     // SAFETY: as above.

@@ -469,7 +469,6 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // The interrupted code's errno is its own: the calls below may set it.
     // SAFETY: errno is this thread's.
     let errno = unsafe { *libc::__errno_location() };
-    let _scope = signals::HandlerScope::enter();
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::gettid() };
     let inside = handler_bucket(tid);
@@ -485,6 +484,9 @@ extern "C" fn on_sigbus(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     // goes to the program's handler outside it, which may fault again.
     let served = code == libc::BUS_ADRERR && {
         let _inside = gate::enter_as(tid, 0);
+        // Around uswap's own work only: the program's handler (below)
+        // may leave by `siglongjmp`, and would leave the mark behind.
+        let _scope = signals::HandlerScope::enter();
         serve(addr, ctx, tid)
     };
     if !served {
