@@ -23,7 +23,7 @@
 //!
 //! Maps are built with [`ExtentMapBuilder`], which merges adjacent extents as
 //! `add_swap_extent()` does, or from files and devices with
-//! [`io::from_sources`](crate::io::from_sources) (`io/backing.rs`),
+//! [`io::from_sources`](crate::io::from_sources) (`io/backing/`),
 //! which can map a regular file by its physical extents (FIEMAP) so that a
 //! fragmented swap file yields as many extents as it would in the kernel.
 //! uswap always does its IO through the file, never to the raw disk, so the

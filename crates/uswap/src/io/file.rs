@@ -518,7 +518,7 @@ impl IoDevice {
     /// a directory cannot be blocked by a file another user put under the
     /// name one would pick (`uswap run`'s default is its `$TMPDIR`).  An
     /// existing path (a block device, or a file the user keeps and
-    /// preallocated) must be this process's alone (`backing.rs`), a
+    /// preallocated) must be this process's alone (`backing/`), a
     /// regular file or block device of at least `slots * 4096` bytes, and
     /// is used as is: never truncated, never chmodded.  The
     /// extent map is then built through [`from_sources`]'s machinery (one whole

@@ -2,7 +2,7 @@
 //!
 //! From the ground up: `error.rs` (why a device failed, in one line);
 //! `options.rs` (how a device is asked for); `codec.rs`, `crypt.rs` and
-//! `backing.rs` (compression, sealing, the files and block devices a file
+//! `backing/` (compression, sealing, the files and block devices a file
 //! device lives on); `device.rs` (the
 //! [`IoDevice`] every store sits behind, and the [`PageStore`] trait);
 //! the stores, each building its device: `ram.rs`, `file.rs`,
