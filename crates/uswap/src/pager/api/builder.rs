@@ -2,7 +2,7 @@
 //! and `build`, which sets the instance up: the swap space and its
 //! devices, the userfaultfd, the frame pools, the LRU, the threads.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use crate::io::IoDevice;
@@ -16,13 +16,10 @@ use crate::pager::entry::threads;
 use crate::pager::evict::reclaim;
 use crate::pager::instance::addrs;
 use crate::pager::instance::budget::Budget;
-use crate::pager::instance::counters::Counters;
 use crate::pager::instance::frames::{FramePool, Mapping, UnitPool};
 use crate::pager::instance::held;
-#[cfg(test)]
-use crate::pager::instance::inject::Inject;
 use crate::pager::instance::inner as instance;
-use crate::pager::instance::inner::{Backing, Backoff, Frames, Inner, Reports};
+use crate::pager::instance::inner::{Backing, Backoff, Frames, Inner};
 use crate::pager::instance::overrun::Overrun;
 use crate::pager::instance::page;
 use crate::pager::instance::regions;
@@ -412,17 +409,13 @@ impl SwapBuilder {
             },
         )?;
         let prefetch = self.readahead && devices.iter().any(|d| d.waits_on_disk());
-        let inner = Arc::new(Inner {
-            counters: Counters::new(&registry),
+        let inner = Arc::new(Inner::new(instance::Parts {
             uffd,
             lru,
             // Zeroed (NEVER, no address) and committed as ids are used.
             states: table::zeroed(max_pages as usize, "page states")?,
             addrs: addrs::PageAddrs::new(max_pages as usize)?,
             pins: table::zeroed(max_pages as usize, "page pins")?,
-            // SAFETY: getpid has no preconditions.
-            pid: std::sync::atomic::AtomicI32::new(unsafe { libc::getpid() }),
-            threads: StatMutex::new(Vec::new(), registry.lock_site(LockId::THREADS)),
             spawn: instance::Spawn {
                 handlers: if self.mode == FaultMode::HandlerThread {
                     self.handler_threads
@@ -432,15 +425,8 @@ impl SwapBuilder {
                 reclaimer: self.background,
                 watching: self.mode == FaultMode::Sigbus,
             },
-            ids: StatMutex::new(
-                instance::PageIds {
-                    free: vec![(0, max_pages)],
-                    mapped: 0,
-                    max: max_user,
-                    fresh: 0,
-                },
-                registry.lock_site(LockId::PAGE_IDS),
-            ),
+            ids: max_pages,
+            max_mapped: max_user,
             frames: Frames {
                 staging,
                 bounce,
@@ -470,21 +456,14 @@ impl SwapBuilder {
             },
             readahead: self.readahead,
             per_page_evict: self.per_page_evict,
-            discarder: crate::sys::Discarder::new(),
-            prefetch: crate::pager::instance::prefetch::Prefetch::new(prefetch),
-            shutdown: AtomicBool::new(false),
-            users: AtomicUsize::new(1),
-            reports: Reports::default(),
-            forked: AtomicBool::new(false),
+            prefetch,
             member: self.domain.clone(),
-            #[cfg(test)]
-            inject: Inject::default(),
             registry,
-        });
-        inner.counters.levels.budget.set(self.budget / page);
-        inner.registry.label(&crate::stats::Label {
+        }));
+        inner.counters().levels.budget.set(self.budget / page);
+        inner.registry().label(&crate::stats::Label {
             group: self.group,
-            mode: match (self.mode, inner.uffd.user_mode_only()) {
+            mode: match (self.mode, inner.uffd().user_mode_only()) {
                 (FaultMode::HandlerThread, _) => 0,
                 (_, false) => 1,
                 (_, true) => 2,

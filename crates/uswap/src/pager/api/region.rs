@@ -51,7 +51,7 @@ impl Region {
     /// library that serves a program's mappings from a region and gets one
     /// back (`munmap`).  Small-page regions only.
     pub fn restore(&self, offset: usize, bytes: usize) -> Result<(), PagerError> {
-        let huge = self.inner.states[self.id_base as usize].load().is_unit();
+        let huge = self.inner.states()[self.id_base as usize].load().is_unit();
         if huge
             || !offset.is_multiple_of(PAGE_SIZE)
             || !bytes.is_multiple_of(PAGE_SIZE)
@@ -84,7 +84,7 @@ impl Region {
         // filled): its pages are uswap's to keep in or out.
         // SAFETY: unlocks a range of this region; contents unchanged.
         let _ = unsafe { rustix::mm::munlock(addr as *mut _, bytes) };
-        self.inner.uffd.register(
+        self.inner.uffd().register(
             addr,
             bytes as u64,
             RegisterMode {
@@ -105,7 +105,7 @@ impl Region {
     /// In a `map_huge` region, whole 2 MB units only.
     pub fn discard(&self, offset: usize, bytes: usize) -> Result<(), PagerError> {
         let inner = &self.inner;
-        let huge = inner.states[self.id_base as usize].load().is_unit();
+        let huge = inner.states()[self.id_base as usize].load().is_unit();
         let unit = if huge { page::UNIT_BYTES } else { PAGE_SIZE };
         if !offset.is_multiple_of(unit)
             || !bytes.is_multiple_of(unit)
@@ -134,7 +134,7 @@ impl Region {
             let mut claims: [Option<page::PageClaim<'_>>; BATCH] = [const { None }; BATCH];
             for (k, i) in (at..at + n).step_by(step).enumerate() {
                 let id = self.id_base as usize + i;
-                claims[k] = Some(inner.states[id].wait_claim(|| inner.counters.busy_waits.inc()));
+                claims[k] = Some(inner.states()[id].wait_claim(|| inner.counters().busy_waits.inc()));
             }
             let addr = self.map.addr() + (at * PAGE_SIZE) as u64;
             // SAFETY: pages of this region whose claims we hold: their
@@ -161,7 +161,7 @@ impl Region {
                     (Kind::Swapped, true) => inner.free_unit_slots(id, w),
                     (Kind::Resident, false) => resident += 1,
                     (Kind::Staged, false) => {
-                        inner.budget.free_staged();
+                        inner.budget().free_staged();
                         writeback::drop_staged(inner, w);
                     }
                     _ => {}
@@ -176,12 +176,12 @@ impl Region {
                     ngone += 1;
                 }
                 if !w.is(Kind::Never) {
-                    inner.counters.discarded.inc();
+                    inner.counters().discarded.inc();
                 }
                 claim.commit(PageWord::NEVER.unit_if(w.is_unit()));
             }
-            inner.lru.remove_batch(&gone[..ngone]);
-            inner.budget.uncharge(resident);
+            inner.lru().remove_batch(&gone[..ngone]);
+            inner.budget().uncharge(resident);
             at += n;
         }
         Ok(())
@@ -205,7 +205,7 @@ impl Region {
     /// back by a pin.
     pub fn pin(&self, offset: usize, bytes: usize, write: bool) -> Result<Pinned<'_>, PagerError> {
         let inner = &self.inner;
-        let huge = inner.states[self.id_base as usize].load().is_unit();
+        let huge = inner.states()[self.id_base as usize].load().is_unit();
         let end = offset.checked_add(bytes).filter(|&e| e <= self.len() && !huge);
         let Some(end) = end else {
             return Err(PagerError::Range {
@@ -220,12 +220,12 @@ impl Region {
             let id = self.id_base as usize + p;
             let addr = self.as_ptr() as usize + p * PAGE_SIZE;
             loop {
-                inner.pins[id].fetch_add(1, Ordering::Relaxed);
+                inner.pins()[id].fetch_add(1, Ordering::Relaxed);
                 // Pairs with the fence in `Inner::pinned`: an evictor that
                 // claimed the page before this sees the pin, or this sees
                 // its claim (BUSY) and lets go.
                 std::sync::atomic::fence(Ordering::SeqCst);
-                let w = inner.states[id].load();
+                let w = inner.states()[id].load();
                 // Writable for the kernel: dirty, and not sealed (a page
                 // that came back from a compressed device dirty but
                 // write-protected: the kernel's write would fail with
@@ -234,7 +234,7 @@ impl Region {
                 if w.is(Kind::Resident) && !w.is_busy() && (!write || writable) {
                     break;
                 }
-                inner.pins[id].fetch_sub(1, Ordering::Release);
+                inner.pins()[id].fetch_sub(1, Ordering::Release);
                 // SAFETY: a byte of this region, mapped for the region's
                 // life; a volatile read, or a compare-exchange of the byte
                 // with itself, faults the page in as the program's own
@@ -280,12 +280,12 @@ impl Region {
     /// tests of the error paths).
     #[doc(hidden)]
     pub fn slot_of(&self, index: usize) -> Option<crate::swap_space::SwapEntry> {
-        self.inner.states[self.id_base as usize + index].load().slot()
+        self.inner.states()[self.id_base as usize + index].load().slot()
     }
 
     /// Whether page `index` is resident.
     pub fn is_resident(&self, index: usize) -> bool {
-        self.inner.states[self.id_base as usize + index]
+        self.inner.states()[self.id_base as usize + index]
             .load()
             .is(Kind::Resident)
     }
@@ -293,7 +293,7 @@ impl Region {
     /// Whether page `index` is soft-evicted: in the swap cache, not yet
     /// written back (a touch costs no IO).
     pub fn is_staged(&self, index: usize) -> bool {
-        self.inner.states[self.id_base as usize + index]
+        self.inner.states()[self.id_base as usize + index]
             .load()
             .is(Kind::Staged)
     }
@@ -310,7 +310,7 @@ pub struct Pinned<'a> {
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
         for p in self.first..self.last {
-            self.region.inner.pins[self.region.id_base as usize + p].fetch_sub(1, Ordering::Release);
+            self.region.inner.pins()[self.region.id_base as usize + p].fetch_sub(1, Ordering::Release);
         }
     }
 }
@@ -340,13 +340,13 @@ impl Drop for Region {
         let mut ngone = 0;
         for i in 0..self.pages {
             let id = self.id_base as usize + i;
-            let claim = inner.states[id].wait_claim(|| inner.counters.busy_waits.inc());
+            let claim = inner.states()[id].wait_claim(|| inner.counters().busy_waits.inc());
             let w = claim.found();
             claim.commit(PageWord::of(Kind::Dead));
             gone[ngone] = id as u32;
             ngone += 1;
             if ngone == gone.len() {
-                inner.lru.remove_batch(&gone);
+                inner.lru().remove_batch(&gone);
                 ngone = 0;
             }
             if w.is_unit() {
@@ -360,7 +360,7 @@ impl Drop for Region {
             match w.kind() {
                 Kind::Resident => resident += 1,
                 Kind::Staged => {
-                    inner.budget.free_staged();
+                    inner.budget().free_staged();
                     writeback::drop_staged(inner, w);
                 }
                 _ => {}
@@ -369,14 +369,14 @@ impl Drop for Region {
                 inner.free_slot(e);
             }
         }
-        inner.addrs.clear(self.id_base, self.pages);
-        inner.lru.remove_batch(&gone[..ngone]);
-        inner.budget.uncharge(resident);
+        inner.addrs().clear(self.id_base, self.pages);
+        inner.lru().remove_batch(&gone[..ngone]);
+        inner.budget().uncharge(resident);
         if !self.still_mapped_here() {
             // The program unmapped (part of) the region and something else
             // sits in its range now: that is not ours to unmap.
             report::once(
-                &inner.reports.not_ours,
+                &inner.reports().not_ours,
                 format_args!(
                     "uswap: the region at {:#x} was unmapped or replaced by the program before it was dropped; uswap leaves that address range alone",
                     self.map.addr()
@@ -406,7 +406,7 @@ impl Region {
         if regions::overlaps_a_region(addr, len) {
             return false;
         }
-        self.inner.uffd.writeprotect(addr, len, true, false).is_ok()
+        self.inner.uffd().writeprotect(addr, len, true, false).is_ok()
     }
 }
 

@@ -1,7 +1,6 @@
 //! [`Swap`]: one instance, the handle a user holds: it maps regions,
 //! reports statistics, and changes the budget at run time.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::pager::api::error::PagerError;
@@ -56,7 +55,7 @@ impl Swap {
         let inner = &self.inner;
         if !inner.same_process() {
             return Err(PagerError::Forked {
-                owner: inner.pid.load(Ordering::Relaxed),
+                owner: inner.owner(),
                 // SAFETY: getpid has no preconditions.
                 pid: unsafe { libc::getpid() },
             });
@@ -65,12 +64,12 @@ impl Swap {
             return Err(PagerError::Config("cannot map an empty region".into()));
         }
         let _inside = gate::enter(0);
-        if huge && inner.budget.limit() < 2 * page::UNIT_PAGES {
+        if huge && inner.budget().limit() < 2 * page::UNIT_PAGES {
             // One unit being filled and one to evict: with less, a unit
             // would be evicted while it is being written, again and again.
             return Err(PagerError::Config(format!(
                 "a budget of {} bytes is too small for 2 MB units: map_huge needs at least two units ({} bytes) of budget (one more for each further thread filling units at once keeps faults from overrunning it); raise the budget or use map",
-                inner.budget.limit() * PAGE_SIZE,
+                inner.budget().limit() * PAGE_SIZE,
                 2 * page::UNIT_BYTES
             )));
         }
@@ -88,31 +87,9 @@ impl Swap {
         let _blocked = signals::SignalsBlocked::asynchronous();
         // Whole chunks of ids (addrs.rs): a region's first id starts one.
         let ids = pages.next_multiple_of(addrs::CHUNK);
-        let id_base = {
-            let mut guard = inner.ids.lock();
-            let (mapped, max) = (guard.mapped, guard.max);
-            let free_ids = &mut guard.free;
-            let at = free_ids.iter().position(|r| r.1 as usize >= ids);
-            let Some(i) = at.filter(|_| mapped + pages <= max) else {
-                return Err(PagerError::TooManyPages {
-                    pages,
-                    max,
-                    free: max - mapped,
-                });
-            };
-            let start = free_ids[i].0;
-            free_ids[i].0 += ids as u32;
-            free_ids[i].1 -= ids as u32;
-            if free_ids[i].1 == 0 {
-                free_ids.remove(i);
-            }
-            guard.mapped += pages;
-            // Ids at or past `fresh` read NEVER already.
-            let fresh = guard.fresh.max(start);
-            guard.fresh = guard.fresh.max(start + ids as u32);
-            (start, fresh)
-        };
-        let (id_base, fresh) = id_base;
+        let (id_base, fresh) = inner
+            .take_ids(pages, ids)
+            .map_err(|(max, free)| PagerError::TooManyPages { pages, max, free })?;
         let align = if huge { page::UNIT_BYTES } else { PAGE_SIZE };
         let map = match at.map_or_else(
             || Mapping::new(pages * PAGE_SIZE, align),
@@ -142,7 +119,7 @@ impl Swap {
             } else {
                 PageWord::NEVER
             };
-            let st = &inner.states[id_base as usize + i];
+            let st = &inner.states()[id_base as usize + i];
             // Ids never used before read zero (NEVER) already: not
             // storing it leaves the table's untouched pages uncommitted
             // (8 bytes a page: 135 MiB for the 68 GiB heap of uswap run's
@@ -151,8 +128,8 @@ impl Swap {
                 st.store(fresh);
             }
         }
-        inner.addrs.publish(id_base, pages, map.addr());
-        if let Err(e) = inner.uffd.register(
+        inner.addrs().publish(id_base, pages, map.addr());
+        if let Err(e) = inner.uffd().register(
             map.addr(),
             map.len() as u64,
             RegisterMode {
@@ -170,7 +147,7 @@ impl Swap {
             inner.free_ids(id_base, ids as u32, pages);
             return Err(PagerError::TooManyRegions);
         };
-        inner.users.fetch_add(1, Ordering::Relaxed);
+        inner.add_user();
         Ok(Region {
             inner: inner.clone(),
             map,
@@ -183,7 +160,7 @@ impl Swap {
     /// The instance's counters and lock statistics.
     pub fn stats(&self) -> Stats {
         let _inside = gate::enter(0);
-        self.inner.registry.snapshot()
+        self.inner.registry().snapshot()
     }
 
     /// How this instance serves faults.
@@ -193,13 +170,13 @@ impl Swap {
 
     /// Pages resident now, over all regions.
     pub fn resident_pages(&self) -> usize {
-        self.inner.budget.resident()
+        self.inner.budget().resident()
     }
 
     /// The most pages resident at once, as the background reclaimer saw
     /// it (every pass, at least every millisecond; 0 without one).
     pub fn peak_resident_pages(&self) -> usize {
-        self.inner.budget.peak(self.inner.budget.resident())
+        self.inner.budget().peak(self.inner.budget().resident())
     }
 
     /// Whether faults are served through a userfaultfd for user-mode
@@ -208,12 +185,12 @@ impl Swap {
     /// program: a system call that touches a missing page fails with
     /// `EFAULT` in SIGBUS mode either way.
     pub fn user_mode_only(&self) -> bool {
-        self.inner.uffd.user_mode_only()
+        self.inner.uffd().user_mode_only()
     }
 
     /// The budget in pages.
     pub fn budget_pages(&self) -> usize {
-        self.inner.budget.limit()
+        self.inner.budget().limit()
     }
 
     /// Change the budget to `bytes` while regions are in use: a smaller
@@ -234,17 +211,17 @@ impl Swap {
         // keeps `limit + slack` far from overflowing).
         let pages = usize::try_from(bytes / page)
             .unwrap_or(usize::MAX)
-            .min(self.inner.states.len().max(64));
+            .min(self.inner.states().len().max(64));
         if pages < 2 * page::UNIT_PAGES && regions::has_huge_region(&self.inner) {
             return Err(PagerError::Config(format!(
                 "a budget of {bytes} bytes is too small while 2 MB units are mapped: give at least {} bytes (two units)",
                 2 * page::UNIT_BYTES
             )));
         }
-        self.inner.budget.set(pages);
-        self.inner.counters.levels.budget.set(pages as u64);
+        self.inner.budget().set(pages);
+        self.inner.counters().levels.budget.set(pages as u64);
         self.inner
-            .registry
+            .registry()
             .event(crate::stats::EventKind::BudgetChanged, pages as u64);
         Ok(())
     }
@@ -252,37 +229,37 @@ impl Swap {
     /// The file this instance's statistics are published as, if they are
     /// (`SwapBuilder::publish`).
     pub fn published_path(&self) -> Option<std::path::PathBuf> {
-        self.inner.registry.published_path()
+        self.inner.registry().published_path()
     }
 
     /// Remove the published statistics now (a process about to exit that
     /// will not drop its instance); they are read no more.
     pub fn unpublish(&self) {
-        self.inner.registry.unpublish();
+        self.inner.registry().unpublish();
     }
 
     /// Free slots over all swap devices.
     pub fn free_slots(&self) -> u64 {
-        self.inner.backing.space.nr_free()
+        self.inner.backing().space.nr_free()
     }
 
     /// Usable slots over all swap devices.
     pub fn total_slots(&self) -> u64 {
-        self.inner.backing.space.total_slots()
+        self.inner.backing().space.total_slots()
     }
 
     /// The swap space, for the tests' invariant checks: its `alloc` and
     /// `free` could take a slot from under the pager, so no user gets it.
     #[cfg(test)]
     pub(crate) fn swap_space(&self) -> &SwapSpace {
-        &self.inner.backing.space
+        &self.inner.backing().space
     }
 
     /// Inject a one-shot IO error at slot `offset` of device `device` (for
     /// testing the error paths).
     #[cfg(test)]
     pub fn inject_io_error(&self, device: usize, offset: u64, op: crate::io::IoOp) {
-        self.inner.backing.devices[device].inject_error(offset, op);
+        self.inner.backing().devices[device].inject_error(offset, op);
     }
 
     /// Make every IO of `op` on device `device` fail with `errno` for
@@ -295,7 +272,7 @@ impl Swap {
         errno: i32,
         duration: std::time::Duration,
     ) {
-        self.inner.backing.devices[device].inject_errors_for(op, errno, duration);
+        self.inner.backing().devices[device].inject_errors_for(op, errno, duration);
     }
 }
 
@@ -305,13 +282,13 @@ impl Drop for Swap {
             // A child not adopted (a raw `clone`): the threads are the
             // parent's (a child has only the thread that forked), and so
             // is everything else.
-            std::mem::forget(std::mem::take(&mut *self.inner.threads.lock()));
+            std::mem::forget(std::mem::take(&mut *self.inner.threads().lock()));
             return;
         }
         // While regions live the threads keep serving them (they hold only
         // weak references, upgraded per pass); the last region stops them.
         if self.inner.release_user() {
-            let threads = std::mem::take(&mut *self.inner.threads.lock());
+            let threads = std::mem::take(&mut *self.inner.threads().lock());
             for t in threads {
                 t.join();
             }

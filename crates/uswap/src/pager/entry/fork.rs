@@ -118,11 +118,11 @@ extern "C" fn prepare() {
     }
     for inner in &insts {
         if inner.has_file_device() {
-            let devices = &inner.backing.devices;
+            let devices = &inner.backing().devices;
             inner
-                .backing
+                .backing()
                 .hold
-                .snapshot(&inner.states, |d| devices[d as usize].has_file());
+                .snapshot(inner.states(), |d| devices[d as usize].has_file());
         }
     }
 }
@@ -136,10 +136,10 @@ extern "C" fn parent() {
         // Pages shared with the child are refused by UFFDIO_MOVE (EBUSY)
         // until written again, after the child is gone too: eviction makes
         // them the process's own first (batch.rs, `unshare`).
-        inner.forked.store(true, Ordering::Relaxed);
-        inner.reports.pinned.store(true, Ordering::Relaxed);
+        inner.note_fork();
+        inner.reports().pinned.store(true, Ordering::Relaxed);
         if inner.has_file_device() {
-            inner.backing.hold.activate(r);
+            inner.backing().hold.activate(r);
         }
     }
     for fd in [r, w] {
@@ -168,10 +168,10 @@ extern "C" fn child() {
     }
     for inner in instances() {
         // Statistics of its own, published under its own pid.
-        inner.registry.reopen_here();
-        inner.backing.hold.forget();
-        inner.reports.pinned.store(true, Ordering::Relaxed);
-        if let Some(m) = &inner.member {
+        inner.registry().reopen_here();
+        inner.backing().hold.forget();
+        inner.reports().pinned.store(true, Ordering::Relaxed);
+        if let Some(m) = inner.member() {
             // Its own slot, so that the domain charges it its own memory;
             // without one it keeps its budget as it was.
             let _ = m.rejoin();
@@ -191,19 +191,21 @@ extern "C" fn child() {
 
 /// Take over an inherited instance in a forked child.
 fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
-    // SAFETY: getpid has no preconditions.
-    inner.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
-    inner.uffd.reopen_here().map_err(|e| e.to_string())?;
-    inner.discarder.reopen_here();
-    inner.frames.staging.reopen_here();
-    inner.frames.bounce.reopen_here();
+    inner.serve_this_process();
+    inner.uffd().reopen_here().map_err(|e| e.to_string())?;
+    inner.discarder().reopen_here();
+    inner.frames().staging.reopen_here();
+    inner.frames().bounce.reopen_here();
     let missing = RegisterMode {
         missing: true,
         wp: false,
     };
-    for m in [inner.frames.staging.mapping(), inner.frames.unit_out.mapping()] {
+    for m in [
+        inner.frames().staging.mapping(),
+        inner.frames().unit_out.mapping(),
+    ] {
         inner
-            .uffd
+            .uffd()
             .register(m.addr(), m.len() as u64, missing)
             .map_err(|e| e.to_string())?;
     }
@@ -211,19 +213,19 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
     if closed {
         // Until the child has files of its own, made when it first has
         // pages to swap out (`Inner::open_layers`).
-        inner.backing.closed.store(true, Ordering::Relaxed);
+        inner.backing().closed.store(true, Ordering::Relaxed);
         // Every device hears of the fork (each counts its depth), so no
         // short cut.
         let mut layerable = true;
-        for d in inner.backing.devices.iter().filter(|d| d.has_file()) {
+        for d in inner.backing().devices.iter().filter(|d| d.has_file()) {
             layerable &= d.forked();
         }
-        inner.backing.layerable.store(layerable, Ordering::Relaxed);
-        inner.backing.layers_tried.store(false, Ordering::Relaxed);
+        inner.backing().layerable.store(layerable, Ordering::Relaxed);
+        inner.backing().layers_tried.store(false, Ordering::Relaxed);
     }
     for r in regions::regions_of(inner) {
         inner
-            .uffd
+            .uffd()
             .register(
                 r.base,
                 r.end - r.base,
@@ -238,8 +240,8 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
             for p in (0..pages).step_by(UNIT_PAGES) {
                 let id = r.id_base as usize + p;
                 for q in 0..UNIT_PAGES {
-                    if inner.pins[id + q].load(Ordering::Relaxed) != 0 {
-                        inner.pins[id + q].store(0, Ordering::Relaxed);
+                    if inner.pins()[id + q].load(Ordering::Relaxed) != 0 {
+                        inner.pins()[id + q].store(0, Ordering::Relaxed);
                     }
                 }
                 dirty_if_clean(inner, id, true);
@@ -259,10 +261,10 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
                 // no memory), and a store to every entry would commit
                 // them in every forked child (a shell's pipeline children
                 // held 70 MiB each of it).
-                if inner.pins[id].load(Ordering::Relaxed) != 0 {
-                    inner.pins[id].store(0, Ordering::Relaxed);
+                if inner.pins()[id].load(Ordering::Relaxed) != 0 {
+                    inner.pins()[id].store(0, Ordering::Relaxed);
                 }
-                let st = &inner.states[id];
+                let st = &inner.states()[id];
                 // A sealed page's write protection is not the child's
                 // (fork copies page tables without it): plain dirty here.
                 // A claim a thread of the parent held is no one's here.
@@ -281,7 +283,7 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
                     run = None;
                     let addr = r.base + (first * PAGE_SIZE) as u64;
                     let len = (n * PAGE_SIZE) as u64;
-                    if inner.uffd.writeprotect(addr, len, true, false).is_err() {
+                    if inner.uffd().writeprotect(addr, len, true, false).is_err() {
                         for q in first..first + n {
                             dirty_if_clean(inner, r.id_base as usize + q, false);
                         }
@@ -298,7 +300,7 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
 /// A clean resident page (or unit) of the child becomes dirty and lets
 /// go of its slot: nothing write-protects it any more.
 fn dirty_if_clean(inner: &Inner, id: usize, unit: bool) {
-    let st = &inner.states[id];
+    let st = &inner.states()[id];
     let old = st.load();
     let w = old.unclaimed();
     if !w.is(Kind::Resident) || w.is_dirty() {
@@ -312,7 +314,7 @@ fn dirty_if_clean(inner: &Inner, id: usize, unit: bool) {
             Some(base) if w.is_whole() => inner.free_huge(base),
             _ => {
                 for q in 0..UNIT_PAGES {
-                    let o = &inner.states[id + q];
+                    let o = &inner.states()[id + q];
                     if q > 0 {
                         if let Some(e) = o.load().slot() {
                             inner.free_slot(e);

@@ -90,11 +90,11 @@ pub(crate) fn serve_signal(addr: u64, access: Access, tid: i32) -> bool {
     // has no memory-failure support (CONFIG_MEMORY_FAILURE off, as on this
     // machine kind: BUS_ADRERR instead of BUS_MCEERR_AR).  Its SIGBUS is
     // the program's: serving it would repeat the access forever.
-    if inner.states[id as usize].load().is(Kind::Poisoned) {
+    if inner.states()[id as usize].load().is(Kind::Poisoned) {
         return false;
     }
     let start = crate::sys::monotonic_ns();
-    inner.registry.stall_begin(tid);
+    inner.registry().stall_begin(tid);
     match unit {
         Some(base) => {
             fault::serve_unit(inner, base, id, addr, access);
@@ -103,10 +103,10 @@ pub(crate) fn serve_signal(addr: u64, access: Access, tid: i32) -> bool {
             fault::serve(inner, addr, id, access);
         }
     }
-    inner.registry.stall_end();
+    inner.registry().stall_end();
     let took = crate::sys::monotonic_ns().saturating_sub(start);
-    inner.counters.fault_ns.add(took);
-    inner.registry.fault_latency(took);
+    inner.counters().fault_ns.add(took);
+    inner.registry().fault_latency(took);
     true
 }
 
@@ -455,7 +455,7 @@ fn scan_blocked_threads(inner: &Inner) {
         }
         watched.reported.push(tid);
         inner
-            .registry
+            .registry()
             .event(crate::stats::EventKind::SigbusBlocked, tid as u64);
         report::line(format_args!(
             "uswap: thread {tid} ({name}) blocks SIGBUS: in SIGBUS fault mode its first touch of swapped memory kills the process; unblock SIGBUS in that thread, or build the Swap with FaultMode::HandlerThread"

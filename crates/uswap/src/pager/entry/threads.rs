@@ -30,17 +30,17 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// this again, its parent's threads being absent there: their handles are
 /// forgotten, not joined or detached.
 pub(crate) fn start_threads(inner: &Arc<Inner>) {
-    let mut threads = inner.threads.lock();
+    let mut threads = inner.threads().lock();
     std::mem::forget(std::mem::take(&mut *threads));
     let weak = Arc::downgrade(inner);
-    for _ in 0..inner.spawn.handlers {
+    for _ in 0..inner.spawn().handlers {
         threads.push(spawn_handler(weak.clone()));
     }
-    if inner.prefetch.on {
+    if inner.prefetch().on {
         threads.push(spawn_prefetcher(weak.clone()));
     }
-    if inner.spawn.reclaimer {
-        threads.push(spawn_reclaimer(weak, inner.spawn.watching));
+    if inner.spawn().reclaimer {
+        threads.push(spawn_reclaimer(weak, inner.spawn().watching));
     }
 }
 
@@ -53,11 +53,11 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
         };
         // A poll error (EINTR cannot happen: every signal is blocked here)
         // is taken as "nothing yet"; the loop polls again.
-        let ready = inner.uffd.poll(50).unwrap_or(false);
+        let ready = inner.uffd().poll(50).unwrap_or(false);
         if !ready {
             continue;
         }
-        while let Ok(Some(ev)) = inner.uffd.read_event() {
+        while let Ok(Some(ev)) = inner.uffd().read_event() {
             let crate::uffd::Event::PageFault {
                 address,
                 wp,
@@ -77,7 +77,7 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
             let start = crate::sys::monotonic_ns();
             // The faulting thread waits from its fault to its wake-up; what
             // is seen here is the serving of it (not the kernel's delivery).
-            inner.registry.stall_begin(thread as i32);
+            inner.registry().stall_begin(thread as i32);
             let wake = match lookup(address) {
                 Some(Hit {
                     inner: owner,
@@ -100,14 +100,14 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
                 _ => Some((page_addr, PAGE)),
             };
             let took = crate::sys::monotonic_ns().saturating_sub(start);
-            inner.counters.fault_ns.add(took);
-            inner.registry.fault_latency(took);
+            inner.counters().fault_ns.add(took);
+            inner.registry().fault_latency(took);
             if let Some((at, len)) = wake {
                 // A failed wake means the range is gone (unmapped): the
                 // thread waiting there was woken by the unmap.
-                let _ = inner.uffd.wake(at, len);
+                let _ = inner.uffd().wake(at, len);
             }
-            inner.registry.stall_end();
+            inner.registry().stall_end();
         }
     })
 }
@@ -120,7 +120,7 @@ pub(crate) fn spawn_prefetcher(weak: Weak<Inner>) -> UswapThread {
         let Some(inner) = Inner::upgrade(&weak) else {
             return;
         };
-        if let Some((id, addr, pages, write)) = inner.prefetch.take(Duration::from_millis(100)) {
+        if let Some((id, addr, pages, write)) = inner.prefetch().take(Duration::from_millis(100)) {
             let _inside = gate::enter(0);
             readahead::read_ahead_range(&inner, addr, id, pages, write);
         }
@@ -144,7 +144,7 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
         // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
         // time, said once.
         let mut ring = match Inner::upgrade(&weak) {
-            Some(inner) if inner.backing.devices.iter().any(|d| d.waits_on_disk()) => {
+            Some(inner) if inner.backing().devices.iter().any(|d| d.waits_on_disk()) => {
                 match WriteRing::new() {
                     Ok(r) => Some(r),
                     Err(e) => {
@@ -167,31 +167,31 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                 watches += 1;
                 watch(watches % SCAN_EVERY == 1, &inner);
             }
-            if let Some((slots, units)) = inner.backing.hold.release_if_done() {
+            if let Some((slots, units)) = inner.backing().hold.release_if_done() {
                 slots.into_iter().for_each(|e| inner.free_slot(e));
                 units.into_iter().for_each(|e| inner.free_huge(e));
             }
-            let resident = inner.budget.resident();
-            inner.budget.note_peak(resident);
+            let resident = inner.budget().resident();
+            inner.budget().note_peak(resident);
             let slow = last_levels.elapsed() >= LEVELS_EVERY;
             if slow {
                 last_levels = Instant::now();
             }
             inner.publish_levels(resident, slow);
-            if resident > inner.budget.low() && inner.backing.closed.load(Ordering::Relaxed) {
+            if resident > inner.budget().low() && inner.backing().closed.load(Ordering::Relaxed) {
                 inner.open_layers();
             }
-            if let Some(m) = &inner.member {
-                let ram = inner.backing.devices.iter().map(|d| d.ram_pages()).sum();
-                m.publish(resident, inner.counters.faults.get(), ram);
+            if let Some(m) = inner.member() {
+                let ram = inner.backing().devices.iter().map(|d| d.ram_pages()).sum();
+                m.publish(resident, inner.counters().faults.get(), ram);
                 if let Some(share) = m.share() {
-                    if share != inner.budget.limit() {
-                        inner.budget.share(share);
+                    if share != inner.budget().limit() {
+                        inner.budget().share(share);
                     }
                 }
             }
-            if resident > inner.budget.low()
-                && reclaim::reclaim(&inner, resident - inner.budget.low(), ring.as_mut()) > 0
+            if resident > inner.budget().low()
+                && reclaim::reclaim(&inner, resident - inner.budget().low(), ring.as_mut()) > 0
             {
                 continue;
             }

@@ -118,9 +118,9 @@ pub(crate) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
     // fail (SIGBUS mode: EFAULT) rather than wait for a handler thread if
     // the program discarded the page meanwhile: that thread would wait for
     // the claim this reclaimer holds.
-    let copy_sealed = inner.uffd.features().contains(crate::uffd::Features::SIGBUS);
+    let copy_sealed = inner.uffd().features().contains(crate::uffd::Features::SIGBUS);
     for (i, &id) in ids.iter().enumerate().take(BATCH) {
-        let st = &inner.states[id as usize];
+        let st = &inner.states()[id as usize];
         let w = st.load();
         if !w.is(Kind::Resident) || w.is_busy() {
             out.keep(id, false);
@@ -129,7 +129,7 @@ pub(crate) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
         let is_dirty = w.is_dirty();
         if is_dirty && w.slot().is_none() && inner.no_free_slots() {
             // Nowhere to write it: do not move it out just to move it back.
-            inner.counters.swap_full.inc();
+            inner.counters().swap_full.inc();
             out.keep(id, false);
             continue;
         }
@@ -175,7 +175,7 @@ pub(crate) fn evict(inner: &Inner, ids: &[u32], out: &mut Outcome) {
 /// Whether page `b` follows page `a` in memory, in the same region (ids
 /// of a region are consecutive, and so are its pages).
 fn neighbours(inner: &Inner, a: u32, b: u32) -> bool {
-    let addr = |id: u32| inner.addrs.get(id);
+    let addr = |id: u32| inner.addrs().get(id);
     b == a + 1 && addr(a) != 0 && addr(b) == addr(a) + PAGE
 }
 
@@ -192,7 +192,7 @@ fn drop_clean(
     let mut which = [0u8; BATCH];
     let mut n = 0;
     for &i in idx {
-        let addr = inner.addrs.get(ids[i as usize]);
+        let addr = inner.addrs().get(ids[i as usize]);
         let claim = claims[i as usize].take().expect("claimed");
         if !sys::page_mapped(addr) {
             // The program discarded (or unmapped) it: zeros now.
@@ -208,7 +208,7 @@ fn drop_clean(
     if n == 0 {
         return;
     }
-    if !inner.discarder.discard(ranges[..n].iter().copied()) {
+    if !inner.discarder().discard(ranges[..n].iter().copied()) {
         // No process_madvise here, or a page would not go (process_madvise
         // stops at the first refusal): one by one, to find which.
         for (j, range) in ranges[..n].iter_mut().enumerate() {
@@ -243,9 +243,9 @@ fn drop_clean(
             Some(e) => PageWord::of(Kind::Swapped).with_slot(e),
             None => PageWord::NEVER,
         };
-        inner.counters.evict_clean.inc();
-        inner.counters.evictions.inc();
-        inner.budget.uncharge(1);
+        inner.counters().evict_clean.inc();
+        inner.counters().evictions.inc();
+        inner.budget().uncharge(1);
         claim.commit(next);
         out.gone += 1;
     }
@@ -266,13 +266,13 @@ fn stage_sealed(
     idx: &[u8],
     out: &mut Outcome,
 ) {
-    let pool = &inner.frames.staging;
+    let pool = &inner.frames().staging;
     let mut copied = [(0u8, 0u32, SwapEntry::NONE); BATCH];
     let mut ranges = [(0u64, 0usize); BATCH];
     let mut n = 0;
     for &i in idx {
         let id = ids[i as usize];
-        let addr = inner.addrs.get(id);
+        let addr = inner.addrs().get(id);
         let claim = claims[i as usize].take().expect("claimed");
         let Some(f) = pool.get() else {
             // No frame: writeback frees some; try later.
@@ -284,7 +284,7 @@ fn stage_sealed(
             Ok(e) => e,
             Err(err) => {
                 if matches!(err, SwapError::Full { .. }) {
-                    inner.counters.swap_full.inc();
+                    inner.counters().swap_full.inc();
                 }
                 pool.put(f);
                 drop(claim);
@@ -306,7 +306,7 @@ fn stage_sealed(
             continue;
         }
         let handle = staged::handle(f);
-        if inner.backing.swap_cache.add(e, handle).is_err() {
+        if inner.backing().swap_cache.add(e, handle).is_err() {
             debug_assert!(false, "slot {e:?} already in the swap cache");
             inner.free_slot(e);
             inner.discard_frames(&[f]);
@@ -323,7 +323,7 @@ fn stage_sealed(
         return;
     }
     // Dropped together; where that fails, one by one to find which.
-    let all = inner.discarder.discard(ranges[..n].iter().copied());
+    let all = inner.discarder().discard(ranges[..n].iter().copied());
     for j in 0..n {
         let (i, f, e) = copied[j];
         let claim = claims[i as usize].take().expect("claimed");
@@ -332,7 +332,7 @@ fn stage_sealed(
             // are in frame `f` now; nothing writes it while the claim is
             // held (write-protected, see above).
             if let Err(err) = unsafe { sys::discard_pages(ranges[j].0, PAGE_SIZE) } {
-                inner.backing.swap_cache.delete(e);
+                inner.backing().swap_cache.delete(e);
                 inner.free_slot(e);
                 inner.discard_frames(&[f]);
                 if err.raw_os_error() == Some(libc::ENOMEM) {
@@ -347,7 +347,7 @@ fn stage_sealed(
                 continue;
             }
         }
-        inner.counters.evict_copies.inc();
+        inner.counters().evict_copies.inc();
         staged(inner, claim, e);
     }
     enqueue_run(
@@ -369,7 +369,7 @@ fn stage_run(
     out: &mut Outcome,
 ) {
     let n = idx.len();
-    let pool = &inner.frames.staging;
+    let pool = &inner.frames().staging;
     let Some(f0) = pool.get_run(n as u32) else {
         if n > 1 {
             // No run of frames that long (writeback is behind): halves.
@@ -393,13 +393,13 @@ fn stage_run(
             Ok(e) => e,
             Err(err) => {
                 if matches!(err, SwapError::Full { .. }) {
-                    inner.counters.swap_full.inc();
+                    inner.counters().swap_full.inc();
                 }
                 break;
             }
         };
         let handle = staged::handle(frame(m));
-        if inner.backing.swap_cache.add(e, handle).is_err() {
+        if inner.backing().swap_cache.add(e, handle).is_err() {
             // The slot is fresh: it cannot be cached already.
             debug_assert!(false, "slot {e:?} already in the swap cache");
             inner.free_slot(e);
@@ -414,10 +414,10 @@ fn stage_run(
         drop(claims[idx[j] as usize].take());
         out.keep(ids[idx[j] as usize], false);
     }
-    let addr = |j: usize| inner.addrs.get(ids[idx[j] as usize]);
+    let addr = |j: usize| inner.addrs().get(ids[idx[j] as usize]);
     let mut s = 0;
     while s < m {
-        inner.counters.evict_moves.inc();
+        inner.counters().evict_moves.inc();
         let tried = inner.move_out(pool.addr(frame(s)), addr(s), (m - s) as u64 * PAGE);
         let (k, err) = match tried {
             Ok(()) => (m - s, None),
@@ -436,7 +436,7 @@ fn stage_run(
             // Refused before anything moved: a run can be refused whole
             // (it spans two mappings the program made of one region) where
             // its first page alone would move.
-            inner.counters.evict_moves.inc();
+            inner.counters().evict_moves.inc();
             match inner.move_out(pool.addr(frame(s)), addr(s), PAGE) {
                 Ok(()) => {
                     staged(inner, claims[idx[s] as usize].take().expect("claimed"), slots[s]);
@@ -452,7 +452,7 @@ fn stage_run(
             // Shared since a fork (see `unshare`): the rest of the run is
             // made this process's own again and comes back next pass.
             for j in s..m {
-                inner.backing.swap_cache.delete(slots[j]);
+                inner.backing().swap_cache.delete(slots[j]);
                 inner.free_slot(slots[j]);
                 pool.put(frame(j));
                 drop(claims[idx[j] as usize].take());
@@ -462,7 +462,7 @@ fn stage_run(
             return;
         }
         // Page `s` will not move: undo its slot and frame, and say why.
-        inner.backing.swap_cache.delete(slots[s]);
+        inner.backing().swap_cache.delete(slots[s]);
         inner.free_slot(slots[s]);
         pool.put(frame(s));
         let claim = claims[idx[s] as usize].take().expect("claimed");
@@ -490,7 +490,7 @@ fn stage_run(
 /// (the kernel unshares before it pins), stays refused by the next move,
 /// and is reported then.
 fn unshare(inner: &Inner, addr: u64, len: u64) {
-    inner.counters.evict_unshared.inc();
+    inner.counters().evict_unshared.inc();
     // SAFETY: advice on pages of a region, which leaves their contents
     // as they are (a write fault that writes nothing).
     let _ = unsafe {
@@ -510,8 +510,8 @@ fn staged(inner: &Inner, claim: PageClaim<'_>, e: SwapEntry) {
     if let Some(o) = w.slot() {
         inner.free_slot(o);
     }
-    inner.counters.staged.inc();
-    inner.budget.stage();
+    inner.counters().staged.inc();
+    inner.budget().stage();
     claim.commit(PageWord::of(Kind::Staged).dirty().with_slot(e));
 }
 
@@ -521,8 +521,8 @@ fn discarded(inner: &Inner, claim: PageClaim<'_>) {
     if let Some(o) = claim.found().slot() {
         inner.free_slot(o);
     }
-    inner.counters.discarded.inc();
-    inner.budget.uncharge(1);
+    inner.counters().discarded.inc();
+    inner.budget().uncharge(1);
     claim.commit(PageWord::NEVER);
 }
 
@@ -545,7 +545,7 @@ pub(crate) fn refused(inner: &Inner, claim: PageClaim<'_>, addr: u64, err: UffdE
 
 /// Whether `(id, slot)` is a live ring entry (`staged::live`).
 pub(crate) fn live(inner: &Inner, id: u32, slot: u64) -> bool {
-    staged::live(&inner.states, id, slot)
+    staged::live(inner.states(), id, slot)
 }
 
 /// Put a staged page on the ring (its state says staged already, so the
@@ -556,5 +556,5 @@ pub(crate) fn enqueue(inner: &Inner, id: u32, e: SwapEntry) {
 
 /// Put staged pages on the ring, in order, under one hold of its lock.
 fn enqueue_run(inner: &Inner, pages: impl Iterator<Item = (u32, SwapEntry)>) {
-    inner.backing.staged.lock().enqueue(&inner.states, pages);
+    inner.backing().staged.lock().enqueue(inner.states(), pages);
 }

@@ -84,7 +84,7 @@ fn segments(
 pub(crate) fn read(inner: &Inner, slot: impl Fn(usize) -> SwapEntry, buf: &mut [u8]) -> Result<(), IoFailed> {
     let pages = buf.len() / PAGE_SIZE;
     segments(pages, slot, |i, n, e| {
-        inner.backing.devices[e.device() as usize]
+        inner.backing().devices[e.device() as usize]
             .read(e.offset(), &mut buf[i * PAGE_SIZE..(i + n) * PAGE_SIZE])
             .map_err(|err| IoFailed {
                 done: i,
@@ -124,7 +124,7 @@ fn write_segments(
     let pages = buf.len() / PAGE_SIZE;
     let range = |j: usize, n: usize| &buf[j * PAGE_SIZE..(j + n) * PAGE_SIZE];
     segments(pages, &slot, |i, n, e| {
-        let dev = &inner.backing.devices[e.device() as usize];
+        let dev = &inner.backing().devices[e.device() as usize];
         match dev.write(e.offset(), range(i, n)) {
             Ok(()) => Ok(()),
             Err(_) if blame && n > 1 => (i..i + n).try_for_each(|j| {
@@ -166,7 +166,7 @@ pub(crate) fn alloc_slots(
     if pages == crate::pager::instance::page::UNIT_PAGES {
         match inner.alloc_unit_slots() {
             Ok(base) => return Ok(FolioSlots::Cluster(base)),
-            Err(SwapError::NoFreeCluster) => inner.counters.huge_fallbacks.inc(),
+            Err(SwapError::NoFreeCluster) => inner.counters().huge_fallbacks.inc(),
             Err(err) => return Err((0, err)),
         }
     }

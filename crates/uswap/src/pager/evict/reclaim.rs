@@ -71,34 +71,34 @@ pub(crate) const SLACK: usize = BATCH;
 /// (the overrun is counted): a fault must always be served, up to the
 /// overrun's bound, past which the process is killed (`overrun.rs`).
 pub(crate) fn make_room(inner: &Inner) {
-    let b = &inner.budget;
+    let b = &inner.budget();
     if b.resident() < b.limit() + b.slack() {
         return;
     }
-    inner.counters.direct_reclaim.inc();
-    if reclaim(inner, BATCH, None) == 0 && inner.budget.resident() >= b.limit() + b.slack() {
-        inner.counters.overrun.inc();
+    inner.counters().direct_reclaim.inc();
+    if reclaim(inner, BATCH, None) == 0 && inner.budget().resident() >= b.limit() + b.slack() {
+        inner.counters().overrun.inc();
         hold_to_bound(inner, 1);
     }
 }
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
 pub(crate) fn make_room_for(inner: &Inner, n: usize) {
-    let resident = inner.budget.resident();
-    if resident + n <= inner.budget.limit() + inner.budget.slack() {
+    let resident = inner.budget().resident();
+    if resident + n <= inner.budget().limit() + inner.budget().slack() {
         return;
     }
-    inner.counters.direct_reclaim.inc();
+    inner.counters().direct_reclaim.inc();
     // From the one load: a second could see others' evictions and come
     // in under the limit (the soak found the subtraction overflowing,
     // and a release build would have asked reclaim for 2^64 pages); and
     // saturating, as the budget may have grown since the check.
-    let want = (resident + n).saturating_sub(inner.budget.limit());
+    let want = (resident + n).saturating_sub(inner.budget().limit());
     if want == 0 {
         return;
     }
-    if reclaim(inner, want, None) < want && inner.budget.resident() + n > inner.budget.limit() {
-        inner.counters.overrun.inc();
+    if reclaim(inner, want, None) < want && inner.budget().resident() + n > inner.budget().limit() {
+        inner.counters().overrun.inc();
         hold_to_bound(inner, n);
     }
 }
@@ -133,32 +133,32 @@ fn nap() {
 /// nothing: returns once they fit under the budget and its overrun, or
 /// ends the process.
 fn hold_to_bound(inner: &Inner, n: usize) {
-    let b = &inner.budget;
+    let b = &inner.budget();
     if b.max_overrun() == usize::MAX {
         return;
     }
-    if inner.backing.closed.load(Ordering::Relaxed) {
+    if inner.backing().closed.load(Ordering::Relaxed) {
         // A forked child of an instance with a swap file, which writes no
         // slots there (fork.rs): its reclaimer is making it a file of its
         // own (`Inner::open_layers`), which the fault waits for, within
         // the budget, as it waits for writeback (a debug build's child
         // ran 50% past its budget meanwhile).
         let mut waited = 0;
-        while inner.spawn.reclaimer
-            && inner.backing.closed.load(Ordering::Acquire)
-            && inner.backing.layerable.load(Ordering::Relaxed)
+        while inner.spawn().reclaimer
+            && inner.backing().closed.load(Ordering::Acquire)
+            && inner.backing().layerable.load(Ordering::Relaxed)
             && waited < PATIENCE_MS
         {
             nap();
             waited += 1;
         }
-        if inner.backing.closed.load(Ordering::Acquire) {
+        if inner.backing().closed.load(Ordering::Acquire) {
             // No file of its own (none can be made here): its dirty pages
             // stay resident for want of a way out, not for want of swap.
             return;
         }
     }
-    let space = &inner.backing.space;
+    let space = &inner.backing().space;
     // Over the bound with the swap full (less than a 2 MB unit free:
     // what a unit needs, and a pass that freed nothing had small pages
     // to evict if it could).  Pages that cannot be evicted
@@ -187,7 +187,7 @@ fn hold_to_bound(inner: &Inner, n: usize) {
         return;
     }
     inner
-        .registry
+        .registry()
         .event(crate::stats::EventKind::OomKill, b.resident() as u64);
     report::line(format_args!(
         "uswap: out of memory: {} pages resident, past the budget of {} pages and its overrun of {}, and nothing can be evicted ({} of {} swap slots free); killing the process, as a memory cgroup would: raise the budget, add swap, or allow an unbounded overrun",
@@ -230,22 +230,22 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
             break;
         }
         // Evict a batch of victims.
-        let mut n = inner.lru.shrink_inactive_local(want * 2, &mut victims[..want]);
+        let mut n = inner.lru().shrink_inactive_local(want * 2, &mut victims[..want]);
         if n == 0 {
             // Nothing this CPU can see: pages may wait in other CPUs'
             // batches.  Drain them all, as the kernel does when reclaim
             // struggles, and look again.
-            n = inner.lru.shrink_inactive(want * 2, &mut victims[..want]);
+            n = inner.lru().shrink_inactive(want * 2, &mut victims[..want]);
         }
         if n == 0 {
             // Inactive list empty or all referenced: age the active list.
-            inner.lru.age_active(want * 4);
+            inner.lru().age_active(want * 4);
         }
         let mut nfreed = 0;
         let mut small = [0u32; BATCH];
         let mut nsmall = 0;
         for &id in &victims[..n] {
-            if inner.states[id as usize].load().is_unit() {
+            if inner.states()[id as usize].load().is_unit() {
                 if done >= nr {
                     // Enough already: another unit would free 512 pages
                     // more than asked (a batch can hold several).
@@ -259,7 +259,7 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
                 }
                 continue;
             }
-            if !inner.per_page_evict {
+            if !inner.per_page_evict() {
                 small[nsmall] = id;
                 nsmall += 1;
                 continue;
@@ -288,7 +288,7 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
             // Every victim refused (unevictable, busy): refill the
             // inactive list from the active one, or the same pages come
             // back on every pass and nothing else is ever tried.
-            inner.lru.age_active(want * 4);
+            inner.lru().age_active(want * 4);
         }
     }
     done
@@ -298,18 +298,18 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
 /// still resident: an unevictable one on the active list, to come back
 /// to the inactive list (and be tried again) only as it ages.
 fn back_on_lru(inner: &Inner, id: u32, how: Evicted) {
-    if !inner.states[id as usize].load().is(Kind::Resident) {
+    if !inner.states()[id as usize].load().is(Kind::Resident) {
         return;
     }
-    inner.lru.add(id);
+    inner.lru().add(id);
     if matches!(how, Evicted::Refused) {
-        inner.lru.activate(id);
+        inner.lru().activate(id);
     }
 }
 
 /// Soft-evict page `id` into a staging frame.
 fn stage(inner: &Inner, id: u32) -> Evicted {
-    let st = &inner.states[id as usize];
+    let st = &inner.states()[id as usize];
     let w = st.load();
     if !w.is(Kind::Resident) || w.is_busy() {
         return Evicted::Not;
@@ -317,7 +317,7 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
     let dirty = w.is_dirty();
     if dirty && w.slot().is_none() && inner.no_free_slots() {
         // Nowhere to write it: do not move it out just to move it back.
-        inner.counters.swap_full.inc();
+        inner.counters().swap_full.inc();
         return Evicted::Not;
     }
     let Some(claim) = st.try_claim(w) else {
@@ -329,18 +329,18 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
     let Some(f) = frame(inner) else {
         return Evicted::Not;
     };
-    let addr = inner.addrs.get(id);
-    let frame_addr = inner.frames.staging.addr(f);
+    let addr = inner.addrs().get(id);
+    let frame_addr = inner.frames().staging.addr(f);
     // A clean page that never had a slot holds zeros still: drop it.
     if !dirty && w.slot().is_none() {
-        inner.counters.evict_moves.inc();
+        inner.counters().evict_moves.inc();
         if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
-            inner.frames.staging.put(f);
+            inner.frames().staging.put(f);
             return refused(inner, claim, addr, err);
         }
-        inner.counters.evict_clean.inc();
-        inner.counters.evictions.inc();
-        inner.budget.uncharge(1);
+        inner.counters().evict_clean.inc();
+        inner.counters().evictions.inc();
+        inner.budget().uncharge(1);
         claim.commit(PageWord::NEVER);
         return Evicted::Dropped(f);
     }
@@ -351,31 +351,31 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
             Ok(e) => (e, true),
             Err(err) => {
                 if matches!(err, SwapError::Full { .. }) {
-                    inner.counters.swap_full.inc();
+                    inner.counters().swap_full.inc();
                 }
-                inner.frames.staging.put(f);
+                inner.frames().staging.put(f);
                 return Evicted::Not;
             }
         },
     };
     let handle = staged::handle(f);
-    if inner.backing.swap_cache.add(e, handle).is_err() {
+    if inner.backing().swap_cache.add(e, handle).is_err() {
         // The slot is ours alone (fresh, or this clean page's): it cannot
         // be cached already.  Nothing changed; give up on this one.
         debug_assert!(false, "slot {e:?} already in the swap cache");
         if new_slot {
             inner.free_slot(e);
         }
-        inner.frames.staging.put(f);
+        inner.frames().staging.put(f);
         return Evicted::Not;
     }
-    inner.counters.evict_moves.inc();
+    inner.counters().evict_moves.inc();
     if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
-        inner.backing.swap_cache.delete(e);
+        inner.backing().swap_cache.delete(e);
         if new_slot {
             inner.free_slot(e);
         }
-        inner.frames.staging.put(f);
+        inner.frames().staging.put(f);
         return refused(inner, claim, addr, err);
     }
     // A dirty page's old slot (if any) is stale: it has the new one.
@@ -384,8 +384,8 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
             inner.free_slot(o);
         }
     }
-    inner.counters.staged.inc();
-    inner.budget.stage();
+    inner.counters().staged.inc();
+    inner.budget().stage();
     claim.commit(PageWord::of(Kind::Staged).dirty_if(w.is_dirty()).with_slot(e));
     enqueue(inner, id, e);
     Evicted::InMemory
@@ -393,16 +393,16 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
 
 /// A free staging frame, writing back the oldest staged page if none is.
 fn frame(inner: &Inner) -> Option<u32> {
-    if let Some(f) = inner.frames.staging.get() {
+    if let Some(f) = inner.frames().staging.get() {
         return Some(f);
     }
     for _ in 0..8 {
         if writeback_held(inner) {
             return None;
         }
-        let (id, slot) = inner.backing.staged.lock().pop()?;
+        let (id, slot) = inner.backing().staged.lock().pop()?;
         if let Some(f) = writeback(inner, id, slot) {
-            inner.frames.staging.discard_batch(&[f]);
+            inner.frames().staging.discard_batch(&[f]);
             return Some(f);
         }
     }

@@ -37,7 +37,7 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// Evict the unit whose first page is `head`: `Evicted::Gone` when it left
 /// memory; otherwise it is still resident (`Refused`: unevictable).
 pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Evicted {
-    let st = &inner.states[head as usize];
+    let st = &inner.states()[head as usize];
     let w = st.load();
     if !w.is(Kind::Resident) || w.is_busy() || writes_held(inner) {
         return Evicted::Not;
@@ -45,21 +45,19 @@ pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Evicted {
     let Some(claim) = st.try_claim(w) else {
         return Evicted::Not;
     };
-    let addr = inner.addrs.get(head);
-    let pool = &inner.frames.unit_out;
-    let Some(u) = pool.get() else {
+    let addr = inner.addrs().get(head);
+    let Some(mut unit) = inner.frames().unit_out.hold() else {
         return Evicted::Not;
     };
-    if let Err((moved, err)) = inner.move_out(pool.addr(u), addr, UNIT) {
+    if let Err((moved, err)) = inner.move_out(unit.addr(), addr, UNIT) {
         // Part of it (or none) moved: put that back before anything reads
         // the "out" unit, whose missing pages would fault.
-        if moved > 0 && inner.put_in(addr, pool.addr(u), moved) == Installed::Gone {
-            pool.discard(u);
-            pool.put(u);
+        let gone = moved > 0 && inner.put_in(addr, unit.addr(), moved) == Installed::Gone;
+        unit.discard();
+        drop(unit);
+        if gone {
             return unit_gone(inner, claim);
         }
-        pool.discard(u);
-        pool.put(u);
         return match err.errno() {
             // Holes the program made (MADV_DONTNEED), which read as zeros:
             // fill them, and the unit moves whole next time.  None left
@@ -76,22 +74,22 @@ pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Evicted {
             }
         };
     }
-    // SAFETY: we hold unit `u`, which holds the 512 pages just moved out.
-    let next = write_unit(inner, head, unsafe { pool.bytes(u) });
+    // The unit holds the 512 pages just moved out.
+    let next = write_unit(inner, head, unit.bytes());
     let Some(next) = next else {
-        let gone = inner.put_in(addr, pool.addr(u), UNIT) == Installed::Gone;
-        pool.discard(u);
-        pool.put(u);
+        let gone = inner.put_in(addr, unit.addr(), UNIT) == Installed::Gone;
+        unit.discard();
+        drop(unit);
         if gone {
             return unit_gone(inner, claim);
         }
         return Evicted::Not;
     };
-    pool.discard(u);
-    pool.put(u);
-    inner.counters.huge_swapouts.inc();
-    inner.counters.evictions.inc();
-    inner.budget.uncharge(UNIT_PAGES);
+    unit.discard();
+    drop(unit);
+    inner.counters().huge_swapouts.inc();
+    inner.counters().evictions.inc();
+    inner.budget().uncharge(UNIT_PAGES);
     claim.commit(next);
     Evicted::Gone
 }
@@ -99,8 +97,8 @@ pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Evicted {
 /// The unit's memory went with the program's unmap or discard: nothing
 /// to keep, and it reads as zeros.
 fn unit_gone(inner: &Inner, claim: PageClaim<'_>) -> Evicted {
-    inner.counters.discarded.inc();
-    inner.budget.uncharge(UNIT_PAGES);
+    inner.counters().discarded.inc();
+    inner.budget().uncharge(UNIT_PAGES);
     claim.commit(PageWord::NEVER.unit());
     Evicted::Gone
 }
@@ -128,7 +126,7 @@ fn fill_holes(inner: &Inner, addr: u64) -> Holes {
         // EEXIST (a page appeared meanwhile) cannot happen under the
         // claim, and would be fine.
         if p & 1 == 0 && inner.copy_zero(addr + i as u64 * PAGE, false).is_ok() {
-            inner.counters.discarded.inc();
+            inner.counters().discarded.inc();
         }
     }
     Holes::Filled
@@ -144,7 +142,7 @@ fn fill_holes(inner: &Inner, addr: u64) -> Holes {
 /// again page by page to find it: a bad block costs its slot, not its
 /// cluster).
 fn write_unit(inner: &Inner, head: u32, buf: &[u8]) -> Option<PageWord> {
-    let words = &inner.states[head as usize..head as usize + UNIT_PAGES];
+    let words = &inner.states()[head as usize..head as usize + UNIT_PAGES];
     let mut first = SwapEntry::NONE;
     let taken = folio::alloc_slots(inner, UNIT_PAGES, |i, e| {
         if i == 0 {
@@ -192,7 +190,7 @@ fn write_unit(inner: &Inner, head: u32, buf: &[u8]) -> Option<PageWord> {
         },
         Err((taken, err)) => {
             if matches!(err, SwapError::Full { .. }) {
-                inner.counters.swap_full.inc();
+                inner.counters().swap_full.inc();
             }
             (taken, None)
         }
@@ -219,6 +217,6 @@ fn unit_write_failed(inner: &Inner, failed: &folio::IoFailed) -> Option<SwapEntr
         writeback_failed(inner, &failed.err);
         return None;
     }
-    inner.counters.write_errors.inc();
+    inner.counters().write_errors.inc();
     Some(failed.slot)
 }

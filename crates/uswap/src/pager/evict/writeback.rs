@@ -43,7 +43,7 @@ pub(crate) fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
     let mut nfreed = 0;
     while nfreed < BATCH && more_to_write(inner, nr, *done) {
         let mut run = [(0u32, 0u64); BATCH];
-        let got = inner.backing.staged.lock().pop_run(&mut run[..BATCH - nfreed]);
+        let got = inner.backing().staged.lock().pop_run(&mut run[..BATCH - nfreed]);
         if got == 0 {
             break;
         }
@@ -58,7 +58,7 @@ pub(crate) fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
 /// more than half the staging frames are staged, and writeback is not
 /// paused after transient errors.
 fn more_to_write(inner: &Inner, nr: usize, done: usize) -> bool {
-    done < nr && inner.staged_count() > inner.budget.staging_target && !writeback_held(inner)
+    done < nr && inner.staged_count() > inner.budget().staging_target && !writeback_held(inner)
 }
 
 /// Runs one round of queued writeback takes, and pages: several writes in
@@ -80,7 +80,7 @@ pub(crate) fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, 
         let mut nruns = 0;
         let mut pages = 0;
         {
-            let mut ring = inner.backing.staged.lock();
+            let mut ring = inner.backing().staged.lock();
             while nruns < QUEUE_RUNS && nfreed + pages < QUEUE_PAGES {
                 let room = (QUEUE_PAGES - nfreed - pages).min(BATCH);
                 let got = ring.pop_run(&mut runs[nruns][..room]);
@@ -101,13 +101,13 @@ pub(crate) fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, 
         }
         // One write per claimed segment, in flight together (None for a
         // run with nothing claimed: not written here).
-        let jobs: [Option<WriteJob<'_>>; QUEUE_RUNS] = std::array::from_fn(|q| {
-            let seg = &segs[q];
-            (seg.n > 0).then(|| WriteJob {
-                device: &inner.backing.devices[seg.e0.device() as usize],
-                offset: seg.e0.offset(),
-                // SAFETY: we hold the claims of the pages these frames hold.
-                buf: unsafe { inner.frames.staging.run_bytes(seg.f0, seg.n) },
+        let mut each = segs.iter_mut();
+        let jobs: [Option<WriteJob<'_>>; QUEUE_RUNS] = std::array::from_fn(|_| {
+            let seg = each.next().expect("one segment a job");
+            (seg.len() > 0).then(|| WriteJob {
+                device: &inner.backing().devices[seg.first_slot().device() as usize],
+                offset: seg.first_slot().offset(),
+                buf: seg.bytes(&inner.frames().staging),
             })
         });
         let mut written = [false; QUEUE_RUNS];
@@ -115,7 +115,7 @@ pub(crate) fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, 
         for q in 0..nruns {
             let seg = std::mem::replace(&mut segs[q], Segment::empty());
             let from = if written[q] {
-                let n = seg.n;
+                let n = seg.len();
                 writeback_worked(inner);
                 commit_segment(inner, seg, &mut freed[nfreed..]);
                 nfreed += n;
@@ -138,27 +138,27 @@ pub(crate) fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, 
 
 /// Whether writeback is paused after transient write errors.
 pub(crate) fn writeback_held(inner: &Inner) -> bool {
-    let until = inner.backing.writeback.hold_until.load(Ordering::Relaxed);
+    let until = inner.backing().writeback.hold_until.load(Ordering::Relaxed);
     until != 0 && monotonic_ns() < until
 }
 
 /// Whether swap writes have been failing with errors that may pass
 /// (the backoff is reset by the first write that works).
 pub(crate) fn writes_failing(inner: &Inner) -> bool {
-    inner.backing.writeback.backoff_ns.load(Ordering::Relaxed) != 0
+    inner.backing().writeback.backoff_ns.load(Ordering::Relaxed) != 0
 }
 
 /// A write failed with an error that may pass: pause writeback, longer
 /// each time while it goes on.
 pub(crate) fn writeback_failed(inner: &Inner, err: &IoError) {
-    inner.counters.swapout_retries.inc();
-    let b = &inner.backing.writeback;
+    inner.counters().swapout_retries.inc();
+    let b = &inner.backing().writeback;
     let prev = b.backoff_ns.load(Ordering::Relaxed);
     let next = (prev * 2).clamp(BACKOFF_MIN_NS, BACKOFF_MAX_NS);
     b.backoff_ns.store(next, Ordering::Relaxed);
     b.hold_until.store(monotonic_ns() + next, Ordering::Relaxed);
     if prev == 0 {
-        inner.registry.event(
+        inner.registry().event(
             crate::stats::EventKind::WritebackPaused,
             err.errno().unwrap_or(0) as u64,
         );
@@ -170,7 +170,7 @@ pub(crate) fn writeback_failed(inner: &Inner, err: &IoError) {
 
 /// A write worked: writeback goes at full speed again.
 pub(crate) fn writeback_worked(inner: &Inner) {
-    let b = &inner.backing.writeback;
+    let b = &inner.backing().writeback;
     if b.backoff_ns.load(Ordering::Relaxed) != 0 {
         b.backoff_ns.store(0, Ordering::Relaxed);
         b.hold_until.store(0, Ordering::Relaxed);
@@ -208,30 +208,13 @@ fn writeback_run(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> usize 
 /// The longest segment at the start of a run (consecutive ids and slots
 /// already) whose pages are still staged, dirty, not all zeros and in
 /// neighbouring frames, claimed: one write can take it.
-struct Segment<'a> {
-    claims: [Option<PageClaim<'a>>; BATCH],
-    /// The first page's frame and slot.
-    f0: u32,
-    e0: SwapEntry,
-    n: usize,
-}
-
-impl Segment<'_> {
-    fn empty() -> Self {
-        Segment {
-            claims: [const { None }; BATCH],
-            f0: 0,
-            e0: SwapEntry::NONE,
-            n: 0,
-        }
-    }
-}
+/// A segment: staged pages claimed for one write.
+type Segment<'a> = staged::StagedRun<'a, BATCH>;
 
 fn claim_segment<'a>(inner: &'a Inner, run: &[(u32, u64)]) -> Segment<'a> {
     let mut seg = Segment::empty();
-    let pool = &inner.frames.staging;
-    for (j, &(id, slot)) in run.iter().enumerate() {
-        let st = &inner.states[id as usize];
+    for &(id, slot) in run {
+        let st = &inner.states()[id as usize];
         let w = st.load();
         if w.is_busy() || !w.is_dirty() || !live(inner, id, slot) {
             break;
@@ -239,19 +222,14 @@ fn claim_segment<'a>(inner: &'a Inner, run: &[(u32, u64)]) -> Segment<'a> {
         let Some(claim) = st.try_claim(w) else {
             break;
         };
-        let e = w.slot().expect("a staged page has a slot");
-        let f = inner.staged_frame(e);
-        if j == 0 {
-            (seg.f0, seg.e0) = (f, e);
-        } else if f != seg.f0 + j as u32 {
+        // Not in the frame after the last one's: the segment ends.
+        if seg.push(&inner.backing().swap_cache, claim).is_err() {
             break;
         }
-        // SAFETY: the staged page's frame is ours while we hold its claim.
-        if is_zero(unsafe { pool.bytes(f) }) {
+        if is_zero(seg.last_bytes(&inner.frames().staging)) {
+            seg.pop();
             break;
         }
-        seg.claims[j] = Some(claim);
-        seg.n += 1;
     }
     seg
 }
@@ -259,29 +237,28 @@ fn claim_segment<'a>(inner: &'a Inner, run: &[(u32, u64)]) -> Segment<'a> {
 /// A segment's write worked: its pages are swapped out; their frames go
 /// to `freed`.
 fn commit_segment(inner: &Inner, mut seg: Segment<'_>, freed: &mut [u32]) {
-    for (j, claim) in seg.claims[..seg.n].iter_mut().enumerate() {
-        let claim = claim.take().expect("claimed");
+    for (j, freed) in freed[..seg.len()].iter_mut().enumerate() {
+        let claim = seg.take(j);
         let e = claim.found().slot().expect("a staged page has a slot");
-        inner.backing.swap_cache.delete(e);
-        inner.budget.free_staged();
-        inner.counters.evict_write.inc();
-        inner.counters.evictions.inc();
+        inner.backing().swap_cache.delete(e);
+        inner.budget().free_staged();
+        inner.counters().evict_write.inc();
+        inner.counters().evictions.inc();
         claim.commit(PageWord::of(Kind::Swapped).with_slot(e));
-        freed[j] = seg.f0 + j as u32;
+        *freed = seg.first_frame() + j as u32;
     }
 }
 
 /// Write the segment at the start of `run` with one IO.  None, with
 /// nothing changed, when it is fewer than two pages or the write fails.
 fn write_segment(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option<usize> {
-    let seg = claim_segment(inner, run);
-    let n = seg.n;
+    let mut seg = claim_segment(inner, run);
+    let n = seg.len();
     if n < 2 {
         return None;
     }
-    // SAFETY: we hold the claims of the pages these frames hold.
-    let buf = unsafe { inner.frames.staging.run_bytes(seg.f0, n) };
-    let e0 = seg.e0;
+    let e0 = seg.first_slot();
+    let buf = seg.bytes(&inner.frames().staging);
     if folio::write(
         inner,
         |j| SwapEntry::new(e0.device(), e0.offset() + j as u64),
@@ -301,27 +278,25 @@ fn write_segment(inner: &Inner, run: &[(u32, u64)], freed: &mut [u32]) -> Option
 /// moved it back), or stays staged (its write failed for now), or its
 /// write failed for good (then it is back in its region).
 pub(crate) fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
-    let st = &inner.states[id as usize];
+    let st = &inner.states()[id as usize];
     let w = st.load();
     if w.is_busy() || !live(inner, id, slot) {
         return None;
     }
-    let claim = st.try_claim(w)?;
+    let mut claim = st.try_claim(w)?;
     let e = w.slot().expect("a staged page has a slot");
-    let f = inner.staged_frame(e);
+    let (f, buf) = staged::claimed_frame(&inner.frames().staging, &inner.backing().swap_cache, &mut claim);
     if w.is_dirty() {
-        // SAFETY: the staged page's frame is ours while we hold its claim.
-        let buf = unsafe { inner.frames.staging.bytes(f) };
         if is_zero(buf) {
             // A page of zeros needs neither IO nor a slot: it goes back to
             // never-written, and its next touch zero-fills it.  Linux 6.12
             // does the same with a bit per slot (the swap zeromap); without
             // it such pages cost uswap a write and a read each.
-            inner.backing.swap_cache.delete(e);
+            inner.backing().swap_cache.delete(e);
             inner.free_slot(e);
-            inner.budget.free_staged();
-            inner.counters.evict_zero.inc();
-            inner.counters.evictions.inc();
+            inner.budget().free_staged();
+            inner.counters().evict_zero.inc();
+            inner.counters().evictions.inc();
             claim.commit(PageWord::NEVER);
             return Some(f);
         }
@@ -337,13 +312,13 @@ pub(crate) fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
             }
             Err(err) => return write_failed(inner, claim, id, e, f, &err),
         }
-        inner.counters.evict_write.inc();
+        inner.counters().evict_write.inc();
     } else {
-        inner.counters.evict_clean.inc();
+        inner.counters().evict_clean.inc();
     }
-    inner.backing.swap_cache.delete(e);
-    inner.budget.free_staged();
-    inner.counters.evictions.inc();
+    inner.backing().swap_cache.delete(e);
+    inner.budget().free_staged();
+    inner.counters().evictions.inc();
     claim.commit(PageWord::of(Kind::Swapped).with_slot(e));
     Some(f)
 }
@@ -362,42 +337,42 @@ fn write_failed(
     err: &IoError,
 ) -> Option<u32> {
     inner
-        .registry
+        .registry()
         .event(crate::stats::EventKind::SlotRetired, e.offset());
     report::once(
-        &inner.reports.bad_slot,
+        &inner.reports().bad_slot,
         format_args!(
             "uswap: writing swap slot {} of device {} failed ({err}): the slot is retired, and so is every slot that fails so from now on",
             e.offset(),
             e.device(),
         ),
     );
-    let addr = inner.addrs.get(id);
-    match inner.move_in(addr, inner.frames.staging.addr(f), PAGE) {
+    let addr = inner.addrs().get(id);
+    match inner.move_in(addr, inner.frames().staging.addr(f), PAGE) {
         Ok(copied) => {
             // `e` stays allocated, never to be handed out again.
-            inner.counters.write_errors.inc();
-            inner.backing.swap_cache.delete(e);
+            inner.counters().write_errors.inc();
+            inner.backing().swap_cache.delete(e);
             if copied {
-                inner.frames.staging.discard_batch(&[f]);
+                inner.frames().staging.discard_batch(&[f]);
             }
-            inner.frames.staging.put(f);
-            inner.budget.unstage();
-            inner.lru.add(id);
+            inner.frames().staging.put(f);
+            inner.budget().unstage();
+            inner.lru().add(id);
             claim.commit(PageWord::of(Kind::Resident).dirty());
             None
         }
         Err((_, err)) if Inner::region_gone(&err) => {
             // The program unmapped the page meanwhile: nothing to keep.
-            inner.counters.write_errors.inc();
-            inner.backing.swap_cache.delete(e);
-            inner.budget.free_staged();
+            inner.counters().write_errors.inc();
+            inner.backing().swap_cache.delete(e);
+            inner.budget().free_staged();
             claim.commit(PageWord::NEVER);
             Some(f)
         }
         Err(_) => {
             // Not retired: it is the page's key.  Written again later.
-            inner.counters.swapout_retries.inc();
+            inner.counters().swapout_retries.inc();
             drop(claim);
             enqueue(inner, id, e);
             None
@@ -416,9 +391,9 @@ fn is_zero(page: &[u8]) -> bool {
 /// cache entry.  (Its slot is freed by the caller.)
 pub(crate) fn drop_staged(inner: &Inner, w: PageWord) {
     let e = w.slot().expect("a staged page has a slot");
-    if let Some(h) = inner.backing.swap_cache.delete(e) {
+    if let Some(h) = inner.backing().swap_cache.delete(e) {
         let f = staged::frame(h);
-        inner.frames.staging.discard_batch(&[f]);
-        inner.frames.staging.put(f);
+        inner.frames().staging.discard_batch(&[f]);
+        inner.frames().staging.put(f);
     }
 }

@@ -114,7 +114,7 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
     // window itself and hands the prefetcher the window after it, to be
     // read while the program uses what is in already.  (Zero fills and
     // reads from RAM cost less than the hand-over: done here, whole.)
-    let prefetch = from_file && inner.prefetch.on && window >= 4;
+    let prefetch = from_file && inner.prefetch().on && window >= 4;
     let sync = if prefetch { window / 4 } else { window };
     let mut done = 0;
     while done < sync {
@@ -132,7 +132,7 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
     }
     let end = addr + PAGE * (1 + done as u64);
     if prefetch && done == sync {
-        inner.prefetch.post(id + 1 + done, end, window, write);
+        inner.prefetch().post(id + 1 + done, end, window, write);
         Readahead::set(end, end + PAGE * window as u64, window);
     } else {
         Readahead::set(end, end, window);
@@ -149,15 +149,15 @@ pub(crate) fn read_ahead_range(inner: &Inner, addr: u64, id: u32, pages: u32, wr
             // In already, claimed, another region's, or over budget: one
             // page on (a claimed page is being served by its fault).
             let nid = (id + done) as usize;
-            if inner.addrs.get(nid as u32) != addr + PAGE * done as u64
-                || inner.budget.resident() + 1 >= inner.budget.limit()
+            if inner.addrs().get(nid as u32) != addr + PAGE * done as u64
+                || inner.budget().resident() + 1 >= inner.budget().limit()
             {
                 return;
             }
             done += 1;
             continue;
         }
-        inner.counters.prefetched.add(u64::from(k));
+        inner.counters().prefetched.add(u64::from(k));
         done += k;
     }
 }
@@ -172,13 +172,13 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
     let mut n = 0;
     while n < max as usize {
         let (nid, naddr) = (id as usize + n, addr + PAGE * n as u64);
-        if nid >= inner.states.len()
-            || inner.addrs.get(nid as u32) != naddr
-            || inner.budget.resident() + n + 1 >= inner.budget.limit()
+        if nid >= inner.states().len()
+            || inner.addrs().get(nid as u32) != naddr
+            || inner.budget().resident() + n + 1 >= inner.budget().limit()
         {
             break;
         }
-        let st = &inner.states[nid];
+        let st = &inner.states()[nid];
         let w = st.load();
         let kind = w.kind();
         if (kind != Kind::Swapped && kind != Kind::Never) || w.is_busy() || w.is_unit() {
@@ -189,7 +189,7 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         let this_device = e.map_or(0, |e| e.device());
         let this_dirty = match e {
             None => write,
-            Some(e) => inner.backing.devices[e.device() as usize].read_ahead_dirty(e.offset()),
+            Some(e) => inner.backing().devices[e.device() as usize].read_ahead_dirty(e.offset()),
         };
         if n > 0 && (this_never != never || this_dirty != dirty || this_device != device) {
             break;
@@ -206,15 +206,15 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         return 0;
     }
     // Pages let go by a compressed device come in sealed (see serve).
-    let sealed = !never && dirty && inner.backing.devices[device as usize].lets_copies_go();
+    let sealed = !never && dirty && inner.backing().devices[device as usize].lets_copies_go();
     // Neighbouring bounce frames for a swapped run (as many as there
     // are: the run shrinks to fit), read with one IO where its slots are
     // neighbours too; a never-written run copies from the zero pages.
     let mut bounce = None;
     let src = if never {
-        inner.frames.zero.addr()
+        inner.frames().zero.addr()
     } else {
-        let pool = &inner.frames.bounce;
+        let pool = &inner.frames().bounce;
         let mut nb = n;
         let held = loop {
             if let Some(held) = pool.hold_run(nb as u32) {
@@ -251,16 +251,16 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
     for (j, claim) in claims.iter_mut().enumerate().take(copied) {
         let claim = claim.take().expect("claimed");
         let nid = id + j as u32;
-        inner.budget.charge(1);
+        inner.budget().charge(1);
         let next = if never {
-            inner.counters.fault_around.inc();
+            inner.counters().fault_around.inc();
             if dirty {
                 PageWord::of(Kind::Resident).dirty()
             } else {
                 PageWord::of(Kind::Resident)
             }
         } else {
-            inner.counters.readahead.inc();
+            inner.counters().readahead.inc();
             if dirty {
                 inner.free_slot(slots[j]);
                 PageWord::of(Kind::Resident).dirty().sealed_if(sealed)
@@ -270,7 +270,7 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         };
         claim.commit(next);
         // Inactive: read ahead, not yet used; the first to go if unused.
-        inner.lru.add(nid);
+        inner.lru().add(nid);
     }
     copied as u32
 }

@@ -46,10 +46,10 @@ pub(crate) struct Access {
 /// a fault wake it themselves, the paths that leave it to retry do not.
 pub(crate) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
     let page = addr & !(PAGE - 1);
-    let st = &inner.states[id as usize];
-    inner.counters.faults.inc();
+    let st = &inner.states()[id as usize];
+    inner.counters().faults.inc();
     loop {
-        let w = st.wait_unbusy(&mut || inner.counters.busy_waits.inc());
+        let w = st.wait_unbusy(&mut || inner.counters().busy_waits.inc());
         match w.kind() {
             Kind::Resident => {
                 // The page tables answer where the fault context does not.
@@ -93,15 +93,15 @@ pub(crate) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
 /// and the copy on its slot is stale.
 fn unprotect(inner: &Inner, claim: PageClaim<'_>, page: u64, id: u32) -> bool {
     let w = claim.found();
-    if let Err(e) = inner.uffd.writeprotect(page, PAGE, false, true) {
+    if let Err(e) = inner.uffd().writeprotect(page, PAGE, false, true) {
         // The page keeps its slot and stays clean; the access retries.
         return inner.retry_later(claim, e.errno());
     }
     if let Some(e) = w.slot() {
         inner.free_slot(e);
     }
-    inner.counters.wp_faults.inc();
-    inner.lru.mark_referenced(id);
+    inner.counters().wp_faults.inc();
+    inner.lru().mark_referenced(id);
     claim.commit(w.without_slot().dirty());
     false
 }
@@ -119,7 +119,7 @@ fn refill(inner: &Inner, claim: PageClaim<'_>, page: u64, write: bool) -> bool {
             if let Some(e) = w.slot() {
                 inner.free_slot(e);
             }
-            inner.counters.discarded.inc();
+            inner.counters().discarded.inc();
             claim.commit(if write {
                 PageWord::of(Kind::Resident).dirty()
             } else {
@@ -139,43 +139,43 @@ fn refill(inner: &Inner, claim: PageClaim<'_>, page: u64, write: bool) -> bool {
 fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool) -> bool {
     let w = claim.found();
     #[cfg(test)]
-    inner.inject.gate();
+    inner.inject().gate();
     let Some(e) = w.slot() else {
         // Never written: zeros, no IO, no slot.
         if let Err(err) = inner.copy_zero(addr, !write) {
             return inner.retry_later(claim, err.errno());
         }
-        inner.counters.zero_fills.inc();
-        inner.budget.charge(1);
+        inner.counters().zero_fills.inc();
+        inner.budget().charge(1);
         claim.commit(if write {
             PageWord::of(Kind::Resident).dirty()
         } else {
             PageWord::of(Kind::Resident)
         });
-        inner.lru.add(id);
-        if inner.readahead {
+        inner.lru().add(id);
+        if inner.readahead() {
             read_ahead(inner, addr, id, write, false);
         }
         return false;
     };
-    let mut bounce = inner.frames.bounce.hold_waiting();
+    let mut bounce = inner.frames().bounce.hold_waiting();
     let buf = bounce.bytes();
-    let from_file = inner.backing.devices[e.device() as usize].waits_on_disk();
+    let from_file = inner.backing().devices[e.device() as usize].waits_on_disk();
     let read = folio::read(inner, |_| e, buf).map_err(|failed| failed.err);
     match read {
         Ok(()) => {
             // A page whose copy costs the device memory (compressed) comes
             // in dirty, its slot freed, but write-protected (sealed) for a
             // read: evicted again, it is copied out without a move.
-            let sealed = !write && inner.backing.devices[e.device() as usize].frees_on_swapin(e.offset());
+            let sealed = !write && inner.backing().devices[e.device() as usize].frees_on_swapin(e.offset());
             let dirty = write || sealed;
             let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
             drop(bounce);
             if let Err((_, err)) = copied {
                 return inner.retry_later(claim, err.errno());
             }
-            inner.counters.swapins.inc();
-            inner.budget.charge(1);
+            inner.counters().swapins.inc();
+            inner.budget().charge(1);
             if dirty {
                 // About to change: the slot's copy is stale already (or
                 // the device lets its copy go).
@@ -190,9 +190,9 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             // (mm/workingset.c); uswap activates all of them, as it does
             // swap-cache hits, so that pages touched once go first.  These
             // activations are what seed 002 batches.
-            inner.lru.add(id);
-            inner.lru.activate(id);
-            if inner.readahead {
+            inner.lru().add(id);
+            inner.lru().activate(id);
+            if inner.readahead() {
                 read_ahead(inner, addr, id, write, from_file);
             }
             false
@@ -201,7 +201,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             // The device is busy or short of memory: try again, the data
             // is still on its slot.
             drop(bounce);
-            inner.counters.swapin_retries.inc();
+            inner.counters().swapin_retries.inc();
             drop(claim);
             page::pause();
             true
@@ -213,15 +213,17 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             // Not woken yet: the reason is said before the access can
             // kill the process (a handler thread's line raced the SIGBUS
             // it woke the faulting thread into).
-            if let Err(perr) = unsafe { inner.uffd.poison(addr, PAGE, false) } {
+            if let Err(perr) = unsafe { inner.uffd().poison(addr, PAGE, false) } {
                 // Not even that: leave it swapped, and the access retries
                 // the read.
                 return inner.retry_later(claim, perr.errno());
             }
-            inner.counters.read_errors.inc();
+            inner.counters().read_errors.inc();
             page::log_poison(addr, PAGE, e, &err);
-            inner.registry.event(crate::stats::EventKind::PagePoisoned, addr);
-            let _ = inner.uffd.wake(addr, PAGE);
+            inner
+                .registry()
+                .event(crate::stats::EventKind::PagePoisoned, addr);
+            let _ = inner.uffd().wake(addr, PAGE);
             inner.free_slot(e);
             claim.commit(PageWord::of(Kind::Poisoned));
             false
@@ -236,30 +238,30 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
 fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
     let e: SwapEntry = claim.found().slot().expect("a staged page has a slot");
     let f = inner.staged_frame(e);
-    match inner.move_in(addr, inner.frames.staging.addr(f), PAGE) {
+    match inner.move_in(addr, inner.frames().staging.addr(f), PAGE) {
         Ok(copied) => {
-            inner.backing.swap_cache.delete(e);
+            inner.backing().swap_cache.delete(e);
             if copied {
-                inner.counters.move_fallbacks.inc();
-                inner.frames.staging.discard_batch(&[f]);
+                inner.counters().move_fallbacks.inc();
+                inner.frames().staging.discard_batch(&[f]);
             }
             // The frame is empty again: reusable.
-            inner.frames.staging.put(f);
+            inner.frames().staging.put(f);
             inner.free_slot(e);
-            inner.counters.swapcache_hits.inc();
-            inner.budget.unstage();
+            inner.counters().swapcache_hits.inc();
+            inner.budget().unstage();
             // Back on the LRU, active: it was touched while on its way out.
-            inner.lru.add(id);
-            inner.lru.activate(id);
+            inner.lru().add(id);
+            inner.lru().activate(id);
             claim.commit(PageWord::of(Kind::Resident).dirty());
             false
         }
         Err((_, err)) if Inner::region_gone(&err) => {
-            inner.backing.swap_cache.delete(e);
-            inner.frames.staging.discard_batch(&[f]);
-            inner.frames.staging.put(f);
+            inner.backing().swap_cache.delete(e);
+            inner.frames().staging.discard_batch(&[f]);
+            inner.frames().staging.put(f);
             inner.free_slot(e);
-            inner.budget.free_staged();
+            inner.budget().free_staged();
             claim.commit(PageWord::NEVER);
             true
         }
@@ -272,10 +274,10 @@ fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
 /// Serve a fault at `addr` in the unit whose first page is `head` at
 /// `base`.
 pub(crate) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access: Access) {
-    let st = &inner.states[head as usize];
-    inner.counters.faults.inc();
+    let st = &inner.states()[head as usize];
+    inner.counters().faults.inc();
     loop {
-        let w = st.wait_unbusy(&mut || inner.counters.busy_waits.inc());
+        let w = st.wait_unbusy(&mut || inner.counters().busy_waits.inc());
         match w.kind() {
             Kind::Never | Kind::Swapped => {
                 if access.present == Some(true) {
@@ -299,7 +301,7 @@ pub(crate) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access:
                     continue;
                 };
                 match inner.copy_zero(page, false) {
-                    Ok(()) => inner.counters.discarded.inc(),
+                    Ok(()) => inner.counters().discarded.inc(),
                     Err(e) if e.errno() == Some(libc::EEXIST) => {}
                     Err(e) => {
                         inner.retry_later(claim, e.errno());
@@ -319,17 +321,16 @@ pub(crate) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access:
 fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
     let w = claim.found();
     reclaim::make_room_for(inner, UNIT_PAGES);
-    let pool = &inner.frames.unit_in;
-    let u = pool.take();
-    if !pool.populate(u) {
+    let mut unit = inner.frames().unit_in.hold_waiting();
+    if !unit.populate() {
         // No memory at all: leave the unit as it was; the access retries.
-        pool.put(u);
+        drop(unit);
         inner.retry_later(claim, Some(libc::ENOMEM));
         return;
     }
     if w.is(Kind::Swapped) {
-        // SAFETY: we hold unit `u`, populated just now.
-        let buf = unsafe { pool.bytes(u) };
+        // Populated just now.
+        let buf = unit.bytes();
         // One folio of 512 pages: one IO from a whole cluster, one per
         // segment of neighbouring slots from a split one.
         let e = w.slot().expect("a swapped unit has a slot");
@@ -341,10 +342,10 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
         if let Err(folio::IoFailed { slot: e, err, .. }) = result {
             // Whatever was read is not zeros: the next install of a
             // never-written unit must find this one empty.
-            pool.discard(u);
-            pool.put(u);
+            unit.discard();
+            drop(unit);
             if err.is_transient() {
-                inner.counters.swapin_retries.inc();
+                inner.counters().swapin_retries.inc();
                 drop(claim);
                 page::pause();
                 return;
@@ -352,29 +353,31 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
             // Never zeros: poison the whole unit.
             // SAFETY: a missing unit of a region whose claim we hold.
             // Not woken until the reason is said (as for a page).
-            if let Err(perr) = unsafe { inner.uffd.poison(base, UNIT, false) } {
+            if let Err(perr) = unsafe { inner.uffd().poison(base, UNIT, false) } {
                 inner.retry_later(claim, perr.errno());
                 return;
             }
             page::log_poison(base, UNIT, e, &err);
-            inner.registry.event(crate::stats::EventKind::PagePoisoned, base);
-            let _ = inner.uffd.wake(base, UNIT);
-            inner.counters.read_errors.inc();
+            inner
+                .registry()
+                .event(crate::stats::EventKind::PagePoisoned, base);
+            let _ = inner.uffd().wake(base, UNIT);
+            inner.counters().read_errors.inc();
             inner.free_unit_slots(head, w);
             claim.commit(PageWord::of(Kind::Poisoned).unit());
             return;
         }
     } else {
-        inner.counters.zero_fills.inc();
+        inner.counters().zero_fills.inc();
     }
     #[cfg(test)]
-    inner.inject.gate();
-    let installed = inner.put_in(base, pool.addr(u), UNIT);
+    inner.inject().gate();
+    let installed = inner.put_in(base, unit.addr(), UNIT);
     if installed != Installed::Moved {
         // Copied pages leave their source behind: empty it.
-        pool.discard(u);
+        unit.discard();
     }
-    pool.put(u);
+    drop(unit);
     if installed == Installed::Gone {
         // The program unmapped the unit meanwhile: its memory went with
         // the mapping, and its slots are of no use to anyone.
@@ -384,9 +387,9 @@ fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
     }
     if w.is(Kind::Swapped) {
         inner.free_unit_slots(head, w);
-        inner.counters.huge_swapins.inc();
+        inner.counters().huge_swapins.inc();
     }
-    inner.budget.charge(UNIT_PAGES);
+    inner.budget().charge(UNIT_PAGES);
     claim.commit(PageWord::of(Kind::Resident).dirty().unit());
-    inner.lru.add(head);
+    inner.lru().add(head);
 }

@@ -1,6 +1,10 @@
 //! Pools of memory the pager maps for itself (on `sys::Mapping`): the
 //! staging frames that evicted pages are moved into, the bounce frames
-//! that swap-ins are read into, and the 2 MB staging units.
+//! that swap-ins are read into, and the 2 MB staging units.  Bounce
+//! frames and units are held through guards ([`HeldFrames`],
+//! [`HeldUnit`]) that give their bytes out safely and return them when
+//! dropped; a staging frame's bytes are its page's claim holder's
+//! (staged.rs).  The raw `unsafe` byte views stay inside `instance/`.
 
 use std::io;
 
@@ -199,7 +203,8 @@ impl FramePool {
         self.map.addr() + f as u64 * PAGE_SIZE as u64
     }
 
-    /// Frame `f` as bytes.
+    /// Frame `f` as bytes: for the guards that prove they hold it
+    /// ([`HeldFrames`], and a staged page's claim in staged.rs).
     ///
     /// # Safety
     /// The caller must hold frame `f` (from `get`) and the frame must be
@@ -208,7 +213,7 @@ impl FramePool {
     // each frame to one holder at a time), not from `&mut self`: this is
     // an allocator, and its frames are used from many threads at once.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn bytes(&self, f: u32) -> &mut [u8] {
+    pub(in crate::pager::instance) unsafe fn bytes(&self, f: u32) -> &mut [u8] {
         // SAFETY: the caller owns the frame, so nobody else reads or writes
         // these bytes while the slice lives; they lie inside the mapping.
         unsafe { std::slice::from_raw_parts_mut(self.addr(f) as *mut u8, PAGE_SIZE) }
@@ -221,7 +226,7 @@ impl FramePool {
     /// # Safety
     /// As for [`FramePool::bytes`], for each of the `n` frames.
     #[allow(clippy::mut_from_ref)]
-    pub unsafe fn run_bytes(&self, f: u32, n: usize) -> &mut [u8] {
+    pub(in crate::pager::instance) unsafe fn run_bytes(&self, f: u32, n: usize) -> &mut [u8] {
         assert!(
             f as usize + n <= self.map.len() / PAGE_SIZE,
             "frames past the pool"
@@ -285,47 +290,68 @@ impl UnitPool {
         &self.map
     }
 
-    /// A free unit, waiting for one if all are in use (their holders hold
-    /// a unit's claim and wait for nothing but IO, so one comes back).
-    pub fn take(&self) -> u32 {
+    /// A free unit, held until the guard drops, waiting for one if all
+    /// are in use (their holders hold a unit's claim and wait for nothing
+    /// but IO, so one comes back).
+    pub fn hold_waiting(&self) -> HeldUnit<'_> {
         loop {
-            if let Some(u) = self.free.lock().pop() {
+            if let Some(u) = self.hold() {
                 return u;
             }
             page::pause();
         }
     }
 
-    pub fn get(&self) -> Option<u32> {
-        self.free.lock().pop()
+    /// A free unit, held until the guard drops, if there is one.
+    pub fn hold(&self) -> Option<HeldUnit<'_>> {
+        let u = self.free.lock().pop()?;
+        Some(HeldUnit { pool: self, u })
     }
 
-    pub fn put(&self, u: u32) {
-        self.free.lock().push(u);
-    }
-
-    pub fn addr(&self, u: u32) -> u64 {
+    fn addr(&self, u: u32) -> u64 {
         self.map.addr() + u as u64 * UNIT
     }
+}
 
-    /// Unit `u` as bytes.
-    ///
-    /// # Safety
-    /// The caller holds unit `u` (from `get`) and it is populated.
-    #[allow(clippy::mut_from_ref)]
-    pub unsafe fn bytes(&self, u: u32) -> &mut [u8] {
-        // SAFETY: held by the caller alone, inside the mapping, populated.
-        unsafe { std::slice::from_raw_parts_mut(self.addr(u) as *mut u8, UNIT_BYTES) }
+/// A 2 MB staging unit taken from its pool, given back when the guard
+/// drops: while it lives its holder alone reads and writes it, so its
+/// bytes are handed out without `unsafe`.  Given back as it is: a unit
+/// that holds pages must be emptied ([`HeldUnit::discard`]) first, as
+/// the next holder takes it to read as zeros.
+pub(crate) struct HeldUnit<'p> {
+    pool: &'p UnitPool,
+    u: u32,
+}
+
+impl HeldUnit<'_> {
+    pub fn addr(&self) -> u64 {
+        self.pool.addr(self.u)
     }
 
-    /// Fault unit `u` in, zeroed, as one THP where the kernel can.
-    pub fn populate(&self, u: u32) -> bool {
-        self.map.populate(self.addr(u), UNIT_BYTES)
+    /// The unit as bytes.  Populate it first (or have pages moved into it):
+    /// a missing page of the receiving pool, which is registered, would
+    /// fault to the pager itself.
+    pub fn bytes(&mut self) -> &mut [u8] {
+        // SAFETY: the pool handed unit `u` to this guard alone, until it
+        // drops; it lies in the mapping; `&mut self` makes this slice the
+        // only one.
+        unsafe { std::slice::from_raw_parts_mut(self.addr() as *mut u8, UNIT_BYTES) }
     }
 
-    /// Drop what unit `u` holds: it reads as missing (zeros) again.
-    pub fn discard(&self, u: u32) {
-        self.map.discard(self.addr(u), UNIT_BYTES);
+    /// Fault the unit in, zeroed, as one THP where the kernel can.
+    pub fn populate(&self) -> bool {
+        self.pool.map.populate(self.addr(), UNIT_BYTES)
+    }
+
+    /// Drop what the unit holds: it reads as missing (zeros) again.
+    pub fn discard(&self) {
+        self.pool.map.discard(self.addr(), UNIT_BYTES);
+    }
+}
+
+impl Drop for HeldUnit<'_> {
+    fn drop(&mut self) {
+        self.pool.free.lock().push(self.u);
     }
 }
 

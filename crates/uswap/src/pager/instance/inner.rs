@@ -4,6 +4,12 @@
 //! cache, writeback's pause).  And the operations on pages that both the
 //! fault and the reclaim paths use: the userfaultfd moves and copies with
 //! their test hooks, slot frees, the retry pause.
+//!
+//! `Inner`'s fields are private to this file.  The rest of the pager
+//! reaches the parts through accessors, each part keeping its own rule;
+//! the instance's own bookkeeping (page ids, handles alive, the process
+//! it serves, the fork mark) changes only through the methods below,
+//! named for what they do.  The builder hands its parts to [`Inner::new`].
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
@@ -19,7 +25,7 @@ use crate::pager::instance::page::{self, PageClaim, PageState};
 use crate::pager::instance::prefetch::Prefetch;
 use crate::pager::instance::report;
 use crate::pager::instance::staged::StagedRing;
-use crate::stats::{Registry, StatMutex};
+use crate::stats::{LockId, Registry, StatMutex};
 use crate::swap_cache::SwapCache;
 use crate::swap_space::SwapSpace;
 use crate::uffd::Uffd;
@@ -27,64 +33,64 @@ use crate::uffd::Uffd;
 /// The shared state of one instance.  Regions and the entry's threads
 /// refer to it; it lives while the `Swap` handle or any region does.
 pub(crate) struct Inner {
-    pub uffd: Uffd,
-    pub lru: Lru,
+    uffd: Uffd,
+    lru: Lru,
     /// Per page id: the page state word (see page.rs).
-    pub states: Box<[PageState]>,
+    states: Box<[PageState]>,
     /// Page id -> the page's address (0 when no region holds the id).
-    pub addrs: crate::pager::instance::addrs::PageAddrs,
+    addrs: crate::pager::instance::addrs::PageAddrs,
     /// Per page id: pins held on the page (`Region::pin`): a pinned page
     /// is resident and is not evicted.  The pinner raises it and then
     /// checks the state; an evictor claims the page and then checks it,
     /// each with a SeqCst fence between (`pinned`): one of the two sees
     /// the other.
-    pub pins: Box<[AtomicU32]>,
+    pins: Box<[AtomicU32]>,
     /// Page ids: free ranges and pages mapped; only map and unmap touch
     /// them.
-    pub ids: StatMutex<PageIds>,
-    pub frames: Frames,
-    pub budget: Budget,
-    pub backing: Backing,
+    ids: StatMutex<PageIds>,
+    frames: Frames,
+    budget: Budget,
+    backing: Backing,
     /// Swap-in readahead on (`SwapBuilder::readahead`).
-    pub readahead: bool,
+    readahead: bool,
     /// Every small page evicted with its own `UFFDIO_MOVE`
     /// (`SwapBuilder::per_page_evict`), not in batches.
-    pub per_page_evict: bool,
+    per_page_evict: bool,
     /// Drops clean victims in place, a batch per system call.
-    pub discarder: crate::sys::Discarder,
+    discarder: crate::sys::Discarder,
     /// Readahead handed to the prefetcher thread (swap files).
-    pub prefetch: Prefetch,
+    prefetch: Prefetch,
     /// Set when the last handle (the `Swap` or a region) goes: the threads
     /// stop.  A thread's own reference cannot tell, as several threads
     /// holding one each would keep each other alive forever.
-    pub shutdown: AtomicBool,
+    shutdown: AtomicBool,
     /// Handles alive: the `Swap` and every region.
-    pub users: AtomicUsize,
+    users: AtomicUsize,
     /// The process the instance serves: the one that built it, or a
     /// forked child that adopted its copy (fork.rs).  In a child that did
     /// not (a raw `clone`), the inherited descriptor still speaks for the
     /// parent's memory, so nothing may be done with it.
-    pub pid: std::sync::atomic::AtomicI32,
+    pid: std::sync::atomic::AtomicI32,
     /// The instance's threads (handler, prefetcher, reclaimer), joined by
     /// the `Swap`'s drop; replaced in a forked child, which has none of
     /// its parent's threads.
-    pub threads: StatMutex<Vec<crate::pager::instance::signals::UswapThread>>,
+    threads: StatMutex<Vec<crate::pager::instance::signals::UswapThread>>,
     /// What threads to start (at build, and again in a forked child).
-    pub spawn: Spawn,
+    spawn: Spawn,
     /// Which once-only lines have been said.
-    pub reports: Reports,
+    reports: Reports,
     /// This process has forked since the instance was built: a page
     /// `UFFDIO_MOVE` refuses as shared may be one the fork shared
     /// (batch.rs, `unshare`).
-    pub forked: AtomicBool,
+    forked: AtomicBool,
     /// This instance's membership of a budget domain: its reclaimer
     /// publishes what it holds there and takes its budget from there.
-    pub member: Option<Arc<crate::domain::Member>>,
+    member: Option<Arc<crate::domain::Member>>,
     /// Test hooks: failures to inject into the userfaultfd calls.
     #[cfg(test)]
-    pub inject: Inject,
-    pub counters: Counters,
-    pub registry: Arc<Registry>,
+    inject: Inject,
+    counters: Counters,
+    registry: Arc<Registry>,
 }
 
 /// The memory the pager maps for itself, besides regions.
@@ -178,6 +184,205 @@ pub(crate) struct Reports {
     pub install_retry: AtomicBool,
     pub bad_slot: AtomicBool,
     pub not_ours: AtomicBool,
+}
+
+/// What the builder made for an instance: the parts it configured.
+/// [`Inner::new`] adds the instance's own bookkeeping.
+pub(crate) struct Parts {
+    pub uffd: Uffd,
+    pub lru: Lru,
+    pub states: Box<[PageState]>,
+    pub addrs: crate::pager::instance::addrs::PageAddrs,
+    pub pins: Box<[AtomicU32]>,
+    pub spawn: Spawn,
+    /// Page ids there are (the tables' length).
+    pub ids: u32,
+    /// Pages the regions may span at most.
+    pub max_mapped: usize,
+    pub frames: Frames,
+    pub budget: Budget,
+    pub backing: Backing,
+    pub readahead: bool,
+    pub per_page_evict: bool,
+    /// Readahead goes to a prefetcher thread (swap files).
+    pub prefetch: bool,
+    pub member: Option<Arc<crate::domain::Member>>,
+    pub registry: Arc<Registry>,
+}
+
+impl Inner {
+    pub fn new(p: Parts) -> Inner {
+        Inner {
+            counters: Counters::new(&p.registry),
+            uffd: p.uffd,
+            lru: p.lru,
+            states: p.states,
+            addrs: p.addrs,
+            pins: p.pins,
+            // SAFETY: getpid has no preconditions.
+            pid: std::sync::atomic::AtomicI32::new(unsafe { libc::getpid() }),
+            threads: StatMutex::new(Vec::new(), p.registry.lock_site(LockId::THREADS)),
+            spawn: p.spawn,
+            ids: StatMutex::new(
+                PageIds {
+                    free: vec![(0, p.ids)],
+                    mapped: 0,
+                    max: p.max_mapped,
+                    fresh: 0,
+                },
+                p.registry.lock_site(LockId::PAGE_IDS),
+            ),
+            frames: p.frames,
+            budget: p.budget,
+            backing: p.backing,
+            readahead: p.readahead,
+            per_page_evict: p.per_page_evict,
+            discarder: crate::sys::Discarder::new(),
+            prefetch: Prefetch::new(p.prefetch),
+            shutdown: AtomicBool::new(false),
+            users: AtomicUsize::new(1),
+            reports: Reports::default(),
+            forked: AtomicBool::new(false),
+            member: p.member,
+            #[cfg(test)]
+            inject: Inject::default(),
+            registry: p.registry,
+        }
+    }
+}
+
+/// The parts, for the paths outside this module that work on them: each
+/// part keeps its own rule (the budget's counts move only by `Budget`'s
+/// methods, a page word only by a claim), and no one outside replaces a
+/// part or the instance's own bookkeeping (its ids, users, pid, threads).
+impl Inner {
+    #[inline]
+    pub fn uffd(&self) -> &Uffd {
+        &self.uffd
+    }
+    #[inline]
+    pub fn lru(&self) -> &Lru {
+        &self.lru
+    }
+    /// Per page id: the page state word.
+    #[inline]
+    pub fn states(&self) -> &[PageState] {
+        &self.states
+    }
+    #[inline]
+    pub fn addrs(&self) -> &crate::pager::instance::addrs::PageAddrs {
+        &self.addrs
+    }
+    /// Per page id: pins held (see the field, and `pinned`).
+    #[inline]
+    pub fn pins(&self) -> &[AtomicU32] {
+        &self.pins
+    }
+    #[inline]
+    pub fn frames(&self) -> &Frames {
+        &self.frames
+    }
+    #[inline]
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+    #[inline]
+    pub fn backing(&self) -> &Backing {
+        &self.backing
+    }
+    #[inline]
+    pub fn readahead(&self) -> bool {
+        self.readahead
+    }
+    #[inline]
+    pub fn per_page_evict(&self) -> bool {
+        self.per_page_evict
+    }
+    #[inline]
+    pub fn discarder(&self) -> &crate::sys::Discarder {
+        &self.discarder
+    }
+    #[inline]
+    pub fn prefetch(&self) -> &Prefetch {
+        &self.prefetch
+    }
+    #[inline]
+    pub fn spawn(&self) -> &Spawn {
+        &self.spawn
+    }
+    #[inline]
+    pub fn reports(&self) -> &Reports {
+        &self.reports
+    }
+    #[inline]
+    pub fn member(&self) -> Option<&Arc<crate::domain::Member>> {
+        self.member.as_ref()
+    }
+    #[cfg(test)]
+    pub fn inject(&self) -> &Inject {
+        &self.inject
+    }
+    #[inline]
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+    #[inline]
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+    /// The instance's threads, joined by the `Swap`'s drop.
+    pub fn threads(&self) -> &StatMutex<Vec<crate::pager::instance::signals::UswapThread>> {
+        &self.threads
+    }
+
+    /// The process the instance serves.
+    pub fn owner(&self) -> i32 {
+        self.pid.load(Ordering::Relaxed)
+    }
+
+    /// In a forked child that adopts the instance: it serves this process
+    /// from now on.
+    pub fn serve_this_process(&self) {
+        // SAFETY: getpid has no preconditions.
+        self.pid.store(unsafe { libc::getpid() }, Ordering::Relaxed);
+    }
+
+    /// This process forked: pages may be shared with the child from now
+    /// on (`shared_after_fork`).
+    pub fn note_fork(&self) {
+        self.forked.store(true, Ordering::Relaxed);
+    }
+
+    /// A new handle (a region) keeps the instance alive.
+    pub fn add_user(&self) {
+        self.users.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Take ids for a region of `pages` pages, `ids` of them (whole
+    /// chunks): the first id, and the first id of them that was never
+    /// handed out before (from there on, states read NEVER already).
+    /// Refused, with the most pages and the pages free, past the limit on
+    /// mapped pages or when no free range is long enough.
+    pub fn take_ids(&self, pages: usize, ids: usize) -> Result<(u32, u32), (usize, usize)> {
+        let mut guard = self.ids.lock();
+        let (mapped, max) = (guard.mapped, guard.max);
+        let free_ids = &mut guard.free;
+        let at = free_ids.iter().position(|r| r.1 as usize >= ids);
+        let Some(i) = at.filter(|_| mapped + pages <= max) else {
+            return Err((max, max - mapped));
+        };
+        let start = free_ids[i].0;
+        free_ids[i].0 += ids as u32;
+        free_ids[i].1 -= ids as u32;
+        if free_ids[i].1 == 0 {
+            free_ids.remove(i);
+        }
+        guard.mapped += pages;
+        // Ids at or past `fresh` read NEVER already.
+        let fresh = guard.fresh.max(start);
+        guard.fresh = guard.fresh.max(start + ids as u32);
+        Ok((start, fresh))
+    }
 }
 
 impl Inner {

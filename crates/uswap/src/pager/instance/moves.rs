@@ -48,13 +48,13 @@ impl Inner {
         let mut at = moved;
         #[cfg(test)]
         if self
-            .inject
+            .inject()
             .copy_in
             .0
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
             .is_ok()
         {
-            let errno = self.inject.copy_in.1.load(Ordering::Relaxed);
+            let errno = self.inject().copy_in.1.load(Ordering::Relaxed);
             return Err((
                 at,
                 UffdError::Ioctl {
@@ -84,8 +84,8 @@ impl Inner {
         #[cfg(test)]
         {
             let f = match dir {
-                Dir::Out => &self.inject.move_out,
-                Dir::In => &self.inject.move_in,
+                Dir::Out => &self.inject().move_out,
+                Dir::In => &self.inject().move_in,
             };
             if let Some((partial, errno)) = Inject::take_move(f) {
                 // A failed move stops short of its end, as the kernel's
@@ -116,7 +116,7 @@ impl Inner {
             // claimed) to or from its own staging memory, which no one
             // else refers to.
             let moved = unsafe {
-                self.uffd
+                self.uffd()
                     .move_pages(dst + done, src + done, len - done, true, false)
             };
             match moved {
@@ -145,7 +145,7 @@ impl Inner {
             // SAFETY: the pager copies only into missing pages it holds
             // the claim of, from its own frames (readable for `len`).
             let copied = unsafe {
-                self.uffd
+                self.uffd()
                     .copy(dst + done, src.wrapping_add(done as usize), len - done, wp, true)
             };
             match copied {
@@ -165,7 +165,7 @@ impl Inner {
 
     /// Install a page of zeros at `page` (missing there).
     pub fn copy_zero(&self, page: u64, wp: bool) -> Result<(), UffdError> {
-        self.copy(page, self.frames.zero.addr() as *const u8, PAGE_SIZE as u64, wp)
+        self.copy(page, self.frames().zero.addr() as *const u8, PAGE_SIZE as u64, wp)
             .map_err(|(_, e)| e)
     }
 

@@ -18,11 +18,11 @@ impl Inner {
     /// waits for the child; a forked child leaves the swap files' slots to
     /// its parent.
     pub fn free_slot(&self, e: SwapEntry) {
-        if self.parents_slot(e) || self.backing.hold.defer(e, false) {
+        if self.parents_slot(e) || self.backing().hold.defer(e, false) {
             return;
         }
         self.notify_if_last(e, 1);
-        let freed = self.backing.space.free(e);
+        let freed = self.backing().space.free(e);
         debug_assert!(freed.is_ok(), "freeing {e:?}: {freed:?}");
     }
 
@@ -33,13 +33,13 @@ impl Inner {
     /// has the slot allocated again meanwhile.  A slot still
     /// referenced elsewhere (a forked child's share) keeps its page.
     fn notify_if_last(&self, e: SwapEntry, pages: u64) {
-        let dev = &self.backing.devices[e.device() as usize];
+        let dev = &self.backing().devices[e.device() as usize];
         if !dev.wants_slot_freed() {
             return;
         }
         for off in e.offset()..e.offset() + pages {
             let slot = SwapEntry::new(e.device(), off);
-            if self.backing.space.count(slot) == Ok(1) {
+            if self.backing().space.count(slot) == Ok(1) {
                 dev.slot_freed(off, 1);
             }
         }
@@ -47,11 +47,11 @@ impl Inner {
 
     /// Free the whole cluster of a 2 MB unit, as `free_slot` does a slot.
     pub fn free_huge(&self, e: SwapEntry) {
-        if self.parents_slot(e) || self.backing.hold.defer(e, true) {
+        if self.parents_slot(e) || self.backing().hold.defer(e, true) {
             return;
         }
         self.notify_if_last(e, crate::swap_space::CLUSTER_SLOTS);
-        let freed = self.backing.space.free_huge(e);
+        let freed = self.backing().space.free_huge(e);
         debug_assert!(freed.is_ok(), "freeing unit {e:?}: {freed:?}");
     }
 
@@ -59,8 +59,8 @@ impl Inner {
     /// (all of them until the child has files of its own; then those it
     /// did not write there), which the child never frees.
     fn parents_slot(&self, e: SwapEntry) -> bool {
-        let d = &self.backing.devices[e.device() as usize];
-        d.has_file() && (self.backing.closed.load(Ordering::Relaxed) || !d.owns(e.offset()))
+        let d = &self.backing().devices[e.device() as usize];
+        d.has_file() && (self.backing().closed.load(Ordering::Relaxed) || !d.owns(e.offset()))
     }
 
     /// In a forked child whose swap files are its parent's and that has
@@ -70,60 +70,60 @@ impl Inner {
     /// child's dirty pages stay resident as before.  From the reclaimer,
     /// never the fault path: it creates files and allocates.
     pub fn open_layers(&self) {
-        if !self.backing.layerable.load(Ordering::Relaxed)
-            || self.backing.layers_tried.swap(true, Ordering::Relaxed)
+        if !self.backing().layerable.load(Ordering::Relaxed)
+            || self.backing().layers_tried.swap(true, Ordering::Relaxed)
         {
             return;
         }
-        for d in self.backing.devices.iter().filter(|d| d.has_file()) {
+        for d in self.backing().devices.iter().filter(|d| d.has_file()) {
             if let Err(e) = d.open_layer() {
-                self.registry.event(crate::stats::EventKind::ChildFileFailed, 0);
+                self.registry().event(crate::stats::EventKind::ChildFileFailed, 0);
                 crate::pager::instance::report::line(format_args!(
                     "uswap: a forked child cannot make a swap file of its own ({e}); its memory stays resident"
                 ));
                 // Faults waiting for it (reclaim.rs's `hold_to_bound`) go on.
-                self.backing.layerable.store(false, Ordering::Release);
+                self.backing().layerable.store(false, Ordering::Release);
                 return;
             }
         }
-        self.backing.closed.store(false, Ordering::Release);
+        self.backing().closed.store(false, Ordering::Release);
     }
 
     /// A slot for a page going out; `Full` in a forked child whose
     /// swap files are its parent's.
     pub fn alloc_slot(&self) -> Result<SwapEntry, crate::swap_space::SwapError> {
-        if self.backing.closed.load(Ordering::Relaxed) {
+        if self.backing().closed.load(Ordering::Relaxed) {
             return Err(crate::swap_space::SwapError::Full {
-                slots: self.backing.space.total_slots(),
+                slots: self.backing().space.total_slots(),
             });
         }
-        let e = self.backing.space.alloc()?;
-        self.backing.devices[e.device() as usize].allocated(e.offset(), 1);
+        let e = self.backing().space.alloc()?;
+        self.backing().devices[e.device() as usize].allocated(e.offset(), 1);
         Ok(e)
     }
 
     /// A whole cluster for a 2 MB unit, as `alloc_slot`.
     pub fn alloc_unit_slots(&self) -> Result<SwapEntry, crate::swap_space::SwapError> {
-        if self.backing.closed.load(Ordering::Relaxed) {
+        if self.backing().closed.load(Ordering::Relaxed) {
             return Err(crate::swap_space::SwapError::Full {
-                slots: self.backing.space.total_slots(),
+                slots: self.backing().space.total_slots(),
             });
         }
-        let e = self.backing.space.alloc_huge()?;
-        self.backing.devices[e.device() as usize].allocated(e.offset(), crate::swap_space::CLUSTER_SLOTS);
+        let e = self.backing().space.alloc_huge()?;
+        self.backing().devices[e.device() as usize].allocated(e.offset(), crate::swap_space::CLUSTER_SLOTS);
         Ok(e)
     }
 
     /// Whether no slot is to be had for a page going out.
     pub fn no_free_slots(&self) -> bool {
-        self.backing.closed.load(Ordering::Relaxed) || self.backing.space.nr_free() == 0
+        self.backing().closed.load(Ordering::Relaxed) || self.backing().space.nr_free() == 0
     }
 
     /// The staging frame a staged page's slot `e` holds (claimed by the
     /// caller, so the entry is there).
     pub fn staged_frame(&self, e: SwapEntry) -> u32 {
         let h = self
-            .backing
+            .backing()
             .swap_cache
             .lookup(e)
             .expect("a staged page is in the swap cache");
@@ -137,7 +137,7 @@ impl Inner {
         let word = if i == 0 {
             w
         } else {
-            self.states[head as usize + i].load()
+            self.states()[head as usize + i].load()
         };
         word.slot().expect("a split unit has a slot per page")
     }
@@ -157,13 +157,13 @@ impl Inner {
             let word = if i == 0 {
                 w
             } else {
-                self.states[head as usize + i].load()
+                self.states()[head as usize + i].load()
             };
             if let Some(e) = word.slot() {
                 self.free_slot(e);
             }
             if i > 0 {
-                self.states[head as usize + i].store(PageWord::NEVER);
+                self.states()[head as usize + i].store(PageWord::NEVER);
             }
         }
     }

@@ -99,7 +99,7 @@ fn assert_stores_empty(swap: &Swap, what: &str) {
             st.gauges
         );
     }
-    for d in &swap.inner.backing.devices {
+    for d in &swap.inner.backing().devices {
         d.check_store().unwrap();
     }
 }
@@ -207,7 +207,7 @@ fn a_tier_whose_file_fails_loses_no_page() {
             .fault_mode(mode)
             .build()
             .unwrap();
-        let file = swap.inner.backing.devices[0].file_behind().unwrap();
+        let file = swap.inner.backing().devices[0].file_behind().unwrap();
         file.inject_errors_for(IoOp::Write, libc::ENOSPC, Duration::from_millis(300));
         let mut region = swap.map((16 * MIB) as usize).unwrap();
         mixed(&mut region, 7, false);

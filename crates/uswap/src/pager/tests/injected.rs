@@ -33,7 +33,7 @@ fn present(region: &Region, p: usize) -> bool {
 
 /// The state word of page `p`.
 fn word(region: &Region, p: usize) -> PageWord {
-    region.inner.states[region.id_base as usize + p].load()
+    region.inner.states()[region.id_base as usize + p].load()
 }
 
 /// Wait for the last fault's transition to end.  In handler-thread mode
@@ -106,8 +106,8 @@ fn inject_move(
 
 /// The next `n` copies that finish a failed move in fail too.
 fn inject_copy(swap: &Swap, n: usize, errno: i32) {
-    swap.inner.inject.copy_in.1.store(errno, Ordering::Relaxed);
-    swap.inner.inject.copy_in.0.store(n, Ordering::Release);
+    swap.inner.inject().copy_in.1.store(errno, Ordering::Relaxed);
+    swap.inner.inject().copy_in.0.store(n, Ordering::Release);
 }
 
 /// A swap-cache hit whose move back into the region fails: the page is
@@ -122,7 +122,7 @@ fn a_failed_move_in_keeps_the_page() {
             write_page(&mut region, p);
         }
         let p = staged_page(&region, 0);
-        inject_move(&swap.inner.inject.move_in, 1, 0, libc::ENOMEM);
+        inject_move(&swap.inner.inject().move_in, 1, 0, libc::ENOMEM);
         check_page(&region, p);
         settle(&region);
         let st = swap.stats();
@@ -135,7 +135,7 @@ fn a_failed_move_in_keeps_the_page() {
         assert_states_true(&region, false);
 
         let q = staged_page(&region, 0);
-        inject_move(&swap.inner.inject.move_in, 1, 0, libc::ENOMEM);
+        inject_move(&swap.inner.inject().move_in, 1, 0, libc::ENOMEM);
         inject_copy(&swap, 1, libc::ENOMEM);
         let retries = swap.stats().counters.install_retries;
         check_page(&region, q);
@@ -168,7 +168,7 @@ fn a_failed_move_back_after_a_write_error_keeps_the_page() {
                 write_page(&mut region, p);
             }
             swap.inject_io_error(0, crate::io::ANY_SLOT, crate::io::IoOp::Write);
-            inject_move(&swap.inner.inject.move_in, 1, 0, libc::ENOMEM);
+            inject_move(&swap.inner.inject().move_in, 1, 0, libc::ENOMEM);
             if copy_fails {
                 inject_copy(&swap, 1, libc::ENOMEM);
             }
@@ -228,7 +228,7 @@ fn a_unit_move_in_that_stops_part_way_is_finished() {
             // Each failed copy ends one try; the next try moves on from
             // where the last one stopped, and stops again.
             inject_move(
-                &swap.inner.inject.move_in,
+                &swap.inner.inject().move_in,
                 copy_failures.max(1),
                 100,
                 libc::ENOMEM,
@@ -268,8 +268,8 @@ fn a_failed_unit_eviction_keeps_the_unit() {
         for p in 0..1024 {
             write_page(&mut region, p);
         }
-        inject_move(&swap.inner.inject.move_out, 1, 100, libc::EBUSY);
-        inject_move(&swap.inner.inject.move_in, 1, 10, libc::ENOMEM);
+        inject_move(&swap.inner.inject().move_out, 1, 100, libc::EBUSY);
+        inject_move(&swap.inner.inject().move_in, 1, 10, libc::ENOMEM);
         for p in 1024..1536 {
             write_page(&mut region, p);
         }

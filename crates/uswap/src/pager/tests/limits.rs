@@ -128,7 +128,7 @@ fn queued_writeback_keeps_pages_through_errors_and_short_writes() {
     let mut region = swap.map((8 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
-    swap.inner.backing.devices[0].inject_short_writes(4);
+    swap.inner.backing().devices[0].inject_short_writes(4);
     swap.inject_io_error(0, crate::io::ANY_SLOT, crate::io::IoOp::Write);
     write_pages(base, 0..pages);
     assert_eq!(check_pages(base, 0..pages), None);
@@ -136,7 +136,7 @@ fn queued_writeback_keeps_pages_through_errors_and_short_writes() {
     // loaded machine the faulting thread may have done all the writeback
     // itself (pwrite): pass again until they are met.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while swap.inner.backing.devices[0].short_writes_pending() > 0 {
+    while swap.inner.backing().devices[0].short_writes_pending() > 0 {
         assert!(std::time::Instant::now() < deadline, "short writes never met");
         write_pages(base, 0..pages);
         assert_eq!(check_pages(base, 0..pages), None);

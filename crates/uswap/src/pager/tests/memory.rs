@@ -174,7 +174,7 @@ fn dontneed_scenario(mode: FaultMode) {
     // the madvise dropped it.  A claimed page may be on its way out
     // already: its contents safe in a staging frame, not discarded.
     let settled = |p: usize| {
-        let w = region.inner.states[region.id_base as usize + p].load();
+        let w = region.inner.states()[region.id_base as usize + p].load();
         w.is(Kind::Resident) && !w.is_busy()
     };
     let discarded_before = swap.stats().counters.discarded;

@@ -1028,8 +1028,8 @@ fn huge_units_on_a_file() {
 fn refused_moves_keep_pages_resident() {
     for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
         let swap = ram_swap(256 * 1024, 16 * MIB, mode);
-        swap.inner.inject.move_out.2.store(libc::EBUSY, AtOrd::Relaxed);
-        swap.inner.inject.move_out.0.store(3000, AtOrd::Relaxed);
+        swap.inner.inject().move_out.2.store(libc::EBUSY, AtOrd::Relaxed);
+        swap.inner.inject().move_out.0.store(3000, AtOrd::Relaxed);
         let mut region = swap.map((2 * MIB) as usize).unwrap();
         hammer_counters(&mut region, 10, &format!("{mode:?}"));
         let st = swap.stats();

@@ -76,7 +76,7 @@ fn a_realtime_waiter_sleeps_on_a_claim() {
         let swap = ram_swap(4 * MIB, 16 * MIB, FaultMode::Sigbus);
         let mut region = swap.map((MIB) as usize).unwrap();
         let base = region.as_mut_slice().as_mut_ptr() as usize;
-        let gate = &swap.inner.inject.gate;
+        let gate = &swap.inner.inject().gate;
         gate.store(1, Ordering::Release);
         let waiter_tid = AtomicUsize::new(0);
         std::thread::scope(|s| {

@@ -188,7 +188,7 @@ struct Progress {
 /// The stuck page, and the threads, as a diagnosis needs them.
 fn dump(region: &Region, swap: &Swap, worker: usize, p: usize) {
     let inner = &region.inner;
-    let w = inner.states[region.id_base as usize + p].load();
+    let w = inner.states()[region.id_base as usize + p].load();
     let addr = region.as_ptr() as u64 + (p * PAGE_SIZE) as u64;
     let pte = std::fs::File::open("/proc/self/pagemap")
         .and_then(|f| {
@@ -216,8 +216,8 @@ fn dump(region: &Region, swap: &Swap, worker: usize, p: usize) {
          \x20 resident {} of budget {}, staged {}, free slots {} of {}\n\
          \x20 counters {:?}",
         w.raw(),
-        inner.budget.resident(),
-        inner.budget.limit(),
+        inner.budget().resident(),
+        inner.budget().limit(),
         inner.staged_count(),
         swap.free_slots(),
         swap.total_slots(),
@@ -324,7 +324,7 @@ fn run(seed: u64) -> ! {
             while !plan.inject.is_empty() && !done.load(Ordering::Relaxed) {
                 std::thread::sleep(Duration::from_millis(2 + r.below(20)));
                 let kind = plan.inject[r.below(plan.inject.len() as u64) as usize];
-                let dev = &swap.inner.backing.devices[0];
+                let dev = &swap.inner.backing().devices[0];
                 let dev = dev.file_behind().unwrap_or(dev);
                 match kind {
                     "budget" => {
@@ -345,9 +345,9 @@ fn run(seed: u64) -> ! {
                     ),
                     "move-out" | "move-in" => {
                         let f = if kind == "move-out" {
-                            &swap.inner.inject.move_out
+                            &swap.inner.inject().move_out
                         } else {
-                            &swap.inner.inject.move_in
+                            &swap.inner.inject().move_in
                         };
                         let errno = [libc::EAGAIN, libc::EBUSY, libc::ENOMEM][r.below(3) as usize];
                         f.2.store(errno, Ordering::Relaxed);
@@ -356,8 +356,8 @@ fn run(seed: u64) -> ! {
                     }
                     _ => {
                         let errno = [libc::EAGAIN, libc::ENOMEM][r.below(2) as usize];
-                        swap.inner.inject.copy_in.1.store(errno, Ordering::Relaxed);
-                        swap.inner.inject.copy_in.0.store(1, Ordering::Release);
+                        swap.inner.inject().copy_in.1.store(errno, Ordering::Relaxed);
+                        swap.inner.inject().copy_in.0.store(1, Ordering::Release);
                     }
                 }
                 injected.fetch_add(1, Ordering::Relaxed);
