@@ -85,7 +85,7 @@ thread_local! {
 }
 
 /// Allocations zstd has made through this module on the calling thread
-/// (see [`C_ALLOCATIONS`]); a test takes it around warmed-up calls.
+/// (see `C_ALLOCATIONS`); a test takes it around warmed-up calls.
 pub fn c_allocations() -> u64 {
     C_ALLOCATIONS.with(Cell::get)
 }

@@ -13,10 +13,10 @@
 //! a fault.  An [`IoDevice`] is where those pages live, either in memory
 //! ([`IoDevice::ram`], like the RAM disks the seeds' tests swap on) or in a
 //! file or block device ([`IoDevice::file`]).  Slot `offset` holds one
-//! [`PAGE_SIZE`]-byte page; multi-page calls move a run of consecutive
+//! [`PAGE_SIZE`](crate::PAGE_SIZE)-byte page; multi-page calls move a run of consecutive
 //! slots, as a 2 MB swap-out of seed 003 does.
 //!
-//! File devices translate every slot through an [`ExtentMap`] (the kernel's
+//! File devices translate every slot through an [`ExtentMap`](crate::extent::ExtentMap) (the kernel's
 //! `map_swap_entry()`), so a device assembled from several backings, or a
 //! file mapped by its physical extents (FIEMAP), is written where the map
 //! says.  A run is cut wherever the translation stops being contiguous (a
