@@ -31,15 +31,12 @@ use std::sync::Mutex;
 
 use rustix::mm::{self, MapFlags, ProtFlags};
 
-use super::table::{layout_hash, Counters, EventKind, Gauges, Locks};
-use super::LockStats;
+use super::snapshot::{
+    DeviceLevel, Event, Events, Latency, Pressure, PressureLine, Stats, EVENT_RING, LATENCY_BUCKETS,
+};
+use super::table::{layout_hash, Counters, EventKind, Gauges, LockStats, Locks};
 
 pub(super) const MAGIC: u64 = u64::from_le_bytes(*b"uswapst1");
-/// Recent events kept (the counts are kept for every kind).
-pub const EVENT_RING: usize = 16;
-/// Fault latency buckets: bucket `b` counts faults served in
-/// `[2^(b-1), 2^b)` ns (bucket 0: under 1 ns; the last: 1 s and more).
-pub const LATENCY_BUCKETS: usize = 32;
 /// Bytes of the command line kept.
 pub const COMMAND_BYTES: usize = 128;
 /// Swap devices whose levels are kept.
@@ -344,7 +341,7 @@ impl Block {
     }
 
     /// Everything, read now.
-    pub(crate) fn snapshot(&self, some_id: u16, full_id: u16) -> super::Stats {
+    pub(crate) fn snapshot(&self, some_id: u16, full_id: u16) -> Stats {
         let mut c = [0u64; Counters::LEN];
         let mut l = [LockStats::default(); Locks::LEN];
         let mut lat = [0u64; LATENCY_BUCKETS];
@@ -372,18 +369,18 @@ impl Block {
         c[some_id as usize] = some;
         c[full_id as usize] = full;
         let avg = |i: usize| f64::from_bits(h.avg[i].load(Ordering::Relaxed)) * 100.0;
-        let line = |k: usize, total_ns: u64| super::PressureLine {
+        let line = |k: usize, total_ns: u64| PressureLine {
             avg10: avg(k * 3),
             avg60: avg(k * 3 + 1),
             avg300: avg(k * 3 + 2),
             total_us: total_ns / 1000,
         };
-        super::Stats {
+        Stats {
             counters: Counters::from_words(&c),
             gauges: Gauges::from_words(&g),
             locks: Locks::from_sites(&l),
-            fault_latency: super::Latency { buckets: lat },
-            pressure: super::Pressure {
+            fault_latency: Latency { buckets: lat },
+            pressure: Pressure {
                 some: line(0, some),
                 full: line(1, full),
             },
@@ -392,7 +389,7 @@ impl Block {
                 .devices
                 .iter()
                 .filter(|d| d[0].load(Ordering::Relaxed) != 0)
-                .map(|d| super::DeviceLevel {
+                .map(|d| DeviceLevel {
                     kind: match d[0].load(Ordering::Relaxed) {
                         1 => "ram",
                         2 => "file",
@@ -405,7 +402,7 @@ impl Block {
         }
     }
 
-    fn events(&self) -> super::Events {
+    fn events(&self) -> Events {
         let h = self.head();
         let counts = EventKind::ALL
             .iter()
@@ -426,10 +423,10 @@ impl Block {
                 continue;
             }
             if let Some(kind) = EventKind::from_u8(kind as u8) {
-                recent.push(super::Event { kind, unix_ns, value });
+                recent.push(Event { kind, unix_ns, value });
             }
         }
-        super::Events { counts, recent }
+        Events { counts, recent }
     }
 
     /// Who the block says it is.

@@ -50,10 +50,10 @@ impl MappedBlock {
     }
 
     /// Its statistics now.
-    pub fn stats(&self) -> super::Stats {
+    pub fn stats(&self) -> super::snapshot::Stats {
         self.block.snapshot(
-            super::CounterId::STALL_SOME_NS.0,
-            super::CounterId::STALL_FULL_NS.0,
+            super::table::CounterId::STALL_SOME_NS.0,
+            super::table::CounterId::STALL_FULL_NS.0,
         )
     }
 }

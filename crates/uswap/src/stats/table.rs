@@ -12,8 +12,6 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::LockStats;
-
 /// What a statistic's number counts, for its exported name and unit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Unit {
@@ -481,4 +479,26 @@ pub(crate) fn layout_hash() -> u64 {
     EventKind::ALL.iter().for_each(|k| eat(k.name()));
     eat(&BLOCK_VERSION.to_string());
     h
+}
+
+/// What a lock site reports: the seeds' `perf lock` columns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockStats {
+    /// Times the lock was taken.
+    pub acquisitions: u64,
+    /// Times the taker found the lock held and had to wait.
+    pub contended: u64,
+    /// Total nanoseconds spent waiting for the lock.
+    pub wait_ns: u64,
+}
+
+impl LockStats {
+    /// Field-wise difference, for measuring an interval.
+    pub fn since(&self, earlier: &LockStats) -> LockStats {
+        LockStats {
+            acquisitions: self.acquisitions.saturating_sub(earlier.acquisitions),
+            contended: self.contended.saturating_sub(earlier.contended),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+        }
+    }
 }

@@ -1,6 +1,7 @@
 //! How a swap space is configured: each device's size and kind
-//! ([`SlotDeviceConfig`]), and the seed switches ([`Switches`]) that
-//! restore the behaviour before each seed.
+//! ([`SlotDeviceConfig`]), the seed switches ([`Switches`]) that
+//! restore the behaviour before each seed, and the builder that gathers
+//! them ([`SwapSpaceBuilder`]; its `build` is the space's, in mod.rs).
 
 /// Where a solid-state device's linear scan starts (seed 001).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -99,6 +100,48 @@ impl SlotDeviceConfig {
     /// Mark the device rotational.
     pub fn rotational(mut self, rotational: bool) -> Self {
         self.rotational = rotational;
+        self
+    }
+}
+
+/// Builds a [`SwapSpace`].
+#[derive(Clone, Debug)]
+pub struct SwapSpaceBuilder {
+    pub(super) devices: Vec<SlotDeviceConfig>,
+    pub(super) switches: Switches,
+    pub(super) cpus: usize,
+    pub(super) trunk_slots: u64,
+    pub(super) seed: u64,
+}
+
+impl SwapSpaceBuilder {
+    /// Add a device.
+    pub fn device(mut self, d: SlotDeviceConfig) -> Self {
+        self.devices.push(d);
+        self
+    }
+
+    /// Set the seed switches.
+    pub fn switches(mut self, s: Switches) -> Self {
+        self.switches = s;
+        self
+    }
+
+    /// Per-CPU structures to keep (default: the CPUs of this machine).
+    pub fn cpus(mut self, n: usize) -> Self {
+        self.cpus = n;
+        self
+    }
+
+    /// The swap-cache trunk size the per-CPU scan bases spread over.
+    pub fn trunk_slots(mut self, n: u64) -> Self {
+        self.trunk_slots = n;
+        self
+    }
+
+    /// Seed for the randomised scan bases (reproducible layouts).
+    pub fn seed(mut self, seed: u64) -> Self {
+        self.seed = seed;
         self
     }
 }

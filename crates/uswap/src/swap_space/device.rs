@@ -27,9 +27,9 @@ use std::sync::{Arc, MutexGuard};
 use crossbeam_utils::CachePadded;
 
 use super::cluster::{ClusterLists, ListId, CLUSTER_SLOTS};
-use super::config::{SlotDeviceConfig, Switches};
+use super::avail::SpaceShared;
+use super::config::{SlotDeviceConfig, SwapSpaceBuilder, Switches};
 use super::entry::{SwapEntry, SwapError};
-use super::{SpaceShared, SwapSpaceBuilder};
 use crate::stats::{Counter, Registry, StatMutex};
 use crate::table::{self, TableError};
 

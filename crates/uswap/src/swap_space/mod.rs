@@ -22,6 +22,7 @@
 //! `scan_base` (seed 001), `huge_cluster` (seed 003).  `nonfull_clusters`
 //! goes past the seeds to kernel 6.12's per-list cluster allocation.
 
+mod avail;
 mod cluster;
 mod config;
 mod device;
@@ -34,7 +35,8 @@ use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
 
 pub use cluster::{ListId, CLUSTER_SLOTS};
-pub use config::{ScanBase, SlotDeviceConfig, Switches};
+pub use config::{ScanBase, SlotDeviceConfig, SwapSpaceBuilder, Switches};
+use avail::SpaceShared;
 pub use entry::{SwapEntry, SwapError, MAX_DEVICES, MAX_DEVICE_SLOTS, TRUNK_SLOTS};
 pub use device::{SlotDevice, LATENCY_LIMIT, SWAP_MAP_MAX};
 pub use slot_cache::SLOTS_CACHE_SIZE;
@@ -44,47 +46,7 @@ use crate::stats::{Counter, Registry, StatMutex};
 use device::{Put, SWAP_HAS_CACHE};
 use slot_cache::{SlotCache, THRESHOLD_ACTIVATE, THRESHOLD_DEACTIVATE};
 
-/// Builds a [`SwapSpace`].
-#[derive(Clone, Debug)]
-pub struct SwapSpaceBuilder {
-    devices: Vec<SlotDeviceConfig>,
-    switches: Switches,
-    cpus: usize,
-    trunk_slots: u64,
-    seed: u64,
-}
-
 impl SwapSpaceBuilder {
-    /// Add a device.
-    pub fn device(mut self, d: SlotDeviceConfig) -> Self {
-        self.devices.push(d);
-        self
-    }
-
-    /// Set the seed switches.
-    pub fn switches(mut self, s: Switches) -> Self {
-        self.switches = s;
-        self
-    }
-
-    /// Per-CPU structures to keep (default: the CPUs of this machine).
-    pub fn cpus(mut self, n: usize) -> Self {
-        self.cpus = n;
-        self
-    }
-
-    /// The swap-cache trunk size the per-CPU scan bases spread over.
-    pub fn trunk_slots(mut self, n: u64) -> Self {
-        self.trunk_slots = n;
-        self
-    }
-
-    /// Seed for the randomised scan bases (reproducible layouts).
-    pub fn seed(mut self, seed: u64) -> Self {
-        self.seed = seed;
-        self
-    }
-
     /// Validate and build.
     pub fn build(self, registry: &Registry) -> Result<SwapSpace, SwapError> {
         if self.devices.is_empty() {
@@ -147,58 +109,6 @@ impl SwapSpaceBuilder {
             total_slots,
             counters: Counters::new(registry),
         })
-    }
-}
-
-/// What devices share: the list of devices with free slots, and the count
-/// of free slots (`nr_swap_pages`).
-pub(crate) struct SpaceShared {
-    /// Indices of devices that are not full, highest priority first; equal
-    /// priorities in round-robin order (`swap_avail_heads`).  Taken under a
-    /// device lock when that device fills up or frees its first slot, so
-    /// membership always matches fullness.  Capacity is reserved for every
-    /// device, so it never reallocates.
-    avail: StatMutex<Vec<u16>>,
-    nr_free: AtomicI64,
-    priorities: Vec<i32>,
-}
-
-impl SpaceShared {
-    fn avail_remove(&self, dev: u16) {
-        let mut a = self.avail.lock();
-        if let Some(i) = a.iter().position(|&d| d == dev) {
-            a.remove(i);
-        }
-    }
-
-    fn avail_insert(&self, dev: u16, prio: i32) {
-        let mut a = self.avail.lock();
-        if a.contains(&dev) {
-            return;
-        }
-        // After every device of higher or equal priority.
-        let at = a
-            .iter()
-            .position(|&d| self.priorities[d as usize] < prio)
-            .unwrap_or(a.len());
-        a.insert(at, dev);
-    }
-
-    /// The devices to try, in order, and rotate the first to the back of
-    /// its priority group (`plist_requeue`), so equal priorities take turns.
-    fn avail_order(&self, out: &mut [u16; MAX_DEVICES]) -> usize {
-        let mut a = self.avail.lock();
-        let n = a.len();
-        out[..n].copy_from_slice(&a);
-        if n > 1 {
-            let p = self.priorities[a[0] as usize];
-            let group_end = a
-                .iter()
-                .position(|&d| self.priorities[d as usize] != p)
-                .unwrap_or(n);
-            a[..group_end].rotate_left(1);
-        }
-        n
     }
 }
 
