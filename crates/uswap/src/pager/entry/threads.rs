@@ -112,19 +112,9 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
     })
 }
 
-/// The prefetcher: reads ahead the windows that faulting threads hand it
-/// (`Prefetch`), so that a sequential reader of a swap file finds its next
-/// pages in while it uses the ones read before them.
+/// The prefetcher thread (its loop is readahead's, `fault/readahead.rs`).
 pub(crate) fn spawn_prefetcher(weak: Weak<Inner>) -> UswapThread {
-    signals::spawn("uswap-readahead", move || loop {
-        let Some(inner) = Inner::upgrade(&weak) else {
-            return;
-        };
-        if let Some((id, addr, pages, write)) = inner.prefetch().take(Duration::from_millis(100)) {
-            let _inside = gate::enter(0);
-            readahead::read_ahead_range(&inner, addr, id, pages, write);
-        }
-    })
+    signals::spawn("uswap-readahead", move || readahead::prefetcher(weak))
 }
 
 /// The background reclaimer: keeps resident pages under the low watermark,

@@ -1,19 +1,41 @@
 //! Readahead: on a swap-in, the pages after it that are out too, read in
 //! the same IO (a run of slots) or, from a swap file, by the prefetcher
 //! thread while the program uses the window before (the kernel's
-//! asynchronous readahead).
+//! asynchronous readahead).  Here: the per-thread windows, the reads, and
+//! the prefetcher thread's loop; the queue between a fault and that
+//! thread is a part of the instance (`instance/prefetch.rs`), and
+//! `entry/threads.rs` starts the thread.
 
 use crate::pager::evict::folio;
+use crate::pager::instance::gate;
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::page::{Kind, PageClaim, PageWord};
 use crate::swap_space::SwapEntry;
 use crate::PAGE_SIZE;
 use crossbeam_utils::CachePadded;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Weak;
+use std::time::Duration;
 const PAGE: u64 = PAGE_SIZE as u64;
 
 /// Most pages one fault reads ahead.
 pub(crate) const READAHEAD_MAX: u32 = 32;
+
+/// The prefetcher: reads ahead the windows that faulting threads hand it
+/// (`Prefetch`), so that a sequential reader of a swap file finds its next
+/// pages in while it uses the ones read before them.  Runs until the
+/// instance goes.
+pub(crate) fn prefetcher(weak: Weak<Inner>) {
+    loop {
+        let Some(inner) = Inner::upgrade(&weak) else {
+            return;
+        };
+        if let Some((id, addr, pages, write)) = inner.prefetch().take(Duration::from_millis(100)) {
+            let _inside = gate::enter(0);
+            read_ahead_range(&inner, addr, id, pages, write);
+        }
+    }
+}
 
 /// A thread's readahead state: where a fault counts as in order (from
 /// just past what the thread read itself to the end of what it handed the
