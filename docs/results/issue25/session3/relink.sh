@@ -3,7 +3,7 @@
 # sections shuffled by SEED, into /tmp/layout/bin/VERSION-SEED.
 set -eu
 v=$1; s=$2
-GCCLD=/root/.rustup/toolchains/1.95.0-x86_64-unknown-linux-gnu/lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld
+GCCLD=$(rustc --print sysroot)/lib/rustlib/x86_64-unknown-linux-gnu/bin/gcc-ld
 args=$(ls /tmp/$v/target/release/deps/uswap-*.linkargs)
 mkdir -p /tmp/layout/bin
 out=/tmp/layout/bin/$v-$s
