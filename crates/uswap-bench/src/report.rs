@@ -255,10 +255,12 @@ pub fn emit(report: &Report, json: bool, baseline_of: impl Fn(&Variant, &[Varian
         return;
     }
     println!("bench {}", report.bench);
+    // A column per lock site that some variant waited on: a site taken
+    // and never found held costs nothing worth a column.
     let mut sites: Vec<&String> = Vec::new();
     for v in &report.variants {
         for (k, l) in &v.locks {
-            if l.acquisitions > 0 && !sites.contains(&k) {
+            if l.wait_ns > 0 && !sites.contains(&k) {
                 sites.push(k);
             }
         }
@@ -298,7 +300,11 @@ pub fn emit(report: &Report, json: bool, baseline_of: impl Fn(&Variant, &[Varian
         }
         println!();
     }
-    println!("(vs base: median over rounds of the change against the baseline in the same round; per site: share of thread time spent waiting, and c = share of acquisitions that found the lock held)");
+    if sites.is_empty() {
+        println!("(vs base: median over rounds of the change against the baseline in the same round; no lock was waited on)");
+    } else {
+        println!("(vs base: median over rounds of the change against the baseline in the same round; per lock site waited on: share of thread time spent waiting, and c = share of acquisitions that found the lock held)");
+    }
 }
 
 /// The change of `v` against `base`, as the median over rounds of the

@@ -36,7 +36,13 @@ pub struct SwapOpts {
     /// removed by the bench (root), and leave zram and zswap as they were.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "uswap")]
     pub backend: Vec<Backend>,
-    /// Run every backend, interleaved, and print ratios against uswap.
+    /// Run every backend, interleaved, and compare like with like: each
+    /// uswap backend against kernel swap on the same kind of device
+    /// (uswap-zram / kernel-zram with the same codec, uswap-file /
+    /// kernel-file, uswap-zram-file / kernel-zswap at the same store
+    /// limit), with the pair's ratios of throughput and tail latency and
+    /// the bytes each stored per page.  The RAM device runs too, as the
+    /// pager's instrument: it saves no memory, so it has no pair.
     #[arg(long, conflicts_with_all = ["backend", "ablate"])]
     pub compare: bool,
     /// Run uswap once per switch, each flipped back to the behaviour before
@@ -68,7 +74,8 @@ pub struct SwapOpts {
     #[arg(long)]
     pub swap_dir: Option<PathBuf>,
     /// zram compressor for kernel-zram (e.g. lzo-rle, lz4, zstd)
-    /// [default: the device's].
+    /// [default: uswap-zram's codec when both run and zram offers it,
+    /// like for like; else the device's].
     #[arg(long)]
     pub zram_algorithm: Option<String>,
     /// Codec of uswap's compressed device: lz4, zstd or zstd:LEVEL.
@@ -273,6 +280,10 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
         plot::check_path(p)?;
     }
 
+    let zram_algorithm = o
+        .zram_algorithm
+        .clone()
+        .or_else(|| like_codec(&o.codec, &backends));
     let swap_dir = o.swap_dir.clone().unwrap_or_else(std::env::temp_dir);
     let (pool_pct, store_limit) =
         kernel_swap::Zswap::pool_for(o.store_limit.unwrap_or(o.wss.saturating_sub(o.budget) / 4));
@@ -282,7 +293,7 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
     };
     let kernel_devices: Vec<_> = backends
         .iter()
-        .filter_map(|&b| worker::kernel_device(b, swap_bytes, &swap_dir, o.zram_algorithm.as_deref(), &zswap))
+        .filter_map(|&b| worker::kernel_device(b, swap_bytes, &swap_dir, zram_algorithm.as_deref(), &zswap))
         .collect();
     kernel_swap::catch_interrupts();
     if !kernel_devices.is_empty() {
@@ -331,20 +342,21 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
             cgroup: None,
             result: PathBuf::new(),
         };
-        run_one(
-            spec,
-            &swap_dir,
-            o.zram_algorithm.as_deref(),
-            &zswap,
-            scratch.path(),
-        )
+        run_one(spec, &swap_dir, zram_algorithm.as_deref(), &zswap, scratch.path())
     })?;
 
-    let variants: Vec<Variant> = combos
+    let mut variants: Vec<Variant> = combos
         .iter()
         .zip(&rounds)
         .map(|(combo, r)| summarize(combo, r, o, workload, swap_bytes, store_limit))
         .collect();
+    for v in &mut variants {
+        if v.extra["backend"] == json!(Backend::KernelZram.name()) {
+            let a = zram_algorithm.clone().or_else(zram_default_algorithm);
+            v.extra
+                .insert("codec".into(), json!(a.unwrap_or_else(|| "-".into())));
+        }
+    }
     let mut report = Report {
         bench: workload.name().to_string(),
         variants,
@@ -363,6 +375,38 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The zram compressor that matches uswap-zram's codec, when both
+/// uswap-zram and kernel-zram run and zram offers it: compressed memory is
+/// compared at the same codec (a zstd level is uswap's alone: zram gets
+/// its zstd).  None leaves zram's own default.
+fn like_codec(codec: &str, backends: &[Backend]) -> Option<String> {
+    if !(backends.contains(&Backend::UswapZram) && backends.contains(&Backend::KernelZram)) {
+        return None;
+    }
+    let name = codec.split(':').next().unwrap_or(codec);
+    zram_algorithms()
+        .contains(&name.to_string())
+        .then(|| name.to_string())
+}
+
+/// The compressors zram0 offers (`comp_algorithm`: `lzo [lzo-rle] lz4`).
+fn zram_algorithms() -> Vec<String> {
+    std::fs::read_to_string("/sys/block/zram0/comp_algorithm")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(|a| a.trim_matches(|c| c == '[' || c == ']').to_string())
+        .collect()
+}
+
+/// zram0's compressor when none is set: the one in brackets.
+fn zram_default_algorithm() -> Option<String> {
+    std::fs::read_to_string("/sys/block/zram0/comp_algorithm")
+        .ok()?
+        .split_whitespace()
+        .find(|a| a.starts_with('['))
+        .map(|a| a.trim_matches(|c| c == '[' || c == ']').to_string())
 }
 
 /// One run: for a kernel backend, a fresh swap device and cgroup around
@@ -508,13 +552,42 @@ fn summarize(
     }
 }
 
-/// The variant each one is compared with: the uswap default at the same
-/// threads and unit (for an ablation: on the same backend); the uswap
-/// default in 2 MB units against the one in 4 KiB pages (seed 003).
-/// Without a uswap run, the first backend measured stands in.
+/// The variant each one is compared with: a uswap backend's kernel pair
+/// (`Backend::kernel_pair`) at the same threads and unit when it ran (and
+/// then none for that kernel backend: the ratio is on its pair's row);
+/// else the uswap default at the same threads and unit (for an ablation:
+/// on the same backend); the uswap default in 2 MB units against the one
+/// in 4 KiB pages (seed 003).  Without a uswap run, the first backend
+/// measured stands in.
 fn baseline(v: &Variant, all: &[Variant]) -> Option<usize> {
     let is = |x: &Variant, k: &str, val: &serde_json::Value| &x.extra[k] == val;
     let default = json!("default");
+    // Like for like: a uswap backend against its kernel pair; a kernel
+    // backend whose pair ran shows its ratio on the pair's row.
+    if v.extra["ablation"] == default {
+        let mine = Backend::ALL
+            .into_iter()
+            .find(|b| v.extra["backend"] == json!(b.name()));
+        let twin = |b: Backend| {
+            all.iter().position(|x| {
+                x.threads == v.threads
+                    && is(x, "unit", &v.extra["unit"])
+                    && is(x, "ablation", &default)
+                    && is(x, "backend", &json!(b.name()))
+            })
+        };
+        if let Some(k) = mine.and_then(Backend::kernel_pair).and_then(twin) {
+            return Some(k);
+        }
+        let mine_kernel = mine.filter(|b| b.is_kernel());
+        let paired = Backend::ALL
+            .into_iter()
+            .filter(|u| mine_kernel.is_some() && u.kernel_pair() == mine_kernel)
+            .find_map(twin);
+        if paired.is_some() {
+            return None;
+        }
+    }
     let same = |x: &Variant| {
         x.threads == v.threads && is(x, "unit", &v.extra["unit"]) && is(x, "ablation", &default)
     };

@@ -79,8 +79,10 @@ pub(super) fn print_table(
             lw
         );
     }
-    println!("(vs base: throughput against the uswap default at the same threads and unit (2m: uswap 2m against 4k), median of per-round ratios; swapin/swapout: GB/s of swap IO; p50..p99.9: latency of one {}; lockwait: share of thread time waiting on uswap's locks)",
+    println!("(vs base: throughput against kernel swap on the same kind of device where both ran (uswap-zram / kernel-zram, uswap-file / kernel-file, uswap-zram-file / kernel-zswap), else against the uswap default at the same threads and unit (2m: uswap 2m against 4k), median of per-round ratios; swapin/swapout: GB/s of swap IO; p50..p99.9: latency of one {}; lockwait: share of thread time waiting on uswap's locks)",
         match workload { Workload::Pmbench { .. } => "access", Workload::SeqWrite => "page write", Workload::Activate => "page touch" });
+    print_pairs(report);
+    print_stalls(report);
     if report.variants.iter().any(|v| v.extra.contains_key("store")) {
         print_store(report);
     }
@@ -104,6 +106,102 @@ pub(super) fn print_table(
             );
         }
     }
+}
+
+/// Like for like: each uswap backend beside kernel swap on the same kind
+/// of device, where both ran: the throughput ratio, the tails side by
+/// side, and for compressed memory the codec and bytes stored per page
+/// (a ratio means little if one side stored more per page).
+fn print_pairs(report: &Report) {
+    let pairs: Vec<(&Variant, &Variant)> = report
+        .variants
+        .iter()
+        .filter_map(|v| {
+            let b = v.extra.get("baseline")?.as_str()?;
+            let k = report.variants.iter().find(|x| x.name == b)?;
+            let kernel = k.extra["backend"].as_str()?.starts_with("kernel");
+            let uswap = v.extra["backend"].as_str()?.starts_with("uswap");
+            (kernel && uswap).then_some((v, k))
+        })
+        .collect();
+    if pairs.is_empty() {
+        return;
+    }
+    println!("like for like (uswap / kernel on the same kind of device):");
+    println!(
+        "{:<34} {:>3} {:>11} {:>19} {:>21} {:>15} {:>15}",
+        "pair", "thr", "throughput", "p99 us (u / k)", "p99.9 us (u / k)", "B/page (u / k)", "codec (u / k)"
+    );
+    for (u, k) in pairs {
+        let bpp = |v: &Variant| {
+            v.extra
+                .get("store_bytes_per_page")
+                .and_then(|x| x.as_f64())
+                .map_or("-".to_string(), |b| format!("{b:.0}"))
+        };
+        let codec = |v: &Variant| {
+            v.extra
+                .get("codec")
+                .and_then(|x| x.as_str())
+                .unwrap_or("-")
+                .to_string()
+        };
+        println!(
+            "{:<34} {:>3} {:>10.2}x {:>19} {:>21} {:>15} {:>15}",
+            format!(
+                "{} / {}",
+                u.extra["backend"].as_str().unwrap_or("?"),
+                k.extra["backend"].as_str().unwrap_or("?")
+            ),
+            u.threads,
+            f(u, "vs_baseline"),
+            format!("{:.1} / {:.1}", lat(u, "p99"), lat(k, "p99")),
+            format!("{:.1} / {:.1}", lat(u, "p999"), lat(k, "p999")),
+            format!("{} / {}", bpp(u), bpp(k)),
+            format!("{} / {}", codec(u), codec(k)),
+        );
+    }
+}
+
+/// Faults of 100 us or more in uswap's runs, by the cause that took most
+/// of each (the pager's `stall_*` counters, all rounds).
+fn print_stalls(report: &Report) {
+    let causes = [
+        ("stall_claim_wait", "claim wait"),
+        ("stall_reclaim", "reclaim"),
+        ("stall_bound", "bound"),
+        ("stall_own", "own IO"),
+    ];
+    let rows: Vec<&Variant> = report
+        .variants
+        .iter()
+        .filter(|v| v.counters.contains_key("faults"))
+        .collect();
+    if rows.is_empty() {
+        return;
+    }
+    println!("stalls (faults of 100 us or more, all rounds), by the cause that took most of each:");
+    print!("{:<32} {:>3} {:>10} {:>9}", "variant", "thr", "faults", "stalls");
+    for (_, name) in &causes {
+        print!(" {:>11}", name);
+    }
+    println!();
+    for v in rows {
+        let n = |k: &str| v.counters.get(k).copied().unwrap_or(0);
+        let stalls = n("stalls");
+        print!(
+            "{:<32} {:>3} {:>10} {:>8.3}%",
+            v.name,
+            v.threads,
+            n("faults"),
+            100.0 * stalls as f64 / n("faults").max(1) as f64
+        );
+        for (k, _) in &causes {
+            print!(" {:>10.1}%", 100.0 * n(k) as f64 / stalls.max(1) as f64);
+        }
+        println!();
+    }
+    println!("(stalls: share of faults; each cause: share of the stalls. claim wait: another thread was serving the page; reclaim: the fault reclaimed first, the budget exhausted; bound: held at the budget's bound with nothing ready to evict; own IO: the fault's own read and install)");
 }
 
 /// What each compressed store held at the end of its last run, as zram's

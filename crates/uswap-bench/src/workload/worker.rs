@@ -85,6 +85,21 @@ impl Backend {
         matches!(self, Backend::UswapFile | Backend::UswapZramFile)
     }
 
+    /// The kernel backend that pages to the same kind of device, the one
+    /// this uswap backend is measured against like for like: compressed
+    /// RAM against zram, a swap file against a swap file, a compressed
+    /// store with a file behind it against zswap in front of one.  None for
+    /// the RAM device, which saves no memory (it moves pages to another
+    /// part of the process): an instrument for the pager, not a rival.
+    pub fn kernel_pair(self) -> Option<Backend> {
+        match self {
+            Backend::UswapZram => Some(Backend::KernelZram),
+            Backend::UswapFile => Some(Backend::KernelFile),
+            Backend::UswapZramFile => Some(Backend::KernelZswap),
+            _ => None,
+        }
+    }
+
     /// Whether swapped pages stay in memory (whole or compressed).
     pub fn swaps_to_ram(self) -> bool {
         matches!(self, Backend::Uswap | Backend::UswapZram | Backend::KernelZram)

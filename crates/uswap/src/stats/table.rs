@@ -226,6 +226,16 @@ counters! {
     direct_reclaim DIRECT_RECLAIM Events;
     /// Faults that waited for a page another thread was serving.
     busy_waits BUSY_WAITS Events;
+    /// Stalls: faults that took 100 us or more to serve (each counted again under its cause below).
+    stalls STALLS Events;
+    /// Stalls spent mostly waiting for a page another thread was serving (its claim held across that thread's IO).
+    stall_claim_wait STALL_CLAIM_WAIT Events;
+    /// Stalls spent mostly reclaiming first: the budget was exhausted and the background reclaimer behind.
+    stall_reclaim STALL_RECLAIM Events;
+    /// Stalls spent mostly held at the budget's bound: nothing was ready to evict (writeback behind, or backing off after write errors).
+    stall_bound STALL_BOUND Events;
+    /// Stalls spent mostly in the fault's own work: its swap-in IO and install.
+    stall_own STALL_OWN Events;
     /// Victims that could not be evicted (pinned, locked, refused).
     unevictable UNEVICTABLE Pages;
     /// Pages discarded by the program (MADV_DONTNEED, munmap).

@@ -49,6 +49,7 @@ use crossbeam_utils::CachePadded;
 
 use crate::pager::entry::altstack::{call_on_stack, spare, stack_to_serve_on, ServeOn};
 use crate::pager::fault::serve::{self as fault, Access};
+use crate::pager::fault::stall::Stall;
 use crate::pager::instance::gate;
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::page::Kind;
@@ -95,18 +96,20 @@ pub(crate) fn serve_signal(addr: u64, access: Access, tid: i32) -> bool {
     }
     let start = crate::sys::monotonic_ns();
     inner.registry().stall_begin(tid);
+    let mut stall = Stall::new();
     match unit {
         Some(base) => {
-            fault::serve_unit(inner, base, id, addr, access);
+            fault::serve_unit(inner, base, id, addr, access, &mut stall);
         }
         None => {
-            fault::serve(inner, addr, id, access);
+            fault::serve(inner, addr, id, access, &mut stall);
         }
     }
     inner.registry().stall_end();
     let took = crate::sys::monotonic_ns().saturating_sub(start);
     inner.counters().fault_ns.add(took);
     inner.registry().fault_latency(took);
+    stall.count(inner, took);
     true
 }
 

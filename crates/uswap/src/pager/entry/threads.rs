@@ -16,6 +16,7 @@ use crate::pager::entry::sigbus::watch;
 use crate::pager::evict::reclaim;
 use crate::pager::fault::readahead;
 use crate::pager::fault::serve::{self as fault, Access};
+use crate::pager::fault::stall::Stall;
 use crate::pager::instance::gate;
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::page::UNIT_BYTES;
@@ -78,13 +79,14 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
             // The faulting thread waits from its fault to its wake-up; what
             // is seen here is the serving of it (not the kernel's delivery).
             inner.registry().stall_begin(thread as i32);
+            let mut stall = Stall::new();
             let wake = match lookup(address) {
                 Some(Hit {
                     inner: owner,
                     id,
                     unit: Some(base),
                 }) if std::ptr::eq(owner, &*inner) => {
-                    fault::serve_unit(&inner, base, id, address, access);
+                    fault::serve_unit(&inner, base, id, address, access, &mut stall);
                     // Every thread waiting in the unit may go on.
                     Some((base, UNIT_BYTES as u64))
                 }
@@ -93,7 +95,7 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
                     id,
                     unit: None,
                 }) if std::ptr::eq(owner, &*inner) => {
-                    fault::serve(&inner, address, id, access).then_some((page_addr, PAGE))
+                    fault::serve(&inner, address, id, access, &mut stall).then_some((page_addr, PAGE))
                 }
                 // Not a region (a region being unmapped, the staging
                 // area): let the thread retry.
@@ -102,6 +104,7 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
             let took = crate::sys::monotonic_ns().saturating_sub(start);
             inner.counters().fault_ns.add(took);
             inner.registry().fault_latency(took);
+            stall.count(&inner, took);
             if let Some((at, len)) = wake {
                 // A failed wake means the range is gone (unmapped): the
                 // thread waiting there was woken by the unmap.

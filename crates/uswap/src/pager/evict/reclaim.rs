@@ -55,6 +55,7 @@ use crate::pager::instance::page::{Kind, PageWord, UNIT_PAGES};
 use crate::pager::instance::report;
 use crate::pager::instance::staged;
 use crate::swap_space::SwapError;
+use crate::sys::monotonic_ns;
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -70,23 +71,31 @@ pub(crate) const SLACK: usize = BATCH;
 /// fell behind).  When nothing can be evicted the page is installed anyway
 /// (the overrun is counted): a fault must always be served, up to the
 /// overrun's bound, past which the process is killed (`overrun.rs`).
-pub(crate) fn make_room(inner: &Inner) {
+pub(crate) fn make_room(inner: &Inner) -> Room {
     let b = &inner.budget();
     if b.resident() < b.limit() + b.slack() {
-        return;
+        return Room::default();
     }
     inner.counters().direct_reclaim.inc();
+    let start = monotonic_ns();
+    let mut room = Room::default();
     if reclaim(inner, BATCH, None) == 0 && inner.budget().resident() >= b.limit() + b.slack() {
         inner.counters().overrun.inc();
+        let held = monotonic_ns();
+        room.reclaim_ns = held - start;
         hold_to_bound(inner, 1);
+        room.bound_ns = monotonic_ns() - held;
+        return room;
     }
+    room.reclaim_ns = monotonic_ns() - start;
+    room
 }
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
-pub(crate) fn make_room_for(inner: &Inner, n: usize) {
+pub(crate) fn make_room_for(inner: &Inner, n: usize) -> Room {
     let resident = inner.budget().resident();
     if resident + n <= inner.budget().limit() + inner.budget().slack() {
-        return;
+        return Room::default();
     }
     inner.counters().direct_reclaim.inc();
     // From the one load: a second could see others' evictions and come
@@ -95,12 +104,29 @@ pub(crate) fn make_room_for(inner: &Inner, n: usize) {
     // saturating, as the budget may have grown since the check.
     let want = (resident + n).saturating_sub(inner.budget().limit());
     if want == 0 {
-        return;
+        return Room::default();
     }
+    let start = monotonic_ns();
+    let mut room = Room::default();
     if reclaim(inner, want, None) < want && inner.budget().resident() + n > inner.budget().limit() {
         inner.counters().overrun.inc();
+        let held = monotonic_ns();
+        room.reclaim_ns = held - start;
         hold_to_bound(inner, n);
+        room.bound_ns = monotonic_ns() - held;
+        return room;
     }
+    room.reclaim_ns = monotonic_ns() - start;
+    room
+}
+
+/// Where a fault's making room went: nanoseconds reclaiming, and held at
+/// the budget's bound after reclaim freed too little.  Both 0 when there
+/// was room (the fast path reads no clock).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Room {
+    pub reclaim_ns: u64,
+    pub bound_ns: u64,
 }
 
 // The faults' slack fits the room the overrun's floor leaves for it.

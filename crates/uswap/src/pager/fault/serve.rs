@@ -21,11 +21,12 @@
 use crate::pager::evict::folio;
 use crate::pager::evict::reclaim;
 use crate::pager::fault::readahead::read_ahead;
+use crate::pager::fault::stall::Stall;
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::moves::Installed;
 use crate::pager::instance::page::{self, Kind, PageClaim, PageWord, UNIT_PAGES};
 use crate::swap_space::SwapEntry;
-use crate::sys::page_mapped;
+use crate::sys::{monotonic_ns, page_mapped};
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -41,15 +42,33 @@ pub(crate) struct Access {
     pub write: bool,
 }
 
+/// Wait until the page's word is not claimed, noting in `stall` how long
+/// (the clock is read only when there is a wait).
+#[inline]
+fn wait_unbusy(inner: &Inner, st: &page::PageState, stall: &mut Stall) -> PageWord {
+    let mut from = 0;
+    let w = st.wait_unbusy(&mut || {
+        inner.counters().busy_waits.inc();
+        if from == 0 {
+            from = monotonic_ns();
+        }
+    });
+    if from != 0 {
+        stall.waited(monotonic_ns().saturating_sub(from));
+    }
+    w
+}
+
 /// Serve a fault at `addr` (page id `id`).  Returns whether the caller
 /// must wake the faulting thread (handler mode): the ioctls that resolve
 /// a fault wake it themselves, the paths that leave it to retry do not.
-pub(crate) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
+/// Where its time went besides its own work goes to `stall`.
+pub(crate) fn serve(inner: &Inner, addr: u64, id: u32, access: Access, stall: &mut Stall) -> bool {
     let page = addr & !(PAGE - 1);
     let st = &inner.states()[id as usize];
     inner.counters().faults.inc();
     loop {
-        let w = st.wait_unbusy(&mut || inner.counters().busy_waits.inc());
+        let w = wait_unbusy(inner, st, stall);
         match w.kind() {
             Kind::Resident => {
                 // The page tables answer where the fault context does not.
@@ -77,7 +96,7 @@ pub(crate) fn serve(inner: &Inner, addr: u64, id: u32, access: Access) -> bool {
                     // moving it back does not grow the resident set.
                     return unstage(inner, claim, id, page);
                 }
-                reclaim::make_room(inner);
+                stall.room(reclaim::make_room(inner));
                 return install(inner, claim, page, id, access.write);
             }
             // A poisoned page's access gets its SIGBUS from the kernel
@@ -273,11 +292,11 @@ fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
 
 /// Serve a fault at `addr` in the unit whose first page is `head` at
 /// `base`.
-pub(crate) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access: Access) {
+pub(crate) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access: Access, stall: &mut Stall) {
     let st = &inner.states()[head as usize];
     inner.counters().faults.inc();
     loop {
-        let w = st.wait_unbusy(&mut || inner.counters().busy_waits.inc());
+        let w = wait_unbusy(inner, st, stall);
         match w.kind() {
             Kind::Never | Kind::Swapped => {
                 if access.present == Some(true) {
@@ -287,7 +306,7 @@ pub(crate) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access:
                 let Some(claim) = st.try_claim(w) else {
                     continue;
                 };
-                install_unit(inner, claim, base, head);
+                install_unit(inner, claim, base, head, stall);
                 return;
             }
             Kind::Resident => {
@@ -318,9 +337,9 @@ pub(crate) fn serve_unit(inner: &Inner, base: u64, head: u32, addr: u64, access:
     }
 }
 
-fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32) {
+fn install_unit(inner: &Inner, claim: PageClaim<'_>, base: u64, head: u32, stall: &mut Stall) {
     let w = claim.found();
-    reclaim::make_room_for(inner, UNIT_PAGES);
+    stall.room(reclaim::make_room_for(inner, UNIT_PAGES));
     let mut unit = inner.frames().unit_in.hold_waiting();
     if !unit.populate() {
         // No memory at all: leave the unit as it was; the access retries.

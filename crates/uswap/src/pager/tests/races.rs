@@ -195,3 +195,44 @@ fn writers_racing_batched_eviction_lose_nothing() {
         }
     }
 }
+
+/// A fault held up (its install stopped, claim held, 20 ms) and a second
+/// fault on the same page, which waits for the first: both are stalls,
+/// the first counted under its own work and the second under the claim
+/// it waited for; every stall under exactly one cause.
+#[test]
+fn a_fault_that_waits_for_another_is_a_claim_wait_stall() {
+    let swap = ram_swap(4 * MIB, 16 * MIB, FaultMode::Sigbus);
+    let mut region = swap.map(MIB as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr() as usize;
+    let before = swap.stats().counters;
+    let gate = &swap.inner.inject().gate;
+    gate.store(1, Ordering::Release);
+    std::thread::scope(|s| {
+        s.spawn(|| write_pages(base as *mut u8, 0..1));
+        while gate.load(Ordering::Acquire) != 2 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let waiter = s.spawn(|| {
+            // SAFETY: page 0 of the live region.
+            std::hint::black_box(unsafe { std::ptr::read_volatile(base as *const u8) })
+        });
+        // Long enough that the waiter is waiting on the claim, and both
+        // faults take well over the stall threshold.
+        std::thread::sleep(Duration::from_millis(20));
+        gate.store(0, Ordering::Release);
+        waiter.join().unwrap();
+    });
+    assert_eq!(check_pages(base as *const u8, 0..1), None);
+    let c = swap.stats().counters.since(&before);
+    assert!(c.busy_waits >= 1, "the second fault waited: {c:?}");
+    assert!(c.stall_claim_wait >= 1, "the wait is a claim-wait stall: {c:?}");
+    assert!(c.stall_own >= 1, "the held fault is a stall of its own: {c:?}");
+    assert_eq!(
+        c.stalls,
+        c.stall_claim_wait + c.stall_reclaim + c.stall_bound + c.stall_own,
+        "every stall under one cause"
+    );
+    drop(region);
+    assert_all_returned(&swap, "stall");
+}
