@@ -236,16 +236,17 @@ fn claim_segment<'a>(inner: &'a Inner, run: &[(u32, u64)]) -> Segment<'a> {
 
 /// A segment's write worked: its pages are swapped out; their frames go
 /// to `freed`.
-fn commit_segment(inner: &Inner, mut seg: Segment<'_>, freed: &mut [u32]) {
-    for (j, freed) in freed[..seg.len()].iter_mut().enumerate() {
-        let claim = seg.take(j);
+fn commit_segment(inner: &Inner, seg: Segment<'_>, freed: &mut [u32]) {
+    assert!(freed.len() >= seg.len(), "room for every frame the segment frees");
+    let f0 = seg.first_frame();
+    for (j, (claim, freed)) in seg.into_claims().zip(freed.iter_mut()).enumerate() {
         let e = claim.found().slot().expect("a staged page has a slot");
         inner.backing().swap_cache.delete(e);
         inner.budget().free_staged();
         inner.counters().evict_write.inc();
         inner.counters().evictions.inc();
         claim.commit(PageWord::of(Kind::Swapped).with_slot(e));
-        *freed = seg.first_frame() + j as u32;
+        *freed = f0 + j as u32;
     }
 }
 

@@ -211,9 +211,11 @@ impl<'a, const N: usize> StagedRun<'a, N> {
         unsafe { staging.run_bytes(self.f0, self.n) }
     }
 
-    /// Take page `j`'s claim out of the run, to commit it.
-    pub fn take(&mut self, j: usize) -> PageClaim<'a> {
-        assert!(j < self.n, "page {j} of a run of {}", self.n);
-        self.claims[j].take().expect("claimed")
+    /// The run's claims, in order, to commit them: the run is gone, and
+    /// with it every view of its frames.
+    pub fn into_claims(mut self) -> impl Iterator<Item = PageClaim<'a>> {
+        let n = self.n;
+        let claims = std::mem::replace(&mut self.claims, [const { None }; N]);
+        claims.into_iter().take(n).map(|c| c.expect("claimed"))
     }
 }
