@@ -371,16 +371,38 @@ fn compare_runs_kernel_swap_and_cleans_up() {
         "--swap-dir",
         dir.path().to_str().unwrap(),
     ]);
-    for name in ["uswap", "uswap-file", "kernel-zram", "kernel-file"] {
+    for name in ["uswap", "uswap-file", "uswap-zram", "kernel-zram", "kernel-file"] {
         let x = variant(&v, name);
         check_variant(x);
         // Under the budget's limit the populate pushed half the working
         // set out and the accesses brought pages back: the cgroup's
         // limit and the swap device were really in force.
         assert!(num(x, "swapin_gbps") > 0.0, "{name}: {x}");
-        if name != "uswap" {
-            assert_eq!(x["baseline"], "uswap");
-        }
+    }
+    // Like for like: a uswap backend against kernel swap on the same kind
+    // of device; the kernel rows carry no ratio of their own (it is on
+    // their pair's row); the RAM device, which has no pair, against the
+    // uswap default, itself.
+    for (uswap, kernel) in [
+        ("uswap-file", "kernel-file"),
+        ("uswap-zram", "kernel-zram"),
+        ("uswap-zram-file", "kernel-zswap"),
+    ] {
+        let u = variant(&v, uswap);
+        assert_eq!(u["baseline"], kernel, "{uswap}: {u}");
+        assert!(num(u, "vs_baseline") > 0.0, "{uswap}: {u}");
+        assert!(variant(&v, kernel).get("baseline").is_none(), "{kernel}");
+    }
+    assert_eq!(variant(&v, "uswap")["baseline"], "uswap");
+    // Compressed memory at the same codec: zram is given uswap-zram's
+    // (lz4) when it offers it.
+    let offered = std::fs::read_to_string("/sys/block/zram0/comp_algorithm").unwrap_or_default();
+    if offered
+        .split_whitespace()
+        .any(|a| a.trim_matches(|c| c == '[' || c == ']') == "lz4")
+    {
+        assert_eq!(variant(&v, "kernel-zram")["codec"], "lz4");
+        assert_eq!(variant(&v, "uswap-zram")["codec"], "lz4");
     }
     assert!(variant(&v, "kernel-zram")["locks"]
         .as_object()
