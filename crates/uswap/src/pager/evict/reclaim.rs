@@ -77,18 +77,9 @@ pub(crate) fn make_room(inner: &Inner) -> Room {
         return Room::default();
     }
     inner.counters().direct_reclaim.inc();
-    let start = monotonic_ns();
-    let mut room = Room::default();
-    if reclaim(inner, BATCH, None) == 0 && inner.budget().resident() >= b.limit() + b.slack() {
-        inner.counters().overrun.inc();
-        let held = monotonic_ns();
-        room.reclaim_ns = held - start;
-        hold_to_bound(inner, 1);
-        room.bound_ns = monotonic_ns() - held;
-        return room;
-    }
-    room.reclaim_ns = monotonic_ns() - start;
-    room
+    reclaim_for_fault(inner, BATCH, 1, 1, || {
+        inner.budget().resident() >= b.limit() + b.slack()
+    })
 }
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
@@ -106,17 +97,34 @@ pub(crate) fn make_room_for(inner: &Inner, n: usize) -> Room {
     if want == 0 {
         return Room::default();
     }
+    reclaim_for_fault(inner, want, want, n, || {
+        inner.budget().resident() + n > inner.budget().limit()
+    })
+}
+
+/// A fault's direct reclaim of `want` pages before it installs `n`: when
+/// reclaim frees fewer than `enough` and `still_over()` says the install
+/// still does not fit, the overrun is counted and the fault held to the
+/// budget's bound.  Both steps timed, for the fault's stall.
+fn reclaim_for_fault(
+    inner: &Inner,
+    want: usize,
+    enough: usize,
+    n: usize,
+    still_over: impl Fn() -> bool,
+) -> Room {
     let start = monotonic_ns();
-    let mut room = Room::default();
-    if reclaim(inner, want, None) < want && inner.budget().resident() + n > inner.budget().limit() {
+    let short = reclaim(inner, want, None) < enough && still_over();
+    let reclaimed = monotonic_ns();
+    let mut room = Room {
+        reclaim_ns: reclaimed - start,
+        bound_ns: 0,
+    };
+    if short {
         inner.counters().overrun.inc();
-        let held = monotonic_ns();
-        room.reclaim_ns = held - start;
         hold_to_bound(inner, n);
-        room.bound_ns = monotonic_ns() - held;
-        return room;
+        room.bound_ns = monotonic_ns() - reclaimed;
     }
-    room.reclaim_ns = monotonic_ns() - start;
     room
 }
 

@@ -111,22 +111,22 @@ pub(crate) struct Frames {
 }
 
 /// Page ids, handed to regions.
-pub(crate) struct PageIds {
+struct PageIds {
     /// Free id ranges (start, len), sorted and merged: at most one more
     /// than there are regions.  A region takes whole chunks of ids
     /// (addrs.rs), so a range's start is a chunk's.
-    pub free: Vec<(u32, u32)>,
+    free: Vec<(u32, u32)>,
     /// Pages the regions span now, and at most (`max_mapped`): the limit
     /// counts pages, not the chunks' ids.
-    pub mapped: usize,
-    pub max: usize,
+    mapped: usize,
+    max: usize,
     /// Ids from here on were never handed to a region: their states read
     /// zero (NEVER) still, and `map` need not look at them.  Reading the
     /// state of every page of a fresh heap the size of the machine's
     /// memory (6 M pages, 48 MiB of table, 12 K faults on the zero page)
     /// was most of a process's start under `uswap run`: 20 ms of each
     /// `/bin/true` a shell ran.
-    pub fresh: u32,
+    fresh: u32,
 }
 
 /// Where evicted pages go: slots on the swap devices, and the swap cache
