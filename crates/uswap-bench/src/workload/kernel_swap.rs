@@ -298,6 +298,25 @@ impl Drop for MemCgroup {
     }
 }
 
+/// The compressors zram0 offers, and the one it uses when none is set
+/// (`comp_algorithm` reads `lzo [lzo-rle] lz4`: the bracketed one).
+pub fn zram_algorithms() -> (Vec<String>, Option<String>) {
+    let text =
+        fs::read_to_string(Path::new("/sys/block").join(ZRAM).join("comp_algorithm")).unwrap_or_default();
+    let mut current = None;
+    let offered = text
+        .split_whitespace()
+        .map(|a| {
+            let name = a.trim_matches(|c| c == '[' || c == ']').to_string();
+            if a.starts_with('[') {
+                current = Some(name.clone());
+            }
+            name
+        })
+        .collect();
+    (offered, current)
+}
+
 /// The zram device's memory at its peak since it was set up
 /// (`mem_used_max`, the fifth field of `mm_stat`), in bytes.
 pub fn zram_peak_bytes() -> Option<u64> {

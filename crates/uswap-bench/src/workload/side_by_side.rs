@@ -345,18 +345,16 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
         run_one(spec, &swap_dir, zram_algorithm.as_deref(), &zswap, scratch.path())
     })?;
 
-    let mut variants: Vec<Variant> = combos
+    // What kernel-zram compressed with: the one given it, else zram's own.
+    let zram_codec = zram_algorithm
+        .clone()
+        .or_else(|| kernel_swap::zram_algorithms().1)
+        .unwrap_or_else(|| "-".into());
+    let variants: Vec<Variant> = combos
         .iter()
         .zip(&rounds)
-        .map(|(combo, r)| summarize(combo, r, o, workload, swap_bytes, store_limit))
+        .map(|(combo, r)| summarize(combo, r, o, workload, swap_bytes, store_limit, &zram_codec))
         .collect();
-    for v in &mut variants {
-        if v.extra["backend"] == json!(Backend::KernelZram.name()) {
-            let a = zram_algorithm.clone().or_else(zram_default_algorithm);
-            v.extra
-                .insert("codec".into(), json!(a.unwrap_or_else(|| "-".into())));
-        }
-    }
     let mut report = Report {
         bench: workload.name().to_string(),
         variants,
@@ -386,27 +384,10 @@ fn like_codec(codec: &str, backends: &[Backend]) -> Option<String> {
         return None;
     }
     let name = codec.split(':').next().unwrap_or(codec);
-    zram_algorithms()
+    kernel_swap::zram_algorithms()
+        .0
         .contains(&name.to_string())
         .then(|| name.to_string())
-}
-
-/// The compressors zram0 offers (`comp_algorithm`: `lzo [lzo-rle] lz4`).
-fn zram_algorithms() -> Vec<String> {
-    std::fs::read_to_string("/sys/block/zram0/comp_algorithm")
-        .unwrap_or_default()
-        .split_whitespace()
-        .map(|a| a.trim_matches(|c| c == '[' || c == ']').to_string())
-        .collect()
-}
-
-/// zram0's compressor when none is set: the one in brackets.
-fn zram_default_algorithm() -> Option<String> {
-    std::fs::read_to_string("/sys/block/zram0/comp_algorithm")
-        .ok()?
-        .split_whitespace()
-        .find(|a| a.starts_with('['))
-        .map(|a| a.trim_matches(|c| c == '[' || c == ']').to_string())
 }
 
 /// One run: for a kernel backend, a fresh swap device and cgroup around
@@ -440,6 +421,7 @@ fn summarize(
     workload: Workload,
     swap_bytes: u64,
     store_limit: u64,
+    zram_codec: &str,
 ) -> Variant {
     let tput = |r: &WorkerResult| r.ops as f64 / r.elapsed_s.max(1e-9);
     let mut locks: BTreeMap<String, uswap::stats::LockStats> = BTreeMap::new();
@@ -530,6 +512,9 @@ fn summarize(
         Backend::UswapZram | Backend::UswapZramFile => {
             extra.insert("codec".into(), json!(o.codec));
         }
+        Backend::KernelZram => {
+            extra.insert("codec".into(), json!(zram_codec));
+        }
         Backend::KernelZswap => {
             extra.insert("codec".into(), json!(o.zswap_compressor));
         }
@@ -579,13 +564,15 @@ fn baseline(v: &Variant, all: &[Variant]) -> Option<usize> {
         if let Some(k) = mine.and_then(Backend::kernel_pair).and_then(twin) {
             return Some(k);
         }
-        let mine_kernel = mine.filter(|b| b.is_kernel());
-        let paired = Backend::ALL
-            .into_iter()
-            .filter(|u| mine_kernel.is_some() && u.kernel_pair() == mine_kernel)
-            .find_map(twin);
-        if paired.is_some() {
-            return None;
+        if let Some(kernel) = mine.filter(|b| b.is_kernel()) {
+            let uswap_ran = Backend::ALL
+                .into_iter()
+                .filter(|u| u.kernel_pair() == Some(kernel))
+                .find_map(twin)
+                .is_some();
+            if uswap_ran {
+                return None;
+            }
         }
     }
     let same = |x: &Variant| {
