@@ -19,6 +19,10 @@ use common::*;
 /// and handed to mimalloc in arenas it accepts); a budget over the
 /// machine's memory is refused in one line.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn it_starts_at_every_size() {
     for mode in Mode::all() {
         for budget in [
@@ -94,6 +98,10 @@ fn a_program_closing_or_reusing_every_descriptor_loses_nothing() {
 /// string again: the same output as without uswap, and the files hold
 /// only what the script wrote to them.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn a_shell_reusing_descriptor_numbers_loses_nothing() {
     let dir = open_dir(true);
     let script = r#"
@@ -156,6 +164,10 @@ echo "${t: -3}|"
 /// was blocked).  In SIGBUS mode each killed the program before: a fault
 /// with SIGBUS blocked, a signal frame on a stack that was out.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn signal_masks_and_alternate_stacks_are_the_programs_own() {
     for how in ["block_all", "handler_mask", "altstack", "pending"] {
         same_under_uswap("signals", &["32", how], "8M", &Mode::all(), 5000);
@@ -174,6 +186,10 @@ print(hashlib.sha256("".join(d.values()).encode()).hexdigest())
 /// is delivered on it; it stays in while installed.  Killed with SIGSEGV
 /// at the first fault before.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn python_with_faulthandler_runs() {
     let n = "200000";
     let plain = Command::new(PYTHON)
@@ -215,6 +231,10 @@ fn python_with_faulthandler_runs() {
 /// blocked it), and the exec leaves nothing held in the parent (each
 /// exec's pins stayed before: 30 MiB resident on a 16 MiB budget).
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn vfork_children_exec_with_arguments_that_were_out() {
     let (plain, runs) = under_uswap("vfork", &["48", "30"], "16M", Some("ram:256M"), &Mode::all());
     assert_eq!(String::from_utf8_lossy(&plain), "ok\n");
@@ -250,6 +270,10 @@ const CHILD: &str = "USWAP_GUEST_SYSCALLS";
 /// the guard (`--syscall-guard off`) the same run must find calls that
 /// fail with EFAULT: the test can fail.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn every_system_call_with_a_buffer_gets_it() {
     if std::env::var_os(CHILD).is_some() {
         return syscalls_child();
@@ -521,6 +545,10 @@ fn syscalls_child() {
 /// preadv and the raw preadv2, getdents64, readlink, getrandom,
 /// socketpair and recvmmsg.  In SIGBUS mode most failed with EFAULT.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn calls_given_buffers_that_are_out_work() {
     let dir = open_dir(true);
     let d = dir.path().to_str().unwrap();
@@ -535,6 +563,10 @@ fn calls_given_buffers_that_are_out_work() {
 /// A served block is put back fresh when unmapped: before, each of these
 /// crashed (SIGSEGV) or wrote heap data into the file.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn mapped_memory_comes_back_fresh_after_munmap() {
     let dir = open_dir(true);
     let d = dir.path().to_str().unwrap();
@@ -549,6 +581,10 @@ fn mapped_memory_comes_back_fresh_after_munmap() {
 /// refused runs are made the program's own again and evicted: none is
 /// left unevictable.  With twenty forks too.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn a_program_that_forked_pages_as_one_that_did_not() {
     for forks in ["1", "20"] {
         for (mode, err) in under_uswap(
@@ -571,6 +607,10 @@ fn a_program_that_forked_pages_as_one_that_did_not() {
 /// before), ENOMEM in errno on failure (0 before), `realloc(p, 0)` frees
 /// and returns NULL.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn the_allocator_behaves_as_glibcs() {
     let (plain, _) = under_uswap("alloc", &[], "64M", Some("ram:1G"), &Mode::all());
     assert_eq!(String::from_utf8_lossy(&plain), "ok\n");
@@ -583,6 +623,10 @@ fn the_allocator_behaves_as_glibcs() {
 /// time (it pinned the whole buffer: 128 MiB resident); the resident set
 /// stays within the budget's reach.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn mlockall_and_long_sends_keep_to_the_budget() {
     for (mode, err) in under_uswap("locks", &["64"], "16M", Some("ram:512M"), &Mode::all()).1 {
         let peak: f64 = number_after(&err, "at most ");
@@ -701,6 +745,10 @@ fn the_design_lists_every_guarded_call() {
 /// pipe read with poll while a thread that blocks every signal writes
 /// it, faulthandler on; the same digest as without uswap, both modes.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn python_subprocess_preadv_and_threads_blocking_signals() {
     // Copied where `nobody` may read it (the checkout may be in a home).
     let dir = open_dir(false);

@@ -33,6 +33,10 @@ print(h.hexdigest(), len(d))
 /// modules Python reads at start-up land in fresh heap buffers through
 /// `read(2)`, which pinning lets through.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn python_builds_a_dict_four_times_the_budget() {
     assert!(
         Path::new(PYTHON).exists(),
@@ -80,6 +84,10 @@ fn a_programs_own_mappings_are_paged() {
 /// after going out, uncommitted memory reads as zeros, and the memory is
 /// paged (the program mallocs nothing: what goes out is the reservations').
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn reservations_are_paged_as_runtimes_commit_them() {
     same_under_uswap("reserve", &["32"], "8M", &Mode::all(), 10000);
 }
@@ -88,6 +96,10 @@ fn reservations_are_paged_as_runtimes_commit_them() {
 /// freeing and reallocating 16 MiB of small blocks under a 16 MiB budget
 /// (`programs/threads.c`).
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn threads_allocate_four_times_the_budget() {
     same_under_uswap("threads", &["16"], "16M", &Mode::all(), 20000);
 }
@@ -99,6 +111,10 @@ fn threads_allocate_four_times_the_budget() {
 /// allocates from the heap and its faults are served, as the other three
 /// threads'.  As any user: SIGBUS mode needs no privilege.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn a_thread_blocking_sigbus_is_served() {
     same_under_uswap("threads", &["16", "block-sigbus"], "16M", &[Mode::Sigbus], 10000);
 }
@@ -114,6 +130,10 @@ fn a_thread_blocking_sigbus_is_served() {
 /// program's threads met (`runtimes::go_with_cgo`, now and then, under
 /// load: a tree at 126 MiB under a 40 MiB budget).
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn a_thread_whose_first_touch_is_a_fault_allocates_from_the_heap() {
     // The default swap device, a file: the fault reads the page back
     // with `pread`, which the library interposes (the RAM device reads
@@ -133,6 +153,10 @@ fn a_thread_whose_first_touch_is_a_fault_allocates_from_the_heap() {
 /// Handler-thread mode serves the kernel's faults; SIGBUS mode pins the
 /// buffers of `read` and `send` for the call.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn the_kernel_reads_and_writes_swapped_out_buffers() {
     same_under_uswap("kernel_io", &["8"], "8M", &Mode::all(), 8000);
 }
@@ -147,6 +171,10 @@ fn the_kernel_reads_and_writes_swapped_out_buffers() {
 /// mutexes live in the heap: the output is the same as without uswap.  The default swap device, a file in $TMPDIR,
 /// leaves nothing behind.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn sort_of_a_file_three_times_the_budget() {
     let dir = open_dir(false);
     let input = dir.path().join("in.txt");
@@ -285,6 +313,10 @@ if __name__ == "__main__":
 /// device, a file: the slots the children may read are held by the parent
 /// until they are done, and nothing is left in $TMPDIR.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn multiprocessing_children_read_their_parents_memory() {
     let n = "400000";
     let dir = open_dir(false);
@@ -321,6 +353,10 @@ fn multiprocessing_children_read_their_parents_memory() {
 /// tier (a small store in front of a file: the file's slots the children
 /// may read are held for them), in both modes.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn python_on_compressed_swap_and_a_tier() {
     let n = "400000";
     let dir = open_dir(false);
@@ -385,6 +421,10 @@ fn python_on_compressed_swap_and_a_tier() {
 /// A shell's command substitutions and pipelines: `bash` forks, and the
 /// child runs shell code on the heap before it `exec`s or exits.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn a_shell_forks_and_its_children_run() {
     let script = r#"x=$(echo hello); y=$( (echo a; echo b) | wc -l ); for i in 1 2 3; do z="$z$(printf %s $i)"; done; echo "$x $y $z""#;
     for mode in Mode::all() {
@@ -477,6 +517,10 @@ fn redis_ready(port: u16) {
 /// the same `DEBUG DIGEST`.  Redis installs its own SIGBUS handler (its
 /// crash report), which uswap keeps behind its own in SIGBUS mode.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
 fn redis_bgsave_forks_and_the_rdb_holds_every_key() {
     assert!(
         Path::new("/usr/bin/redis-server").exists(),
