@@ -156,13 +156,22 @@ fn extent_lookup_does_not_allocate() {
 /// The fault path, in SIGBUS mode, runs in the faulting thread: its zero
 /// fills, swap-ins and their readahead, write-protect faults and direct
 /// reclaim must not allocate (a signal handler cannot call malloc).  Background reclaim is
-/// off, so all eviction happens here, in this thread, too.
+/// off, so all eviction happens here, in this thread, too: whole batches
+/// when the budget is exhausted, and, paced (the default), a fault's share
+/// of writeback and eviction while over the low watermark.
 #[test]
 fn fault_path_does_not_allocate() {
+    for paced in [false, true] {
+        fault_path_does_not_allocate_when(paced);
+    }
+}
+
+fn fault_path_does_not_allocate_when(paced: bool) {
     let swap = Swap::builder()
         .budget(1 << 20)
         .device(SwapDeviceSpec::ram(32 << 20))
         .background_reclaim(false)
+        .paced_reclaim(paced)
         .build()
         .unwrap();
     let mut region = swap.map(8 << 20).unwrap();
@@ -192,14 +201,21 @@ fn fault_path_does_not_allocate() {
         "{:?}",
         st.counters
     );
-    assert!(st.counters.direct_reclaim > 0);
-    assert_eq!(n, 0, "the fault path allocated {n} times");
+    if paced {
+        assert!(st.counters.paced > 1000, "{:?}", st.counters);
+    } else {
+        assert!(st.counters.direct_reclaim > 0);
+        assert_eq!(st.counters.paced, 0);
+    }
+    assert_eq!(n, 0, "the fault path allocated {n} times (paced: {paced})");
     assert!(region.as_slice().chunks(4096).all(|p| p[17] == 3 || p[17] == 4));
     drop(region);
+}
 
+#[test]
+fn file_and_unit_fault_paths_do_not_allocate() {
     // A swap file: O_DIRECT reads and writes, and sequential reads that
     // hand windows to the prefetcher thread.
-    drop(swap);
     let dir = tempfile::tempdir().unwrap();
     let swap = Swap::builder()
         .budget(1 << 20)

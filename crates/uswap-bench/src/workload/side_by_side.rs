@@ -46,11 +46,9 @@ pub struct SwapOpts {
     #[arg(long, conflicts_with_all = ["backend", "ablate"])]
     pub compare: bool,
     /// Run uswap once per switch, each flipped back to the behaviour before
-    /// it (every seed's, no-readahead, per-page-evict and, for a compressed
-    /// device, zram-keeps-copies; for a swap file, plaintext-files; pick
-    /// some with
-    /// --variants),
-    /// against the default.
+    /// it (every seed's, no-readahead, per-page-evict, unpaced-reclaim
+    /// and, for a compressed device, zram-keeps-copies; for a swap file,
+    /// plaintext-files; pick some with --variants), against the default.
     #[arg(long)]
     pub ablate: bool,
     /// Working-set size: the region the workload maps.

@@ -108,7 +108,7 @@ impl Backend {
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 11] = [
+pub const ABLATIONS: [&str; 12] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -120,6 +120,7 @@ pub const ABLATIONS: [&str; 11] = [
     "per-page-evict",
     "zram-keeps-copies",
     "plaintext-files",
+    "unpaced-reclaim",
 ];
 
 /// What an ablation sets.
@@ -138,6 +139,9 @@ pub struct Ablation {
     pub keep_copies: bool,
     /// Swap files are written in plaintext (encryption off).
     pub plaintext: bool,
+    /// Faults pace reclaim (issue 26); off: a normal-priority reclaimer
+    /// and whole-batch direct reclaim, as before.
+    pub paced: bool,
 }
 
 /// The settings of ablation `name`.
@@ -150,6 +154,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         per_page_evict: false,
         keep_copies: false,
         plaintext: false,
+        paced: true,
     };
     match name {
         "default" => {}
@@ -163,6 +168,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "per-page-evict" => a.per_page_evict = true,
         "zram-keeps-copies" => a.keep_copies = true,
         "plaintext-files" => a.plaintext = true,
+        "unpaced-reclaim" => a.paced = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)
@@ -413,6 +419,7 @@ impl Pager {
             .lru_batch(a.lru)
             .readahead(a.readahead)
             .per_page_evict(a.per_page_evict)
+            .paced_reclaim(a.paced)
             // Published, as `uswap run` publishes.
             .publish(true)
             .build()

@@ -48,6 +48,7 @@ pub struct SwapBuilder {
     background: bool,
     readahead: bool,
     per_page_evict: bool,
+    paced_reclaim: bool,
     overrun: Overrun,
     domain: Option<Arc<crate::domain::Member>>,
     /// Publish statistics for `uswap stat` (`publish`), and the tree's
@@ -80,6 +81,7 @@ impl Default for SwapBuilder {
             background: true,
             readahead: true,
             per_page_evict: false,
+            paced_reclaim: true,
             overrun: Overrun::default(),
             domain: None,
             publish: false,
@@ -173,6 +175,22 @@ impl SwapBuilder {
     /// measuring what batching gains.
     pub fn per_page_evict(mut self, on: bool) -> Self {
         self.per_page_evict = on;
+        self
+    }
+
+    /// Reclaim paced by the faults (on by default, for devices in memory:
+    /// RAM and compressed ones with no file behind): while the resident set
+    /// is over the low watermark, each fault that installs a page first
+    /// writes back a page or two of the staged ones (or, with none ready,
+    /// evicts one batch), so that the work of making room is spread over
+    /// the faults that need it, a few microseconds each, and the
+    /// background reclaimer runs at the lowest priority (nice 19), on
+    /// what CPU time the program leaves.  Off: the reclaimer runs at the
+    /// program's priority and a fault reclaims a whole batch only when
+    /// the reclaimer has fallen a batch behind (uswap before issue 26:
+    /// a 4 ms p99.9 when the program's threads fill the CPUs).
+    pub fn paced_reclaim(mut self, on: bool) -> Self {
+        self.paced_reclaim = on;
         self
     }
 
@@ -409,6 +427,10 @@ impl SwapBuilder {
             },
         )?;
         let prefetch = self.readahead && devices.iter().any(|d| d.waits_on_disk());
+        // Paced only where writeback stays in memory: a swap file's pages
+        // (a tier's too, when its store makes room) are written by the
+        // reclaimer, several in flight, while the faults wait on reads.
+        let paced = self.paced_reclaim && !devices.iter().any(|d| d.has_file());
         let inner = Arc::new(Inner::new(instance::Parts {
             uffd,
             lru,
@@ -456,6 +478,7 @@ impl SwapBuilder {
             },
             readahead: self.readahead,
             per_page_evict: self.per_page_evict,
+            paced,
             prefetch,
             member: self.domain.clone(),
             registry,

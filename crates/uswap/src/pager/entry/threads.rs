@@ -136,6 +136,18 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
         // thread's, several writes in flight; without one (no io_uring in
         // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
         // time, said once.
+        if Inner::upgrade(&weak).is_some_and(|inner| inner.paced()) {
+            // Paced reclaim: the faults carry what the program's CPUs
+            // must, and this thread runs on what they leave (see
+            // `reclaim::pace`).  Raising one's own nice needs no
+            // privilege; a failure leaves the thread as it was.
+            // SAFETY: gettid and setpriority have no memory-safety
+            // preconditions; they change this thread's priority only.
+            unsafe {
+                let tid = libc::gettid();
+                libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
+            }
+        }
         let mut ring = match Inner::upgrade(&weak) {
             Some(inner) if inner.backing().devices.iter().any(|d| d.waits_on_disk()) => {
                 match WriteRing::new() {
@@ -188,6 +200,9 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             {
                 continue;
             }
+            // Idle: the frames written back and not yet discarded (a
+            // batch waits to be full) go now.
+            inner.frames().staging.flush_retired();
             drop(inside);
             drop(inner);
             std::thread::sleep(Duration::from_millis(1));

@@ -73,13 +73,58 @@ pub(crate) const SLACK: usize = BATCH;
 /// overrun's bound, past which the process is killed (`overrun.rs`).
 pub(crate) fn make_room(inner: &Inner) -> Room {
     let b = &inner.budget();
-    if b.resident() < b.limit() + b.slack() {
+    let resident = b.resident();
+    if resident < b.limit() + b.slack() {
+        if inner.paced() && resident > b.low() {
+            let start = monotonic_ns();
+            pace(inner);
+            return Room {
+                reclaim_ns: monotonic_ns() - start,
+                bound_ns: 0,
+            };
+        }
         return Room::default();
     }
     inner.counters().direct_reclaim.inc();
     reclaim_for_fault(inner, BATCH, 1, 1, || {
         inner.budget().resident() >= b.limit() + b.slack()
     })
+}
+
+/// Pages a fault pays for when it paces reclaim: more than the one it
+/// adds, so that the resident set comes down to the low watermark while
+/// the program faults.
+const PACE: usize = 2;
+
+/// A fault's share of reclaim while the resident set is over the low
+/// watermark (`SwapBuilder::paced_reclaim`): write back [`PACE`] staged
+/// pages, the oldest; with none to write back (the staged ones are all
+/// in the younger half the swap cache keeps), evict one batch, whose
+/// clean pages leave at once and whose dirty ones are staged for the
+/// faults after it to write back.  One fault evicts at a time; another
+/// that finds nothing to write back goes on.
+///
+/// Why pace: a background reclaimer that competes with the program's
+/// threads for busy CPUs preempts one of them for a scheduler tick (4 ms
+/// at HZ 250) whenever it runs, and a fault that waits for a whole batch
+/// to be compressed waits about 600 us (64 pages of lz4).  Paced, each
+/// fault carries a page or two of the work (about 20 us of lz4), the
+/// batch's fixed costs (its LRU scan, its one TLB flush) fall on one
+/// fault in a batch, and the reclaimer, at nice 19, runs on what the
+/// program leaves idle.
+fn pace(inner: &Inner) {
+    inner.counters().paced.inc();
+    let mut done = 0;
+    // Paced only with devices in memory (`SwapBuilder::paced_reclaim`):
+    // no fault waits here for the write of another page to a disk.
+    write_back_oldest(inner, PACE, &mut done);
+    if done >= PACE {
+        return;
+    }
+    let Some(_one) = inner.start_pacing() else {
+        return;
+    };
+    evict_batch(inner, BATCH, BATCH, &mut done);
 }
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
@@ -242,8 +287,6 @@ fn hold_to_bound(inner: &Inner, n: usize) {
 
 /// Free up to `nr` pages of memory; returns how many.
 pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>) -> usize {
-    let mut victims = [0u32; BATCH];
-    let mut freed = [0u32; BATCH];
     let mut done = 0;
     // Bounded: victims that cannot be staged (busy, no free slot for a
     // dirty page, unevictable) go back on the LRU and would come up
@@ -253,7 +296,6 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
             break;
         }
         let want = (nr - done).min(BATCH);
-        let before = done;
         // Writeback first, so that the batch finds free staging frames
         // for its runs of dirty pages.
         match ring.as_deref_mut() {
@@ -263,69 +305,78 @@ pub(crate) fn reclaim(inner: &Inner, nr: usize, mut ring: Option<&mut WriteRing>
         if done >= nr {
             break;
         }
-        // Evict a batch of victims.
-        let mut n = inner.lru().shrink_inactive_local(want * 2, &mut victims[..want]);
-        if n == 0 {
-            // Nothing this CPU can see: pages may wait in other CPUs'
-            // batches.  Drain them all, as the kernel does when reclaim
-            // struggles, and look again.
-            n = inner.lru().shrink_inactive(want * 2, &mut victims[..want]);
-        }
-        if n == 0 {
-            // Inactive list empty or all referenced: age the active list.
-            inner.lru().age_active(want * 4);
-        }
-        let mut nfreed = 0;
-        let mut small = [0u32; BATCH];
-        let mut nsmall = 0;
-        for &id in &victims[..n] {
-            if inner.states()[id as usize].load().is_unit() {
-                if done >= nr {
-                    // Enough already: another unit would free 512 pages
-                    // more than asked (a batch can hold several).
-                    back_on_lru(inner, id, Evicted::Not);
-                    continue;
-                }
-                // A 2 MB unit goes straight to its slots.
-                match unit::evict_unit(inner, id) {
-                    Evicted::Gone => done += UNIT_PAGES,
-                    other => back_on_lru(inner, id, other),
-                }
-                continue;
-            }
-            if !inner.per_page_evict() {
-                small[nsmall] = id;
-                nsmall += 1;
-                continue;
-            }
-            match stage(inner, id) {
-                Evicted::InMemory => {}
-                Evicted::Gone => done += 1,
-                Evicted::Dropped(f) => {
-                    freed[nfreed] = f;
-                    nfreed += 1;
-                    done += 1;
-                }
-                other => back_on_lru(inner, id, other),
-            }
-        }
-        if nsmall > 0 {
-            let mut out = Outcome::new();
-            evict::evict(inner, &small[..nsmall], &mut out);
-            done += out.gone;
-            for &(id, refused) in &out.back[..out.nback] {
-                back_on_lru(inner, id, if refused { Evicted::Refused } else { Evicted::Not });
-            }
-        }
-        inner.discard_frames(&freed[..nfreed]);
-        if n > 0 && done == before {
-            // Every victim refused (unevictable, busy): refill the
-            // inactive list from the active one, or the same pages come
-            // back on every pass and nothing else is ever tried.
-            inner.lru().age_active(want * 4);
-        }
+        evict_batch(inner, want, nr, &mut done);
     }
     done
+}
+
+/// Evict one batch of up to `want` victims from the LRU's inactive tail;
+/// what leaves memory is added to `done`, and no 2 MB unit is taken once
+/// `done` reaches `nr`.
+fn evict_batch(inner: &Inner, want: usize, nr: usize, done: &mut usize) {
+    let mut victims = [0u32; BATCH];
+    let mut freed = [0u32; BATCH];
+    let before = *done;
+    let mut n = inner.lru().shrink_inactive_local(want * 2, &mut victims[..want]);
+    if n == 0 {
+        // Nothing this CPU can see: pages may wait in other CPUs'
+        // batches.  Drain them all, as the kernel does when reclaim
+        // struggles, and look again.
+        n = inner.lru().shrink_inactive(want * 2, &mut victims[..want]);
+    }
+    if n == 0 {
+        // Inactive list empty or all referenced: age the active list.
+        inner.lru().age_active(want * 4);
+    }
+    let mut nfreed = 0;
+    let mut small = [0u32; BATCH];
+    let mut nsmall = 0;
+    for &id in &victims[..n] {
+        if inner.states()[id as usize].load().is_unit() {
+            if *done >= nr {
+                // Enough already: another unit would free 512 pages
+                // more than asked (a batch can hold several).
+                back_on_lru(inner, id, Evicted::Not);
+                continue;
+            }
+            // A 2 MB unit goes straight to its slots.
+            match unit::evict_unit(inner, id) {
+                Evicted::Gone => *done += UNIT_PAGES,
+                other => back_on_lru(inner, id, other),
+            }
+            continue;
+        }
+        if !inner.per_page_evict() {
+            small[nsmall] = id;
+            nsmall += 1;
+            continue;
+        }
+        match stage(inner, id) {
+            Evicted::InMemory => {}
+            Evicted::Gone => *done += 1,
+            Evicted::Dropped(f) => {
+                freed[nfreed] = f;
+                nfreed += 1;
+                *done += 1;
+            }
+            other => back_on_lru(inner, id, other),
+        }
+    }
+    if nsmall > 0 {
+        let mut out = Outcome::new();
+        evict::evict(inner, &small[..nsmall], &mut out);
+        *done += out.gone;
+        for &(id, refused) in &out.back[..out.nback] {
+            back_on_lru(inner, id, if refused { Evicted::Refused } else { Evicted::Not });
+        }
+    }
+    inner.discard_frames(&freed[..nfreed]);
+    if n > 0 && *done == before {
+        // Every victim refused (unevictable, busy): refill the
+        // inactive list from the active one, or the same pages come
+        // back on every pass and nothing else is ever tried.
+        inner.lru().age_active(want * 4);
+    }
 }
 
 /// A victim that did not leave memory goes back on the LRU, if it is

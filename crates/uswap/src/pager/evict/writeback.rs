@@ -43,7 +43,9 @@ pub(crate) fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
     let mut nfreed = 0;
     while nfreed < BATCH && more_to_write(inner, nr, *done) {
         let mut run = [(0u32, 0u64); BATCH];
-        let got = inner.backing().staged.lock().pop_run(&mut run[..BATCH - nfreed]);
+        // No more than asked: a fault pacing reclaim writes a page or two.
+        let room = (BATCH - nfreed).min(nr - *done);
+        let got = inner.backing().staged.lock().pop_run(&mut run[..room]);
         if got == 0 {
             break;
         }
@@ -51,7 +53,7 @@ pub(crate) fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
         nfreed += k;
         *done += k;
     }
-    inner.discard_frames(&freed[..nfreed]);
+    inner.retire_frames(&freed[..nfreed]);
 }
 
 /// Whether writeback goes on: reclaim still wants pages (`done` of `nr`),

@@ -27,6 +27,8 @@ pub(crate) struct Counters {
     pub write_errors: Arc<Counter>,
     pub read_errors: Arc<Counter>,
     pub direct_reclaim: Arc<Counter>,
+    /// Faults that paced reclaim (reclaim.rs).
+    pub paced: Arc<Counter>,
     pub busy_waits: Arc<Counter>,
     /// Faults of 100 us or more, and each by its cause (fault/stall.rs).
     pub stalls: Arc<Counter>,
@@ -93,6 +95,7 @@ impl Counters {
             write_errors: r.counter(CounterId::SWAPOUT_ERRORS),
             read_errors: r.counter(CounterId::SWAPIN_ERRORS),
             direct_reclaim: r.counter(CounterId::DIRECT_RECLAIM),
+            paced: r.counter(CounterId::PACED),
             busy_waits: r.counter(CounterId::BUSY_WAITS),
             stalls: r.counter(CounterId::STALLS),
             stall_claim_wait: r.counter(CounterId::STALL_CLAIM_WAIT),

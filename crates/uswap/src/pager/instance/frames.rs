@@ -36,6 +36,13 @@ struct FreeFrames {
     bits: Vec<u64>,
     frames: u32,
     next: u32,
+    /// Frames written back whose contents are still to be discarded, in
+    /// one system call for [`DISCARD_BATCH`] of them (`retire`); neither
+    /// free nor held.  A discard flushes the TLB of every CPU the
+    /// program runs on (12 us on this machine kind): paid per frame, it
+    /// cost a fault pacing reclaim more than its writeback.
+    retired: [u32; DISCARD_BATCH],
+    nretired: usize,
 }
 
 impl FreeFrames {
@@ -44,6 +51,8 @@ impl FreeFrames {
             bits: vec![0; frames.div_ceil(64) as usize],
             frames,
             next: 0,
+            retired: [0; DISCARD_BATCH],
+            nretired: 0,
         };
         for f in 0..frames {
             free.set(f, true);
@@ -175,6 +184,63 @@ impl FramePool {
         let mut free = self.free.lock();
         debug_assert!(!free.is_free(f), "frame {f} returned twice");
         free.set(f, true);
+    }
+
+    /// Return frames whose pages were written back, their contents to be
+    /// discarded: with the frames retired before them once a batch is
+    /// full, one system call (and one TLB flush) for the batch.  Until
+    /// then a retired frame keeps its memory: at most a batch, 256 KiB,
+    /// the budget's fixed overhead (and `flush_retired` when the
+    /// reclaimer goes idle).
+    pub fn retire(&self, frames: &[u32]) {
+        for chunk in frames.chunks(DISCARD_BATCH) {
+            let mut batch = [0u32; DISCARD_BATCH];
+            let n = {
+                let mut free = self.free.lock();
+                let room = DISCARD_BATCH - free.nretired;
+                if chunk.len() < room {
+                    let at = free.nretired;
+                    free.retired[at..at + chunk.len()].copy_from_slice(chunk);
+                    free.nretired += chunk.len();
+                    continue;
+                }
+                // The batch is full with this chunk: take it all out and
+                // keep what does not fit for the next.
+                let at = free.nretired;
+                batch[..at].copy_from_slice(&free.retired[..at]);
+                batch[at..].copy_from_slice(&chunk[..room]);
+                let rest = &chunk[room..];
+                free.retired[..rest.len()].copy_from_slice(rest);
+                free.nretired = rest.len();
+                DISCARD_BATCH
+            };
+            self.discard_batch(&batch[..n]);
+            let mut free = self.free.lock();
+            for &f in &batch[..n] {
+                debug_assert!(!free.is_free(f), "frame {f} returned twice");
+                free.set(f, true);
+            }
+        }
+    }
+
+    /// Discard the frames retired so far and return them to the pool.
+    pub fn flush_retired(&self) {
+        let mut batch = [0u32; DISCARD_BATCH];
+        let n = {
+            let mut free = self.free.lock();
+            let n = free.nretired;
+            batch[..n].copy_from_slice(&free.retired[..n]);
+            free.nretired = 0;
+            n
+        };
+        if n == 0 {
+            return;
+        }
+        self.discard_batch(&batch[..n]);
+        let mut free = self.free.lock();
+        for &f in &batch[..n] {
+            free.set(f, true);
+        }
     }
 
     /// In a forked child: discards act on this process (`Discarder`).

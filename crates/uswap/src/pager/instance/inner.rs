@@ -56,6 +56,11 @@ pub(crate) struct Inner {
     /// Every small page evicted with its own `UFFDIO_MOVE`
     /// (`SwapBuilder::per_page_evict`), not in batches.
     per_page_evict: bool,
+    /// Faults pace reclaim (`SwapBuilder::paced_reclaim`).
+    paced: bool,
+    /// Held by the one fault evicting a batch for the pace (others write
+    /// back, or go on: two batches at once would only contend on the LRU).
+    pacing: AtomicBool,
     /// Drops clean victims in place, a batch per system call.
     discarder: crate::sys::Discarder,
     /// Readahead handed to the prefetcher thread (swap files).
@@ -204,6 +209,7 @@ pub(crate) struct Parts {
     pub backing: Backing,
     pub readahead: bool,
     pub per_page_evict: bool,
+    pub paced: bool,
     /// Readahead goes to a prefetcher thread (swap files).
     pub prefetch: bool,
     pub member: Option<Arc<crate::domain::Member>>,
@@ -237,6 +243,8 @@ impl Inner {
             backing: p.backing,
             readahead: p.readahead,
             per_page_evict: p.per_page_evict,
+            paced: p.paced,
+            pacing: AtomicBool::new(false),
             discarder: crate::sys::Discarder::new(),
             prefetch: Prefetch::new(p.prefetch),
             shutdown: AtomicBool::new(false),
@@ -297,6 +305,15 @@ impl Inner {
     #[inline]
     pub fn per_page_evict(&self) -> bool {
         self.per_page_evict
+    }
+    #[inline]
+    pub fn paced(&self) -> bool {
+        self.paced
+    }
+    /// Become the fault that evicts a batch for the pace; `None` while
+    /// another one is.
+    pub fn start_pacing(&self) -> Option<Pacing<'_>> {
+        (!self.pacing.swap(true, Ordering::Acquire)).then_some(Pacing(&self.pacing))
     }
     #[inline]
     pub fn discarder(&self) -> &crate::sys::Discarder {
@@ -461,6 +478,10 @@ impl Inner {
     /// Discard staging frames (their contents are on swap or were clean)
     /// and return them to the pool: one `process_madvise` for the batch,
     /// so one TLB flush instead of one per frame.
+    pub fn retire_frames(&self, frames: &[u32]) {
+        self.frames.staging.retire(frames);
+    }
+
     pub fn discard_frames(&self, frames: &[u32]) {
         if frames.is_empty() {
             return;
@@ -558,5 +579,14 @@ impl Inner {
             ),
         );
         page::pause();
+    }
+}
+
+/// The pace's batch eviction, one fault at a time: released on drop.
+pub(crate) struct Pacing<'a>(&'a AtomicBool);
+
+impl Drop for Pacing<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
