@@ -158,7 +158,7 @@ fn extent_lookup_does_not_allocate() {
 /// reclaim must not allocate (a signal handler cannot call malloc).  Background reclaim is
 /// off, so all eviction happens here, in this thread, too: whole batches
 /// when the budget is exhausted, and, paced (the default), a fault's share
-/// of writeback and eviction while over the low watermark.
+/// of writeback and eviction while within a batch of the budget.
 #[test]
 fn fault_path_does_not_allocate() {
     for paced in [false, true] {

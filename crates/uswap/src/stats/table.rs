@@ -224,7 +224,7 @@ counters! {
     swapin_errors SWAPIN_ERRORS Events;
     /// Faults that reclaimed before they could install (the background reclaimer behind).
     direct_reclaim DIRECT_RECLAIM Events;
-    /// Faults that did their share of reclaim first, the resident set over the low watermark (paced reclaim).
+    /// Faults that did their share of reclaim first, the resident set within a batch of the budget (paced reclaim).
     paced PACED Events;
     /// Faults that waited for a page another thread was serving.
     busy_waits BUSY_WAITS Events;

@@ -180,7 +180,7 @@ impl SwapBuilder {
 
     /// Reclaim paced by the faults (on by default, for devices in memory:
     /// RAM and compressed ones with no file behind): while the resident set
-    /// is over the low watermark, each fault that installs a page first
+    /// is within a batch (64 pages) of the budget, each fault that installs a page first
     /// writes back a page or two of the staged ones (or, with none ready,
     /// evicts one batch), so that the work of making room is spread over
     /// the faults that need it, a few microseconds each, and the

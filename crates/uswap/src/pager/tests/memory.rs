@@ -376,8 +376,11 @@ fn discarded_clean_pages_read_as_zeros_after_batched_eviction() {
             }
         }
         let discards = gone.iter().filter(|&&g| g).count() as u64;
+        // Paced reclaim (the default) evicts batches as these faults come
+        // in, some of the first pages read among them: about a quarter
+        // stay, where half did with the reclaimer alone.
         assert!(
-            discards >= 32,
+            discards >= 16,
             "{mode:?}: only {discards} of pages 0..128 stayed resident"
         );
         for _ in 0..2 {
