@@ -271,6 +271,16 @@ fn hold_to_bound(inner: &Inner, n: usize) {
     if !over() {
         return;
     }
+    // One line, one event, one kill: faults of other threads that come
+    // to the same end meanwhile wait for the SIGKILL (the 1 TiB demo
+    // printed the line once per thread).
+    static KILLING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if KILLING.swap(true, Ordering::AcqRel) {
+        loop {
+            // SAFETY: pause has no preconditions; the SIGKILL is on its way.
+            unsafe { libc::pause() };
+        }
+    }
     inner
         .registry()
         .event(crate::stats::EventKind::OomKill, b.resident() as u64);
