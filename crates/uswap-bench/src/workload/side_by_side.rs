@@ -46,7 +46,8 @@ pub struct SwapOpts {
     #[arg(long, conflicts_with_all = ["backend", "ablate"])]
     pub compare: bool,
     /// Run uswap once per switch, each flipped back to the behaviour before
-    /// it (every seed's, no-readahead, per-page-evict, unpaced-reclaim
+    /// it (every seed's, no-readahead, per-page-evict, unpaced-reclaim,
+    /// narrow-fault-around
     /// and, for a compressed device, zram-keeps-copies; for a swap file,
     /// plaintext-files; pick some with --variants), against the default.
     #[arg(long)]

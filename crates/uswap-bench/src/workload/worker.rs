@@ -108,7 +108,7 @@ impl Backend {
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 12] = [
+pub const ABLATIONS: [&str; 13] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -121,6 +121,7 @@ pub const ABLATIONS: [&str; 12] = [
     "zram-keeps-copies",
     "plaintext-files",
     "unpaced-reclaim",
+    "narrow-fault-around",
 ];
 
 /// What an ablation sets.
@@ -142,6 +143,8 @@ pub struct Ablation {
     /// Faults pace reclaim (issue 26); off: a normal-priority reclaimer
     /// and whole-batch direct reclaim, as before.
     pub paced: bool,
+    /// First touches far below the budget fill a whole window.
+    pub wide_fault_around: bool,
 }
 
 /// The settings of ablation `name`.
@@ -155,6 +158,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         keep_copies: false,
         plaintext: false,
         paced: true,
+        wide_fault_around: true,
     };
     match name {
         "default" => {}
@@ -169,6 +173,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "zram-keeps-copies" => a.keep_copies = true,
         "plaintext-files" => a.plaintext = true,
         "unpaced-reclaim" => a.paced = false,
+        "narrow-fault-around" => a.wide_fault_around = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)
@@ -420,6 +425,7 @@ impl Pager {
             .readahead(a.readahead)
             .per_page_evict(a.per_page_evict)
             .paced_reclaim(a.paced)
+            .wide_fault_around(a.wide_fault_around)
             // Published, as `uswap run` publishes.
             .publish(true)
             .build()

@@ -49,6 +49,7 @@ pub struct SwapBuilder {
     readahead: bool,
     per_page_evict: bool,
     paced_reclaim: bool,
+    wide_fault_around: bool,
     overrun: Overrun,
     domain: Option<Arc<crate::domain::Member>>,
     /// Publish statistics for `uswap stat` (`publish`), and the tree's
@@ -82,6 +83,7 @@ impl Default for SwapBuilder {
             readahead: true,
             per_page_evict: false,
             paced_reclaim: true,
+            wide_fault_around: true,
             overrun: Overrun::default(),
             domain: None,
             publish: false,
@@ -191,6 +193,17 @@ impl SwapBuilder {
     /// a 4 ms p99.9 when the program's threads fill the CPUs).
     pub fn paced_reclaim(mut self, on: bool) -> Self {
         self.paced_reclaim = on;
+        self
+    }
+
+    /// Wide fault-around (on by default, with readahead): while the
+    /// resident set is under half the budget, a fault on a never-written
+    /// page fills the 32 pages from it on (those never written and
+    /// missing), whatever the order of the faults; off, only faults that
+    /// come in order widen the run, 2 pages doubling to 32, as for
+    /// swap-ins.
+    pub fn wide_fault_around(mut self, on: bool) -> Self {
+        self.wide_fault_around = on;
         self
     }
 
@@ -479,6 +492,7 @@ impl SwapBuilder {
             readahead: self.readahead,
             per_page_evict: self.per_page_evict,
             paced,
+            wide_fault_around: self.wide_fault_around,
             prefetch,
             member: self.domain.clone(),
             registry,

@@ -125,13 +125,30 @@ impl Readahead {
 /// keeping its slot (writing it back would be an IO); never written, as
 /// the fault's own page went in (a write fault: writable and dirty, so a
 /// sequential writer takes one fault per run, not per page).
-pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_file: bool) {
+///
+/// A first touch (`first_touch`: the fault installed zeros) while the
+/// resident set is under half the budget fills the whole window
+/// ([`READAHEAD_MAX`]) whatever the order of the faults
+/// (`SwapBuilder::wide_fault_around`): a program far from its budget pays
+/// one fault per run of fresh pages, not one per page, as it maps and
+/// touches memory (Python maps arenas afresh and touches them in pieces,
+/// out of order).  Zeros cost nothing to evict if they stay unused:
+/// clean ones are dropped, dirty ones are found all zero at writeback and
+/// go back to "never written", no slot.
+pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_file: bool, first_touch: bool) {
     let (lo, hi, window) = Readahead::get();
     let window = if lo != 0 && lo <= addr && addr <= hi {
         (window * 2).clamp(2, READAHEAD_MAX)
     } else {
         window / 2
     };
+    let window =
+        if first_touch && inner.wide_fault_around() && inner.budget().resident() < inner.budget().limit() / 2
+        {
+            READAHEAD_MAX
+        } else {
+            window
+        };
     // After a read from a swap file, this thread reads a quarter of the
     // window itself and hands the prefetcher the window after it, to be
     // read while the program uses what is in already.  (Zero fills and

@@ -173,7 +173,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
         });
         inner.lru().add(id);
         if inner.readahead() {
-            read_ahead(inner, addr, id, write, false);
+            read_ahead(inner, addr, id, write, false, true);
         }
         return false;
     };
@@ -212,7 +212,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             inner.lru().add(id);
             inner.lru().activate(id);
             if inner.readahead() {
-                read_ahead(inner, addr, id, write, from_file);
+                read_ahead(inner, addr, id, write, from_file, false);
             }
             false
         }

@@ -58,6 +58,9 @@ pub(crate) struct Inner {
     per_page_evict: bool,
     /// Faults pace reclaim (`SwapBuilder::paced_reclaim`).
     paced: bool,
+    /// First touches far below the budget fill a whole window
+    /// (`SwapBuilder::wide_fault_around`).
+    wide_fault_around: bool,
     /// Held by the one fault evicting a batch for the pace (others write
     /// back, or go on: two batches at once would only contend on the LRU).
     pacing: AtomicBool,
@@ -210,6 +213,7 @@ pub(crate) struct Parts {
     pub readahead: bool,
     pub per_page_evict: bool,
     pub paced: bool,
+    pub wide_fault_around: bool,
     /// Readahead goes to a prefetcher thread (swap files).
     pub prefetch: bool,
     pub member: Option<Arc<crate::domain::Member>>,
@@ -244,6 +248,7 @@ impl Inner {
             readahead: p.readahead,
             per_page_evict: p.per_page_evict,
             paced: p.paced,
+            wide_fault_around: p.wide_fault_around,
             pacing: AtomicBool::new(false),
             discarder: crate::sys::Discarder::new(),
             prefetch: Prefetch::new(p.prefetch),
@@ -309,6 +314,10 @@ impl Inner {
     #[inline]
     pub fn paced(&self) -> bool {
         self.paced
+    }
+    #[inline]
+    pub fn wide_fault_around(&self) -> bool {
+        self.wide_fault_around
     }
     /// Become the fault that evicts a batch for the pace; `None` while
     /// another one is.

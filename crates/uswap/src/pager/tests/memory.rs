@@ -407,3 +407,47 @@ fn discarded_clean_pages_read_as_zeros_after_batched_eviction() {
         assert_all_returned(&swap, mode_name(mode));
     }
 }
+
+/// Wide fault-around (issue 26): far below the budget, first touches out
+/// of order fill runs of fresh pages, so most touches take no fault; off,
+/// nearly every out-of-order touch faults.  Every page reads zeros before
+/// it is written and what was written after, and the resident count is
+/// the pages that went in, in both fault modes.
+#[test]
+fn first_touches_far_below_the_budget_fill_runs() {
+    const PAGES: usize = 2048;
+    for mode in both_modes() {
+        for wide in [true, false] {
+            let what = format!("{mode:?} wide={wide}");
+            let swap = Swap::builder()
+                .budget(64 * MIB)
+                .device(SwapDeviceSpec::ram(8 * MIB))
+                .fault_mode(mode)
+                .wide_fault_around(wide)
+                .build()
+                .unwrap();
+            let mut region = swap.map(PAGES * PAGE_SIZE).unwrap();
+            let s = region.as_mut_slice();
+            // A stride coprime with the page count: every page once, never
+            // two neighbours in a row.
+            for k in 0..PAGES {
+                let p = (k * 97) % PAGES;
+                let page = &mut s[p * PAGE_SIZE..(p + 1) * PAGE_SIZE];
+                assert!(page.iter().all(|&b| b == 0), "{what}: page {p} not fresh");
+                page[p % PAGE_SIZE] = (p % 251) as u8 + 1;
+            }
+            for (p, page) in region.as_slice().chunks(PAGE_SIZE).enumerate() {
+                assert_eq!(page[p % PAGE_SIZE], (p % 251) as u8 + 1, "{what}: page {p}");
+            }
+            let st = swap.stats();
+            let c = &st.counters;
+            assert_eq!(c.zero_fills + c.fault_around, PAGES as u64, "{what}: {c:?}");
+            assert_eq!(swap.resident_pages(), PAGES, "{what}");
+            if wide {
+                assert!(c.zero_fills * 4 < PAGES as u64, "{what}: {c:?}");
+            } else {
+                assert!(c.zero_fills * 4 > 3 * PAGES as u64, "{what}: {c:?}");
+            }
+        }
+    }
+}
