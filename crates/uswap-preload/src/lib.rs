@@ -223,6 +223,14 @@ fn start(c: Config) -> Result<(), String> {
         .fault_mode(c.mode)
         .max_mapped(c.heap)
         .overrun(c.overrun)
+        // Not paced: the system-call guard touches a call's buffers and
+        // exec arguments, then makes the call, and needs what it touched
+        // to stay in until the kernel reads it.  Paced, every fault near
+        // the budget evicts a batch, which at a small share (a tree's
+        // budget split among its processes) took the pages touched just
+        // before: a vfork child's execve failed with EFAULT through all
+        // of its sixteen tries (guest tests, issue 26).
+        .paced_reclaim(false)
         .publish(true)
         .group(group);
     // A swap file this creates has no name (uswap creates it unnamed,
