@@ -5,6 +5,7 @@
 //!
 //! - [`side_by_side`]: the benches' options, combinations, table and ratios.
 //! - [`worker`]: one run in its own process (`uswap bench worker`).
+//! - [`ablation`]: the switches `--ablate` flips back, one at a time.
 //! - [`workload`]: the access loops themselves, the data they write, the
 //!   latency histograms.
 //! - [`kernel_swap`]: the memory cgroup and the kernel swap device of a
@@ -14,6 +15,7 @@
 //!   `uswap run` beside the same program in a memory cgroup with kernel
 //!   swap.
 
+pub mod ablation;
 pub mod kernel_swap;
 pub mod plot;
 pub mod program;

@@ -15,8 +15,9 @@ use anyhow::{ensure, Context, Result};
 use clap::Args;
 use serde_json::json;
 
+use super::ablation::ABLATIONS;
 use super::kernel_swap::{self, interrupted, KernelSwap, MemCgroup};
-use super::worker::{self, Backend, WorkerResult, WorkerSpec, ABLATIONS};
+use super::worker::{self, Backend, WorkerResult, WorkerSpec};
 use super::workload::{DataKind, Pattern, Unit, Workload, HUGE, PAGE};
 use super::{plot, tables};
 use crate::parse_bytes;

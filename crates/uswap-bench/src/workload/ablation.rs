@@ -1,0 +1,82 @@
+//! The ablations of `--ablate`: the switches a uswap run flips back, one
+//! at a time, each to the behaviour before it (the seeds', and the
+//! pager's own since), so that what each one gains is measured against
+//! the default in the same invocation.
+
+use anyhow::{bail, Result};
+use uswap::extent::ExtentMapKind;
+use uswap::lru::LruBatch;
+use uswap::swap_space::{ScanBase, Switches};
+
+/// The switches a run flips back: "default" or one ablation (the seeds',
+/// and the pager's readahead and batched eviction).
+pub const ABLATIONS: [&str; 13] = [
+    "default",
+    "no-slot-cache",
+    "no-fragmented-scan",
+    "shared-scan-base",
+    "unbatched-lru",
+    "no-huge-cluster",
+    "extent-list",
+    "no-readahead",
+    "per-page-evict",
+    "zram-keeps-copies",
+    "plaintext-files",
+    "unpaced-reclaim",
+    "narrow-fault-around",
+];
+
+/// What an ablation sets.
+pub struct Ablation {
+    /// The swap space's seed switches.
+    pub switches: Switches,
+    /// LRU batching (seed 002).
+    pub lru: LruBatch,
+    /// The extent map of a swap file (seed 004).
+    pub extent: ExtentMapKind,
+    /// Swap-in readahead.
+    pub readahead: bool,
+    /// One `UFFDIO_MOVE` per evicted page instead of batches.
+    pub per_page_evict: bool,
+    /// A compressed device keeps the copy of a page read back.
+    pub keep_copies: bool,
+    /// Swap files are written in plaintext (encryption off).
+    pub plaintext: bool,
+    /// Faults pace reclaim (issue 26); off: a normal-priority reclaimer
+    /// and whole-batch direct reclaim, as before.
+    pub paced: bool,
+    /// First touches far below the budget fill a whole window.
+    pub wide_fault_around: bool,
+}
+
+/// The settings of ablation `name`.
+pub fn ablation(name: &str) -> Result<Ablation> {
+    let mut a = Ablation {
+        switches: Switches::DEFAULT,
+        lru: LruBatch::default(),
+        extent: ExtentMapKind::Tree,
+        readahead: true,
+        per_page_evict: false,
+        keep_copies: false,
+        plaintext: false,
+        paced: true,
+        wide_fault_around: true,
+    };
+    match name {
+        "default" => {}
+        "no-slot-cache" => a.switches.slot_cache = false,
+        "no-fragmented-scan" => a.switches.fragmented_scan = false,
+        "shared-scan-base" => a.switches.scan_base = ScanBase::Shared,
+        "unbatched-lru" => a.lru = LruBatch::Unbatched,
+        "no-huge-cluster" => a.switches.huge_cluster = false,
+        "extent-list" => a.extent = ExtentMapKind::List,
+        "no-readahead" => a.readahead = false,
+        "per-page-evict" => a.per_page_evict = true,
+        "zram-keeps-copies" => a.keep_copies = true,
+        "plaintext-files" => a.plaintext = true,
+        "unpaced-reclaim" => a.paced = false,
+        "narrow-fault-around" => a.wide_fault_around = false,
+        other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
+    }
+    Ok(a)
+}
