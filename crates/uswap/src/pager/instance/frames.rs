@@ -142,8 +142,9 @@ impl FramePool {
     /// there are none, the frames retired so far are discarded and
     /// returned first: a small pool (256 frames under a small budget, half
     /// of them kept staged) must not run short for want of a batch that
-    /// is not full yet (a `uswap run` test saw a fault find nothing to
-    /// evict, every victim refused a frame).
+    /// is not full yet: every dirty victim refused a frame, a fault could
+    /// find nothing to evict (the likely cause of an over-budget count a
+    /// `uswap run` test saw once; docs/RELIABILITY.md).
     pub fn get_run(&self, n: u32) -> Option<u32> {
         if let Some(f) = self.free.lock().take_run(n) {
             return Some(f);
