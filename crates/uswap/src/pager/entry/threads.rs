@@ -152,10 +152,6 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
         // the statistics block: every 100 ms, the first pass included.
         const LEVELS_EVERY: Duration = Duration::from_millis(100);
         let mut last_levels = Instant::now() - LEVELS_EVERY;
-        // Swap files are written back through an io_uring of this
-        // thread's, several writes in flight; without one (no io_uring in
-        // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
-        // time, said once.
         if Inner::upgrade(&weak).is_some_and(|inner| inner.paced()) {
             // Paced reclaim: the faults carry what the program's CPUs
             // must, and this thread runs on what they leave (see
@@ -168,6 +164,10 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                 libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 19);
             }
         }
+        // Swap files are written back through an io_uring of this
+        // thread's, several writes in flight; without one (no io_uring in
+        // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
+        // time, said once.
         let mut ring = match Inner::upgrade(&weak) {
             Some(inner) if inner.backing().devices.iter().any(|d| d.waits_on_disk()) => {
                 match WriteRing::new() {
