@@ -224,12 +224,7 @@ impl FramePool {
                 free.nretired = rest.len();
                 DISCARD_BATCH
             };
-            self.discard_batch(&batch[..n]);
-            let mut free = self.free.lock();
-            for &f in &batch[..n] {
-                debug_assert!(!free.is_free(f), "frame {f} returned twice");
-                free.set(f, true);
-            }
+            self.discard_and_put(&batch[..n]);
         }
     }
 
@@ -243,12 +238,19 @@ impl FramePool {
             free.nretired = 0;
             n
         };
-        if n == 0 {
+        self.discard_and_put(&batch[..n]);
+    }
+
+    /// Drop the contents of `frames` (at most 64) in one system call and
+    /// return them, under one take of the lock.
+    pub fn discard_and_put(&self, frames: &[u32]) {
+        if frames.is_empty() {
             return;
         }
-        self.discard_batch(&batch[..n]);
+        self.discard_batch(frames);
         let mut free = self.free.lock();
-        for &f in &batch[..n] {
+        for &f in frames {
+            debug_assert!(!free.is_free(f), "frame {f} returned twice");
             free.set(f, true);
         }
     }

@@ -492,13 +492,7 @@ impl Inner {
     }
 
     pub fn discard_frames(&self, frames: &[u32]) {
-        if frames.is_empty() {
-            return;
-        }
-        self.frames.staging.discard_batch(frames);
-        for &f in frames {
-            self.frames.staging.put(f);
-        }
+        self.frames.staging.discard_and_put(frames);
     }
 
     /// Whether a device is a swap file.
