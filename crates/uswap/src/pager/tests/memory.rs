@@ -358,6 +358,11 @@ fn discarded_clean_pages_read_as_zeros_after_batched_eviction() {
             // Pages read back come in clean, one per fault.
             .readahead(false)
             .background_reclaim(false)
+            // Reclaim only at the budget, in whole batches: paced
+            // eviction takes a batch back every few faults, and how many
+            // of the pages read stay resident then depends on where its
+            // batches fall (CI once saw 3 of 128).
+            .paced_reclaim(false)
             .build()
             .unwrap();
         let mut region = swap.map((4 * MIB) as usize).unwrap();
@@ -376,11 +381,10 @@ fn discarded_clean_pages_read_as_zeros_after_batched_eviction() {
             }
         }
         let discards = gone.iter().filter(|&&g| g).count() as u64;
-        // Paced reclaim (the default) evicts batches as these faults come
-        // in, some of the first pages read among them: about a quarter
-        // stay, where half did with the reclaimer alone.
+        // Eviction at the budget takes the oldest first, pages beyond
+        // 128 among them: about half of the even pages stay.
         assert!(
-            discards >= 16,
+            discards >= 32,
             "{mode:?}: only {discards} of pages 0..128 stayed resident"
         );
         for _ in 0..2 {
