@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 13] = [
+pub const ABLATIONS: [&str; 14] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -24,6 +24,7 @@ pub const ABLATIONS: [&str; 13] = [
     "plaintext-files",
     "unpaced-reclaim",
     "narrow-fault-around",
+    "activate-all-refaults",
 ];
 
 /// What an ablation sets.
@@ -47,6 +48,8 @@ pub struct Ablation {
     pub paced: bool,
     /// First touches far below the budget fill a whole window.
     pub wide_fault_around: bool,
+    /// Refaults activated by their distance (issue 26); off: all of them.
+    pub refault_distance: bool,
 }
 
 /// The settings of ablation `name`.
@@ -61,6 +64,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         plaintext: false,
         paced: true,
         wide_fault_around: true,
+        refault_distance: true,
     };
     match name {
         "default" => {}
@@ -76,6 +80,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "plaintext-files" => a.plaintext = true,
         "unpaced-reclaim" => a.paced = false,
         "narrow-fault-around" => a.wide_fault_around = false,
+        "activate-all-refaults" => a.refault_distance = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)

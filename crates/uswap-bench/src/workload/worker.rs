@@ -351,6 +351,7 @@ impl Pager {
             .per_page_evict(a.per_page_evict)
             .paced_reclaim(a.paced)
             .wide_fault_around(a.wide_fault_around)
+            .refault_distance(a.refault_distance)
             // Published, as `uswap run` publishes.
             .publish(true)
             .build()

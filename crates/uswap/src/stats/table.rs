@@ -226,6 +226,10 @@ counters! {
     direct_reclaim DIRECT_RECLAIM Events;
     /// Faults that did their share of reclaim first, the resident set within a batch of the budget (paced reclaim).
     paced PACED Events;
+    /// Pages swapped in whose refault distance was measured (the evictions since they left: workingset.rs).
+    workingset_refault WORKINGSET_REFAULT Pages;
+    /// Of those, pages back within half a budget's evictions: working set, activated.
+    workingset_activate WORKINGSET_ACTIVATE Pages;
     /// Faults that waited for a page another thread was serving.
     busy_waits BUSY_WAITS Events;
     /// Stalls: faults that took 100 us or more to serve (each counted again under its cause below).

@@ -50,6 +50,7 @@ pub struct SwapBuilder {
     per_page_evict: bool,
     paced_reclaim: bool,
     wide_fault_around: bool,
+    refault_distance: bool,
     overrun: Overrun,
     domain: Option<Arc<crate::domain::Member>>,
     /// Publish statistics for `uswap stat` (`publish`), and the tree's
@@ -84,6 +85,7 @@ impl Default for SwapBuilder {
             per_page_evict: false,
             paced_reclaim: true,
             wide_fault_around: true,
+            refault_distance: true,
             overrun: Overrun::default(),
             domain: None,
             publish: false,
@@ -204,6 +206,19 @@ impl SwapBuilder {
     /// swap-ins.
     pub fn wide_fault_around(mut self, on: bool) -> Self {
         self.wide_fault_around = on;
+        self
+    }
+
+    /// Refault distance (on by default): a page that comes back from
+    /// swap within half a budget's worth of evictions is working set and
+    /// goes on the active list, which reclaim ages only when the inactive
+    /// one runs empty; one that comes back later goes on the inactive
+    /// list, to be evicted first again (after the kernel's
+    /// mm/workingset.c; uswap sees no accessed bits, so the bound is half
+    /// the budget rather than the active list).  Off: every page that
+    /// comes back is activated, as before issue 26.
+    pub fn refault_distance(mut self, on: bool) -> Self {
+        self.refault_distance = on;
         self
     }
 
@@ -493,6 +508,7 @@ impl SwapBuilder {
             per_page_evict: self.per_page_evict,
             paced,
             wide_fault_around: self.wide_fault_around,
+            refault_distance: self.refault_distance,
             prefetch,
             member: self.domain.clone(),
             registry,

@@ -240,7 +240,9 @@ fn drop_clean(
         }
         let claim = claims[which[j] as usize].take().expect("claimed");
         let next = match claim.found().slot() {
-            Some(e) => PageWord::of(Kind::Swapped).with_slot(e),
+            Some(e) => PageWord::of(Kind::Swapped)
+                .with_slot(e)
+                .with_shadow(inner.workingset().shadow()),
             None => PageWord::NEVER,
         };
         inner.counters().evict_clean.inc();
@@ -512,7 +514,12 @@ fn staged(inner: &Inner, claim: PageClaim<'_>, e: SwapEntry) {
     }
     inner.counters().staged.inc();
     inner.budget().stage();
-    claim.commit(PageWord::of(Kind::Staged).dirty().with_slot(e));
+    claim.commit(
+        PageWord::of(Kind::Staged)
+            .dirty()
+            .with_slot(e)
+            .with_shadow(inner.workingset().shadow()),
+    );
 }
 
 /// The program discarded (`MADV_DONTNEED`) or unmapped the claimed

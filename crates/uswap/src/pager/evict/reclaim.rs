@@ -344,6 +344,9 @@ fn evict_batch(inner: &Inner, want: usize, nr: usize, done: &mut usize) {
         // Inactive list empty or all referenced: age the active list.
         inner.lru().age_active(want * 4);
     }
+    // The eviction clock counts what leaves the LRU (a victim put back
+    // counts too: a distance a few pages long decides nothing).
+    inner.workingset().evicted(n);
     let mut nfreed = 0;
     let mut small = [0u32; BATCH];
     let mut nsmall = 0;
@@ -487,7 +490,12 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
     }
     inner.counters().staged.inc();
     inner.budget().stage();
-    claim.commit(PageWord::of(Kind::Staged).dirty_if(w.is_dirty()).with_slot(e));
+    claim.commit(
+        PageWord::of(Kind::Staged)
+            .dirty_if(w.is_dirty())
+            .with_slot(e)
+            .with_shadow(inner.workingset().shadow()),
+    );
     enqueue(inner, id, e);
     Evicted::InMemory
 }

@@ -247,7 +247,8 @@ fn commit_segment(inner: &Inner, seg: Segment<'_>, freed: &mut [u32]) {
         inner.budget().free_staged();
         inner.counters().evict_write.inc();
         inner.counters().evictions.inc();
-        claim.commit(PageWord::of(Kind::Swapped).with_slot(e));
+        let shadow = claim.found().shadow();
+        claim.commit(PageWord::of(Kind::Swapped).with_slot(e).with_shadow(shadow));
         *freed = f0 + j as u32;
     }
 }
@@ -322,7 +323,8 @@ pub(crate) fn writeback(inner: &Inner, id: u32, slot: u64) -> Option<u32> {
     inner.backing().swap_cache.delete(e);
     inner.budget().free_staged();
     inner.counters().evictions.inc();
-    claim.commit(PageWord::of(Kind::Swapped).with_slot(e));
+    let shadow = claim.found().shadow();
+    claim.commit(PageWord::of(Kind::Swapped).with_slot(e).with_shadow(shadow));
     Some(f)
 }
 

@@ -188,6 +188,7 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             // read: evicted again, it is copied out without a move.
             let sealed = !write && inner.backing().devices[e.device() as usize].frees_on_swapin(e.offset());
             let dirty = write || sealed;
+            let shadow = claim.found().shadow();
             let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
             drop(bounce);
             if let Err((_, err)) = copied {
@@ -205,12 +206,14 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
                 claim.commit(PageWord::of(Kind::Resident).with_slot(e));
             }
             // A refault: the page was needed again after it was evicted.
-            // The kernel activates refaults that come back soon enough
-            // (mm/workingset.c); uswap activates all of them, as it does
-            // swap-cache hits, so that pages touched once go first.  These
+            // Activated when it came back soon enough to be working set
+            // (workingset.rs, after mm/workingset.c); the rest go on the
+            // inactive list with the pages touched once.  These
             // activations are what seed 002 batches.
             inner.lru().add(id);
-            inner.lru().activate(id);
+            if inner.refault_activates(shadow) {
+                inner.lru().activate(id);
+            }
             if inner.readahead() {
                 read_ahead(inner, addr, id, write, from_file, false);
             }

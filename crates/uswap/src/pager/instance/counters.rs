@@ -29,6 +29,10 @@ pub(crate) struct Counters {
     pub direct_reclaim: Arc<Counter>,
     /// Faults that paced reclaim (reclaim.rs).
     pub paced: Arc<Counter>,
+    /// Pages swapped in that kept a shadow, and those of them activated
+    /// (workingset.rs).
+    pub workingset_refault: Arc<Counter>,
+    pub workingset_activate: Arc<Counter>,
     pub busy_waits: Arc<Counter>,
     /// Faults of 100 us or more, and each by its cause (fault/stall.rs).
     pub stalls: Arc<Counter>,
@@ -96,6 +100,8 @@ impl Counters {
             read_errors: r.counter(CounterId::SWAPIN_ERRORS),
             direct_reclaim: r.counter(CounterId::DIRECT_RECLAIM),
             paced: r.counter(CounterId::PACED),
+            workingset_refault: r.counter(CounterId::WORKINGSET_REFAULT),
+            workingset_activate: r.counter(CounterId::WORKINGSET_ACTIVATE),
             busy_waits: r.counter(CounterId::BUSY_WAITS),
             stalls: r.counter(CounterId::STALLS),
             stall_claim_wait: r.counter(CounterId::STALL_CLAIM_WAIT),

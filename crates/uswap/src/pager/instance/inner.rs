@@ -25,6 +25,7 @@ use crate::pager::instance::page::{self, PageClaim, PageState};
 use crate::pager::instance::prefetch::Prefetch;
 use crate::pager::instance::report;
 use crate::pager::instance::staged::StagedRing;
+use crate::pager::instance::workingset::Workingset;
 use crate::stats::{LockId, Registry, StatMutex};
 use crate::swap_cache::SwapCache;
 use crate::swap_space::SwapSpace;
@@ -61,6 +62,9 @@ pub(crate) struct Inner {
     /// First touches far below the budget fill a whole window
     /// (`SwapBuilder::wide_fault_around`).
     wide_fault_around: bool,
+    /// The eviction clock and the refault decision
+    /// (`SwapBuilder::refault_distance`).
+    workingset: Workingset,
     /// Held by the one fault evicting a batch for the pace (others write
     /// back, or go on: two batches at once would only contend on the LRU).
     pacing: AtomicBool,
@@ -214,6 +218,7 @@ pub(crate) struct Parts {
     pub per_page_evict: bool,
     pub paced: bool,
     pub wide_fault_around: bool,
+    pub refault_distance: bool,
     /// Readahead goes to a prefetcher thread (swap files).
     pub prefetch: bool,
     pub member: Option<Arc<crate::domain::Member>>,
@@ -243,6 +248,7 @@ impl Inner {
                 p.registry.lock_site(LockId::PAGE_IDS),
             ),
             frames: p.frames,
+            workingset: Workingset::new(p.budget.limit(), p.refault_distance),
             budget: p.budget,
             backing: p.backing,
             readahead: p.readahead,
@@ -318,6 +324,24 @@ impl Inner {
     #[inline]
     pub fn wide_fault_around(&self) -> bool {
         self.wide_fault_around
+    }
+    #[inline]
+    pub fn workingset(&self) -> &Workingset {
+        &self.workingset
+    }
+    /// Whether a page swapped out with `shadow` and coming back now goes
+    /// on the active list (workingset.rs): always, with the switch off or
+    /// no shadow kept.  Counts the refaults measured and those activated.
+    pub fn refault_activates(&self, shadow: u16) -> bool {
+        let Some(distance) = self.workingset.refault_distance(shadow) else {
+            return true;
+        };
+        self.counters.workingset_refault.inc();
+        let hot = Workingset::is_workingset(distance, self.budget.limit());
+        if hot {
+            self.counters.workingset_activate.inc();
+        }
+        hot
     }
     /// Become the fault that evicts a batch for the pace; `None` while
     /// another one is.

@@ -28,3 +28,4 @@ pub(crate) mod report;
 pub(crate) mod signals;
 pub(crate) mod slots;
 pub(crate) mod staged;
+pub(crate) mod workingset;

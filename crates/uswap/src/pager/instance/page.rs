@@ -2,14 +2,18 @@
 //! claim that changes it.
 //!
 //! ```text
-//! +----------------+------+-----+----+-------+------+------+------+
-//! |  slot offset   | dev  |WHOLE|UNIT|HAS_SLOT|DIRTY| BUSY | kind |
-//! +----------------+------+-----+----+-------+------+------+------+
-//!   bits 63..32     23..8   7     6     5       4      3      2..0
-//!   bit 31: WAITERS (only with BUSY); bit 24: SEALED (a dirty page
-//!   still write-protected; dev is 0 then); offsets fit: a device has at most
-//!   2^32 slots (`MAX_DEVICE_SLOTS`)
+//! +-------------+---+--------+---+-----+---+---+---+---+---+------+
+//! | slot offset | W | shadow | S | dev | H | U | A | D | B | kind |
+//! +-------------+---+--------+---+-----+---+---+---+---+---+------+
+//!    63..32      31   30..16  15  14..8  7   6   5   4   3   2..0
+//!   W WAITERS, S SEALED, H WHOLE, U UNIT, A HAS_SLOT, D DIRTY, B BUSY
 //! ```
+//!
+//! `WAITERS` only with `BUSY`; `SEALED` (a dirty page still write-protected)
+//! only on a resident page, `dev` 0 then; the shadow (workingset.rs) only
+//! on a swapped or staged one.  Offsets fit: a device has at most 2^32
+//! slots (`MAX_DEVICE_SLOTS`), and there are at most 32 devices
+//! (`MAX_DEVICES`) for the 128 the field holds.
 //!
 //! - `Never`: never touched, or discarded by the program; reads as zeros,
 //!   holds no memory and no slot.
@@ -86,14 +90,20 @@ const WHOLE: u64 = 1 << 7;
 /// the kernel through a write pin, without a write-protect fault, which
 /// clears this bit; so eviction may copy it out and drop it in place, as a
 /// clean page is dropped, with no `UFFDIO_MOVE` (batch.rs).
-const SEALED: u64 = 1 << 24;
+const SEALED: u64 = 1 << 15;
+/// A swapped or staged page's shadow: the eviction clock, in buckets,
+/// when it left the LRU (workingset.rs); 0 for none.
+const SHADOW_SHIFT: u32 = 16;
+const SHADOW_MASK: u64 = (1 << crate::pager::instance::workingset::SHADOW_BITS) - 1;
 /// Someone sleeps on this word until its claim is released.  In the low
 /// half (the futex word), never set without `BUSY`.
 const WAITERS: u64 = 1 << 31;
 
 const DEV_SHIFT: u32 = 8;
 const OFF_SHIFT: u32 = 32;
-const DEV_MASK: u64 = 0xffff;
+const DEV_MASK: u64 = 0x7f;
+const _: () = assert!(crate::swap_space::MAX_DEVICES as u64 <= DEV_MASK + 1);
+const _: () = assert!(SHADOW_SHIFT + crate::pager::instance::workingset::SHADOW_BITS <= 31);
 
 /// What a page is: the word's low three bits (see the module
 /// documentation for each).
@@ -203,10 +213,12 @@ impl PageWord {
             .then(|| SwapEntry::new(((self.0 >> DEV_SHIFT) & DEV_MASK) as u16, self.0 >> OFF_SHIFT))
     }
 
-    /// With `e` as its slot; kind, dirt and unit flags kept, sealing lost.
+    /// With `e` as its slot; kind, dirt and unit flags kept, sealing and
+    /// shadow lost.
     #[inline]
     pub fn with_slot(self, e: SwapEntry) -> PageWord {
         debug_assert!(e.offset() < 1 << 32);
+        debug_assert!(u64::from(e.device()) <= DEV_MASK);
         PageWord(
             (self.0 & (KIND_MASK | DIRTY | UNIT | WHOLE))
                 | HAS_SLOT
@@ -262,6 +274,26 @@ impl PageWord {
     #[inline]
     pub fn whole(self) -> PageWord {
         PageWord(self.0 | WHOLE)
+    }
+
+    /// With `shadow` (workingset.rs) as its shadow: set on a page leaving
+    /// the LRU for a slot, after its slot.
+    #[inline]
+    pub fn with_shadow(self, shadow: u16) -> PageWord {
+        debug_assert!(!self.is(Kind::Resident));
+        PageWord(
+            (self.0 & !(SHADOW_MASK << SHADOW_SHIFT)) | (u64::from(shadow) & SHADOW_MASK) << SHADOW_SHIFT,
+        )
+    }
+
+    /// The shadow kept when the page left the LRU; 0 for none (and for
+    /// any resident page).
+    #[inline]
+    pub fn shadow(self) -> u16 {
+        if self.is(Kind::Resident) {
+            return 0;
+        }
+        ((self.0 >> SHADOW_SHIFT) & SHADOW_MASK) as u16
     }
 
     /// Without sealing.

@@ -16,6 +16,7 @@ mod fork;
 mod injected;
 mod limits;
 mod memory;
+mod policy;
 mod races;
 mod signals;
 mod soak;

@@ -1,0 +1,83 @@
+//! Which pages reclaim takes: the refault distance (workingset.rs) keeps
+//! a small hot set resident through a scan of cold pages several times
+//! the budget, where activating every refault cycles the hot pages out
+//! with the cold ones.
+
+use super::support::*;
+use super::*;
+use crate::stats::Stats;
+
+const MIB: u64 = 1 << 20;
+
+/// Pages of the hot set, and the cold pages read between two touches of
+/// it.
+const HOT: usize = 128;
+const COLD_BETWEEN: usize = 64;
+
+/// A hot set of 128 pages, touched after every 64 cold pages of a scan
+/// over four budgets, eight times over: how many touches of a hot page
+/// found it swapped out.  All reads check the data written first.
+fn hot_touches_missed(mode: FaultMode, refault_distance: bool) -> (usize, Stats) {
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(SwapDeviceSpec::ram(32 * MIB))
+        .fault_mode(mode)
+        // One page per fault and reclaim at the budget only: what the
+        // LRU chooses decides alone what stays.
+        .readahead(false)
+        .background_reclaim(false)
+        .refault_distance(refault_distance)
+        .build()
+        .unwrap();
+    let mut region = swap.map((16 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    write_pages(base, 0..pages);
+    let mut missed = 0;
+    for _ in 0..8 {
+        for cold in (HOT..pages).step_by(COLD_BETWEEN) {
+            let end = (cold + COLD_BETWEEN).min(pages);
+            assert_eq!(check_pages(base, cold..end), None);
+            for hot in 0..HOT {
+                // SAFETY: page `hot` of the region.
+                let page = unsafe { base.add(hot * PAGE_SIZE) };
+                if !crate::sys::page_mapped(page as u64) {
+                    missed += 1;
+                }
+                assert_eq!(check_pages(base, hot..hot + 1), None);
+            }
+        }
+    }
+    let st = swap.stats();
+    drop(region);
+    assert_all_returned(&swap, mode_name(mode));
+    (missed, st)
+}
+
+#[test]
+fn refault_distance_keeps_a_hot_set_through_a_cold_scan() {
+    for mode in both_modes() {
+        let (on, st_on) = hot_touches_missed(mode, true);
+        let (off, st_off) = hot_touches_missed(mode, false);
+        // Off, the hot pages go round the active list with every cold
+        // page that came back, and out every 1,024 evictions or so: each
+        // of 128 pages about 30 times in 8 scans of 3,968 cold pages.
+        // On, they are the only refaults back within half a budget: once
+        // each, when the first scan pushes them out of the inactive list.
+        assert!(
+            on * 8 < off,
+            "{mode:?}: hot touches that missed: {on} with refault distance, {off} without"
+        );
+        // Every cold page came back from farther than half a budget.
+        let c = &st_on.counters;
+        assert!(c.workingset_refault > 8 * 3_000, "{mode:?}: {c:?}");
+        assert!(
+            c.workingset_activate < c.workingset_refault / 8,
+            "{mode:?}: {c:?}"
+        );
+        assert_eq!(
+            st_off.counters.workingset_refault, 0,
+            "{mode:?}: off measures nothing"
+        );
+    }
+}
