@@ -219,6 +219,9 @@ pub fn text(g: &Group) -> String {
     kv("prefetched_pages", c.prefetched.to_string());
     kv("fault_around_pages", c.fault_around.to_string());
     kv("direct_reclaim", c.direct_reclaim.to_string());
+    // memory.stat's names for the refault distance's two counts.
+    kv("workingset_refault_anon", c.workingset_refault.to_string());
+    kv("workingset_activate_anon", c.workingset_activate.to_string());
     kv("swap_full", c.swap_full.to_string());
     kv("overrun", c.budget_overrun.to_string());
     kv("unevictable_pages", c.unevictable.to_string());
