@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 14] = [
+pub const ABLATIONS: [&str; 15] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -25,6 +25,7 @@ pub const ABLATIONS: [&str; 14] = [
     "unpaced-reclaim",
     "narrow-fault-around",
     "activate-all-refaults",
+    "no-trend-prefetch",
 ];
 
 /// What an ablation sets.
@@ -50,6 +51,8 @@ pub struct Ablation {
     pub wide_fault_around: bool,
     /// Refaults activated by their distance (issue 26); off: all of them.
     pub refault_distance: bool,
+    /// Backward and strided walks read ahead (issue 26).
+    pub trend_prefetch: bool,
 }
 
 /// The settings of ablation `name`.
@@ -65,6 +68,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         paced: true,
         wide_fault_around: true,
         refault_distance: true,
+        trend_prefetch: true,
     };
     match name {
         "default" => {}
@@ -81,6 +85,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "unpaced-reclaim" => a.paced = false,
         "narrow-fault-around" => a.wide_fault_around = false,
         "activate-all-refaults" => a.refault_distance = false,
+        "no-trend-prefetch" => a.trend_prefetch = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)

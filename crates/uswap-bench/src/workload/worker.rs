@@ -352,6 +352,7 @@ impl Pager {
             .paced_reclaim(a.paced)
             .wide_fault_around(a.wide_fault_around)
             .refault_distance(a.refault_distance)
+            .trend_prefetch(a.trend_prefetch)
             // Published, as `uswap run` publishes.
             .publish(true)
             .build()

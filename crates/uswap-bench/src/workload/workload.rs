@@ -77,7 +77,18 @@ pub enum Pattern {
     /// scattered over the region: a hot set much smaller than the budget
     /// and a long cold tail.
     Zipf,
+    /// Each thread walks the pages downwards from its own start, one page
+    /// a step, wrapping: a backward scan.
+    Backward,
+    /// Each thread walks the pages from its own start 7 pages a step
+    /// (a column of a row-major table, a field of an array of large
+    /// records), wrapping to the next page over at the end.
+    Stride,
 }
+
+/// The step of `Pattern::Stride`, in pages: not a power of two, so that
+/// its pages fall on every offset of a cluster in turn.
+pub const STRIDE_PAGES: u64 = 7;
 
 /// Which workload, with its own parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -421,6 +432,22 @@ impl PageChooser {
                 self.next = if p + 1 == self.pages { 0 } else { p + 1 };
                 p
             }
+            Pattern::Backward => {
+                let p = self.next;
+                self.next = if p == 0 { self.pages - 1 } else { p - 1 };
+                p
+            }
+            Pattern::Stride => {
+                let p = self.next;
+                let n = p + STRIDE_PAGES;
+                // Past the end: on to the next page of the first stride.
+                self.next = if n < self.pages {
+                    n
+                } else {
+                    (n + 1) % STRIDE_PAGES % self.pages
+                };
+                p
+            }
             Pattern::Zipf => {
                 let rank = self.zipf.expect("set for zipf").rank(r);
                 // Scatter the ranks (a fixed hash): the hot pages are not
@@ -545,6 +572,21 @@ mod tests {
         let walk: Vec<u64> = (0..pages + 2).map(|_| c.page(0)).collect();
         assert_eq!(walk[0], pages / 2, "the second of two threads starts half way");
         assert!(walk.windows(2).all(|w| w[1] == (w[0] + 1) % pages));
+        let mut c = PageChooser::new(Pattern::Backward, pages, 0, 2);
+        let walk: Vec<u64> = (0..pages + 2).map(|_| c.page(0)).collect();
+        assert!(walk.windows(2).all(|w| w[1] == (w[0] + pages - 1) % pages));
+        // A stride walk visits every page once a cycle, 7 apart but where
+        // it wraps to the next offset.
+        for pages in [pages, 7 * 1000, 7 * 1000 + 3] {
+            let mut c = PageChooser::new(Pattern::Stride, pages, 0, 1);
+            let walk: Vec<u64> = (0..pages).map(|_| c.page(0)).collect();
+            let mut seen = vec![false; pages as usize];
+            walk.iter().for_each(|&p| seen[p as usize] = true);
+            assert!(seen.iter().all(|&s| s), "{pages}: every page once");
+            let steps = walk.windows(2).filter(|w| w[1] == w[0] + STRIDE_PAGES).count() as u64;
+            assert!(steps >= pages - 7, "{pages}: {steps} strides");
+            assert_eq!(c.page(0), 0, "{pages}: the cycle starts over");
+        }
     }
 
     #[test]

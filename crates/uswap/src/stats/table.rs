@@ -230,6 +230,12 @@ counters! {
     workingset_refault WORKINGSET_REFAULT Pages;
     /// Of those, pages back within half a budget's evictions: working set, activated.
     workingset_activate WORKINGSET_ACTIVATE Pages;
+    /// Pages read ahead along a thread's trend: a backward walk or a stride (trend prefetch).
+    trend_issued TREND_ISSUED Pages;
+    /// Of those, pages the walk passed over without a fault: its next fault came where the trend said.
+    trend_hits TREND_HITS Pages;
+    /// Of those, pages of a window after which the walk went elsewhere.
+    trend_wasted TREND_WASTED Pages;
     /// Faults that waited for a page another thread was serving.
     busy_waits BUSY_WAITS Events;
     /// Stalls: faults that took 100 us or more to serve (each counted again under its cause below).

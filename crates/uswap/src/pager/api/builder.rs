@@ -51,6 +51,7 @@ pub struct SwapBuilder {
     paced_reclaim: bool,
     wide_fault_around: bool,
     refault_distance: bool,
+    trend_prefetch: bool,
     overrun: Overrun,
     domain: Option<Arc<crate::domain::Member>>,
     /// Publish statistics for `uswap stat` (`publish`), and the tree's
@@ -86,6 +87,7 @@ impl Default for SwapBuilder {
             paced_reclaim: true,
             wide_fault_around: true,
             refault_distance: true,
+            trend_prefetch: true,
             overrun: Overrun::default(),
             domain: None,
             publish: false,
@@ -219,6 +221,18 @@ impl SwapBuilder {
     /// comes back is activated, as before issue 26.
     pub fn refault_distance(mut self, on: bool) -> Self {
         self.refault_distance = on;
+        self
+    }
+
+    /// Trend prefetch (on by default, with readahead): a thread whose
+    /// recent faults step by one delta (a majority of its last eight),
+    /// backwards or by a stride of 2 to 127 pages either way, has the
+    /// pages along it read in before it touches them, the window
+    /// doubling from 2 to 32 while the walk keeps to it (after Leap,
+    /// ATC'20).  Off: only forward walks are read ahead, as before
+    /// issue 26.
+    pub fn trend_prefetch(mut self, on: bool) -> Self {
+        self.trend_prefetch = on;
         self
     }
 
@@ -509,6 +523,7 @@ impl SwapBuilder {
             paced,
             wide_fault_around: self.wide_fault_around,
             refault_distance: self.refault_distance,
+            trend_prefetch: self.trend_prefetch,
             prefetch,
             member: self.domain.clone(),
             registry,

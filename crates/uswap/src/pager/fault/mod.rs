@@ -6,3 +6,4 @@
 pub(crate) mod readahead;
 pub(crate) mod serve;
 pub(crate) mod stall;
+pub(crate) mod trend;

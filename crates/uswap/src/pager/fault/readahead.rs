@@ -7,6 +7,7 @@
 //! `entry/threads.rs` starts the thread.
 
 use crate::pager::evict::folio;
+use crate::pager::fault::trend;
 use crate::pager::instance::gate;
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::page::{Kind, PageClaim, PageWord};
@@ -39,7 +40,9 @@ pub(crate) fn prefetcher(weak: Weak<Inner>) {
 
 /// A thread's readahead state: where a fault counts as in order (from
 /// just past what the thread read itself to the end of what it handed the
-/// prefetcher), and the window.  Per thread, as threads walk their own
+/// prefetcher), and the window; and for the trend prefetch (trend.rs), its
+/// last fault, the deltas of its recent ones, where the trend expects the
+/// next and what it read last.  Per thread, as threads walk their own
 /// parts of a region.
 ///
 /// Not in thread-local storage: the fault path touches none.  A library
@@ -52,11 +55,36 @@ pub(crate) fn prefetcher(weak: Weak<Inner>) {
 /// its owner; a thread finding another's tag starts afresh and takes the
 /// slot over.  Readahead is advice: two threads sharing a slot only read
 /// ahead less well, and a torn read of a slot only mistakes the window.
+/// (In handler-thread mode the handler thread serves every thread's
+/// faults, so they share its slot: their walks interleave in one
+/// history.)
 struct Readahead {
     owner: AtomicU64,
     lo: AtomicU64,
     hi: AtomicU64,
     window: AtomicU32,
+    /// The trend's window, stride and pages read last, a byte each.
+    trend: AtomicU32,
+    last: AtomicU64,
+    history: AtomicU64,
+    reach: AtomicU64,
+}
+
+/// One thread's readahead state, as loaded (all zeros: none yet).
+#[derive(Clone, Copy, Default)]
+struct State {
+    lo: u64,
+    hi: u64,
+    window: u32,
+    /// Trend prefetch: the window, stride and pages read by the last
+    /// prefetch; the last fault; the deltas; the steps the last window
+    /// reached (0: no trend window out).
+    twindow: u32,
+    stride: i8,
+    tpages: u32,
+    last: u64,
+    history: u64,
+    reach: u64,
 }
 
 const READAHEAD_SLOTS: usize = 64;
@@ -67,6 +95,10 @@ static READAHEAD: [CachePadded<Readahead>; READAHEAD_SLOTS] = [const {
         lo: AtomicU64::new(0),
         hi: AtomicU64::new(0),
         window: AtomicU32::new(0),
+        trend: AtomicU32::new(0),
+        last: AtomicU64::new(0),
+        history: AtomicU64::new(0),
+        reach: AtomicU64::new(0),
     })
 }; READAHEAD_SLOTS];
 
@@ -80,25 +112,37 @@ impl Readahead {
         (&READAHEAD[slot], me)
     }
 
-    /// This thread's (lo, hi, window); zeros if the slot is another's.
-    fn get() -> (u64, u64, u32) {
+    /// This thread's state; zeros if the slot is another's.
+    fn get() -> State {
         let (r, me) = Self::mine();
         if r.owner.load(Ordering::Relaxed) != me {
-            return (0, 0, 0);
+            return State::default();
         }
-        (
-            r.lo.load(Ordering::Relaxed),
-            r.hi.load(Ordering::Relaxed),
-            r.window.load(Ordering::Relaxed),
-        )
+        let t = r.trend.load(Ordering::Relaxed);
+        State {
+            lo: r.lo.load(Ordering::Relaxed),
+            hi: r.hi.load(Ordering::Relaxed),
+            window: r.window.load(Ordering::Relaxed),
+            twindow: t & 0xff,
+            stride: (t >> 8) as u8 as i8,
+            tpages: t >> 16,
+            last: r.last.load(Ordering::Relaxed),
+            history: r.history.load(Ordering::Relaxed),
+            reach: r.reach.load(Ordering::Relaxed),
+        }
     }
 
-    fn set(lo: u64, hi: u64, window: u32) {
+    fn set(s: &State) {
         let (r, me) = Self::mine();
         r.owner.store(me, Ordering::Relaxed);
-        r.lo.store(lo, Ordering::Relaxed);
-        r.hi.store(hi, Ordering::Relaxed);
-        r.window.store(window.min(READAHEAD_MAX), Ordering::Relaxed);
+        r.lo.store(s.lo, Ordering::Relaxed);
+        r.hi.store(s.hi, Ordering::Relaxed);
+        r.window.store(s.window.min(READAHEAD_MAX), Ordering::Relaxed);
+        let t = s.twindow.min(READAHEAD_MAX) | u32::from(s.stride as u8) << 8 | s.tpages.min(0xff) << 16;
+        r.trend.store(t, Ordering::Relaxed);
+        r.last.store(s.last, Ordering::Relaxed);
+        r.history.store(s.history, Ordering::Relaxed);
+        r.reach.store(s.reach, Ordering::Relaxed);
     }
 }
 
@@ -136,19 +180,63 @@ impl Readahead {
 /// clean ones are dropped, dirty ones are found all zero at writeback and
 /// go back to "never written", no slot.
 pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_file: bool, first_touch: bool) {
-    let (lo, hi, window) = Readahead::get();
-    let window = if lo != 0 && lo <= addr && addr <= hi {
-        (window * 2).clamp(2, READAHEAD_MAX)
-    } else {
-        window / 2
-    };
-    let window =
-        if first_touch && inner.wide_fault_around() && inner.budget().resident() < inner.budget().limit() / 2
-        {
-            READAHEAD_MAX
+    let mut st = Readahead::get();
+    let in_order = st.lo != 0 && st.lo <= addr && addr <= st.hi;
+    let wide =
+        first_touch && inner.wide_fault_around() && inner.budget().resident() < inner.budget().limit() / 2;
+    if inner.trend_prefetch() && !in_order && !wide {
+        // The trend's turn (trend.rs).  A fault on the trend's steps
+        // within its window's reach is one step of it; just past the
+        // reach, the whole window was passed over.
+        let q = if st.stride != 0 {
+            trend::on_trend(st.last, addr, st.stride, st.reach as u32)
         } else {
-            window
+            None
         };
+        if st.reach != 0 {
+            let c = if q.is_some() {
+                &inner.counters().trend_hits
+            } else {
+                &inner.counters().trend_wasted
+            };
+            c.add(u64::from(st.tpages));
+        }
+        let d = if q.is_some() {
+            st.stride
+        } else {
+            trend::delta(st.last, addr)
+        };
+        let passed = q == Some(st.reach as u32 + 1);
+        st.history = trend::push(st.history, d);
+        st.last = addr;
+        st.reach = 0;
+        st.tpages = 0;
+        st.stride = 0;
+        if let Some(stride) = trend::majority(st.history).filter(|&t| t != 1) {
+            st.twindow = match q {
+                Some(_) if !passed => st.twindow.max(2),
+                _ => trend::next_window(st.twindow, passed),
+            };
+            st.stride = stride;
+            let (pages, reach) = trend::prefetch(inner, addr, id, stride, st.twindow, write);
+            (st.tpages, st.reach) = (pages, u64::from(reach));
+            (st.lo, st.hi, st.window) = (0, 0, 0);
+            Readahead::set(&st);
+            return;
+        }
+    } else {
+        // In order (or filling fresh memory): the forward path's step.
+        st.history = trend::push(st.history, 1);
+        st.last = addr;
+        st.reach = 0;
+        st.tpages = 0;
+    }
+    let window = if in_order {
+        (st.window * 2).clamp(2, READAHEAD_MAX)
+    } else {
+        st.window / 2
+    };
+    let window = if wide { READAHEAD_MAX } else { window };
     // After a read from a swap file, this thread reads a quarter of the
     // window itself and hands the prefetcher the window after it, to be
     // read while the program uses what is in already.  (Zero fills and
@@ -170,12 +258,14 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
         done += k;
     }
     let end = addr + PAGE * (1 + done as u64);
+    st.window = window;
     if prefetch && done == sync {
         inner.prefetch().post(id + 1 + done, end, window, write);
-        Readahead::set(end, end + PAGE * window as u64, window);
+        (st.lo, st.hi) = (end, end + PAGE * window as u64);
     } else {
-        Readahead::set(end, end, window);
+        (st.lo, st.hi) = (end, end);
     }
+    Readahead::set(&st);
 }
 
 /// The prefetcher's part: read ahead `pages` pages from page `id` at
@@ -203,7 +293,7 @@ pub(crate) fn read_ahead_range(inner: &Inner, addr: u64, id: u32, pages: u32, wr
 
 /// Install the run of alike pages at `addr` (page `id` on), at most `max`:
 /// returns how many went in.
-fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u32 {
+pub(crate) fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u32 {
     const MAX: usize = READAHEAD_MAX as usize;
     let mut claims: [Option<PageClaim<'_>>; MAX] = [const { None }; MAX];
     let mut slots = [SwapEntry::NONE; MAX];

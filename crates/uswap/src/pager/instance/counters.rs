@@ -33,6 +33,11 @@ pub(crate) struct Counters {
     /// (workingset.rs).
     pub workingset_refault: Arc<Counter>,
     pub workingset_activate: Arc<Counter>,
+    /// Trend prefetch (trend.rs): pages read in, and of those passed over
+    /// by the walk (hits) or left behind when it broke (wasted).
+    pub trend_issued: Arc<Counter>,
+    pub trend_hits: Arc<Counter>,
+    pub trend_wasted: Arc<Counter>,
     pub busy_waits: Arc<Counter>,
     /// Faults of 100 us or more, and each by its cause (fault/stall.rs).
     pub stalls: Arc<Counter>,
@@ -102,6 +107,9 @@ impl Counters {
             paced: r.counter(CounterId::PACED),
             workingset_refault: r.counter(CounterId::WORKINGSET_REFAULT),
             workingset_activate: r.counter(CounterId::WORKINGSET_ACTIVATE),
+            trend_issued: r.counter(CounterId::TREND_ISSUED),
+            trend_hits: r.counter(CounterId::TREND_HITS),
+            trend_wasted: r.counter(CounterId::TREND_WASTED),
             busy_waits: r.counter(CounterId::BUSY_WAITS),
             stalls: r.counter(CounterId::STALLS),
             stall_claim_wait: r.counter(CounterId::STALL_CLAIM_WAIT),

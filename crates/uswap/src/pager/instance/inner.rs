@@ -65,6 +65,8 @@ pub(crate) struct Inner {
     /// The eviction clock and the refault decision
     /// (`SwapBuilder::refault_distance`).
     workingset: Workingset,
+    /// Backward and strided walks read ahead (`SwapBuilder::trend_prefetch`).
+    trend_prefetch: bool,
     /// Held by the one fault evicting a batch for the pace (others write
     /// back, or go on: two batches at once would only contend on the LRU).
     pacing: AtomicBool,
@@ -219,6 +221,7 @@ pub(crate) struct Parts {
     pub paced: bool,
     pub wide_fault_around: bool,
     pub refault_distance: bool,
+    pub trend_prefetch: bool,
     /// Readahead goes to a prefetcher thread (swap files).
     pub prefetch: bool,
     pub member: Option<Arc<crate::domain::Member>>,
@@ -249,6 +252,7 @@ impl Inner {
             ),
             frames: p.frames,
             workingset: Workingset::new(p.budget.limit(), p.refault_distance),
+            trend_prefetch: p.trend_prefetch,
             budget: p.budget,
             backing: p.backing,
             readahead: p.readahead,
@@ -324,6 +328,10 @@ impl Inner {
     #[inline]
     pub fn wide_fault_around(&self) -> bool {
         self.wide_fault_around
+    }
+    #[inline]
+    pub fn trend_prefetch(&self) -> bool {
+        self.trend_prefetch
     }
     #[inline]
     pub fn workingset(&self) -> &Workingset {

@@ -1,7 +1,9 @@
-//! Which pages reclaim takes: the refault distance (workingset.rs) keeps
-//! a small hot set resident through a scan of cold pages several times
-//! the budget, where activating every refault cycles the hot pages out
-//! with the cold ones.
+//! What the pager chooses.  Which pages reclaim takes: the refault
+//! distance (workingset.rs) keeps a small hot set resident through a scan
+//! of cold pages several times the budget, where activating every refault
+//! cycles the hot pages out with the cold ones.  Which pages it reads
+//! ahead: the trend prefetch (trend.rs) follows backward and strided
+//! walks, which forward readahead does not.
 
 use super::support::*;
 use super::*;
@@ -79,5 +81,61 @@ fn refault_distance_keeps_a_hot_set_through_a_cold_scan() {
             st_off.counters.workingset_refault, 0,
             "{mode:?}: off measures nothing"
         );
+    }
+}
+
+/// A walk over a region four budgets long, every page written and most
+/// swapped out first: each page read (and checked) in the order `order`
+/// gives.  Returns the walk's swap-ins (faults that read a page) and the
+/// stats after it.
+fn walk_swapins(mode: FaultMode, trend: bool, order: &dyn Fn(usize) -> Vec<usize>) -> (u64, Stats) {
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(SwapDeviceSpec::ram(32 * MIB))
+        .fault_mode(mode)
+        // The reclaimer keeps room under the budget: readahead never
+        // reclaims, and at the budget it reads nothing.
+        .trend_prefetch(trend)
+        .build()
+        .unwrap();
+    let mut region = swap.map((16 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    write_pages(base, 0..pages);
+    let before = swap.stats().counters.swapins;
+    for p in order(pages) {
+        assert_eq!(check_pages(base, p..p + 1), None, "{mode:?} trend {trend}");
+    }
+    let st = swap.stats();
+    drop(region);
+    assert_all_returned(&swap, mode_name(mode));
+    (st.counters.swapins - before, st)
+}
+
+#[test]
+fn trend_prefetch_follows_backward_and_strided_walks() {
+    let backward = |pages: usize| (0..pages).rev().collect::<Vec<_>>();
+    let stride = |pages: usize| (0..7).flat_map(|r| (r..pages).step_by(7)).collect::<Vec<_>>();
+    for mode in both_modes() {
+        for (name, order) in [
+            ("backward", &backward as &dyn Fn(usize) -> Vec<usize>),
+            ("stride 7", &stride),
+        ] {
+            let (on, st) = walk_swapins(mode, true, order);
+            let (off, st_off) = walk_swapins(mode, false, order);
+            // Off, forward readahead reads the pages the walk has just
+            // left: nearly every page is a fault.  On, one fault a window
+            // of up to 32 once the trend is seen.
+            assert!(off > 3_000, "{mode:?} {name}: {off} swap-ins without the trend");
+            assert!(
+                on * 8 < off,
+                "{mode:?} {name}: {on} swap-ins with the trend, {off} without"
+            );
+            let c = &st.counters;
+            assert!(c.trend_issued > 2_500, "{mode:?} {name}: {c:?}");
+            assert!(c.trend_hits > c.trend_issued * 3 / 4, "{mode:?} {name}: {c:?}");
+            assert!(c.trend_wasted < c.trend_issued / 8, "{mode:?} {name}: {c:?}");
+            assert_eq!(st_off.counters.trend_issued, 0, "{mode:?} {name}");
+        }
     }
 }

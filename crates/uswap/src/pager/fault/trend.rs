@@ -1,0 +1,261 @@
+//! Trend prefetch (after Leap, ATC'20): a thread's recent faults, as
+//! deltas in pages, vote; a delta that holds a majority of the last
+//! [`HISTORY`] is the thread's trend, and the pages along it are read in
+//! before they are touched.  The kernel's swap readahead reads a window
+//! around the fault, which serves a forward walk (uswap's own forward path
+//! does too: readahead.rs) but wastes most of its window on a strided
+//! walk and half of it on a backward one.  Here: a backward walk reads
+//! the run below the fault with one IO; a stride of 2 to 127 pages
+//! either way reads the pages the stride will land on, one each.
+//!
+//! Installed pages take no fault when touched, so the faults of a walk
+//! that the prefetch keeps up with come one window apart, not one stride:
+//! a fault that lands on the trend's own steps within the window's reach
+//! (`on_trend`) counts as one stride in the history, and the window's
+//! pages as *hits*, passed over or about to be; one just past the reach
+//! doubles the window, from 2 to `READAHEAD_MAX`, and one off the trend
+//! starts it over.  The pages of a window after which the walk went
+//! elsewhere are counted *wasted* (a proxy: uswap sees no accesses, only
+//! faults, so a page the program touches later, after the walk moved on,
+//! counts as wasted too).
+//!
+//! `SwapBuilder::trend_prefetch(false)` (`--ablate` `no-trend-prefetch`)
+//! leaves the forward path alone, as before issue 26.
+
+use crate::pager::evict::reclaim;
+use crate::pager::fault::readahead::{read_ahead_run, READAHEAD_MAX};
+use crate::pager::instance::inner::Inner;
+use crate::pager::instance::page::Kind;
+use crate::PAGE_SIZE;
+
+const PAGE: u64 = PAGE_SIZE as u64;
+
+/// Faults a thread remembers: the last eight deltas, a byte each.
+pub(crate) const HISTORY: u32 = 8;
+/// A delta that does not fit a byte, or no delta (the first fault): it
+/// never wins the vote.
+pub(crate) const FAR: i8 = i8::MIN;
+
+/// `delta` pushed onto `hist`, the oldest falling off.
+#[inline]
+pub(crate) fn push(hist: u64, delta: i8) -> u64 {
+    (hist << 8) | u64::from(delta as u8)
+}
+
+/// The delta of a fault at `addr` after one at `last`, in pages: `FAR`
+/// beyond a byte, or with no `last`.
+#[inline]
+pub(crate) fn delta(last: u64, addr: u64) -> i8 {
+    if last == 0 {
+        return FAR;
+    }
+    let d = (addr as i64).wrapping_sub(last as i64) / PAGE as i64;
+    if d > i64::from(i8::MAX) || d <= i64::from(FAR) {
+        FAR
+    } else {
+        d as i8
+    }
+}
+
+/// The delta that holds a strict majority of `hist` (Boyer-Moore's vote,
+/// then a count), if any; never `FAR` or 0.
+pub(crate) fn majority(hist: u64) -> Option<i8> {
+    let bytes = hist.to_ne_bytes();
+    let (mut cand, mut n) = (FAR, 0u32);
+    for &b in &bytes {
+        let d = b as i8;
+        if n == 0 {
+            (cand, n) = (d, 1);
+        } else if d == cand {
+            n += 1;
+        } else {
+            n -= 1;
+        }
+    }
+    let count = bytes.iter().filter(|&&b| b as i8 == cand).count() as u32;
+    (count > HISTORY / 2 && cand != FAR && cand != 0).then_some(cand)
+}
+
+/// Where a fault at `addr` falls on a walk of `stride` that last faulted
+/// at `last` and was read ahead `reach` steps: `Some(q)`, q steps on, for
+/// 1 <= q <= reach + 1 (within the window or just past it); `None` off
+/// the trend.
+#[inline]
+pub(crate) fn on_trend(last: u64, addr: u64, stride: i8, reach: u32) -> Option<u32> {
+    let step = i64::from(stride) * PAGE as i64;
+    let moved = (addr as i64).wrapping_sub(last as i64);
+    if step == 0 || moved % step != 0 {
+        return None;
+    }
+    let q = moved / step;
+    (1..=i64::from(reach) + 1).contains(&q).then_some(q as u32)
+}
+
+/// Read in up to `window` pages along `stride` from the fault on page `id`
+/// at `addr`.  Returns how many went in and the steps the window reached
+/// (pages in already are stepped over; a page not this region's, or that
+/// another thread is serving, ends it).
+pub(crate) fn prefetch(
+    inner: &Inner,
+    addr: u64,
+    id: u32,
+    stride: i8,
+    window: u32,
+    write: bool,
+) -> (u32, u32) {
+    let s = i64::from(stride);
+    let at = |k: i64| ((id as i64) + k * s, (addr as i64) + k * s * PAGE as i64);
+    let mut done = 0;
+    let mut reach = 0;
+    // Readahead never reclaims, and at the budget it reads nothing; a
+    // trend's window is pages the walk is about to touch, so on devices
+    // in memory (where reclaim waits on no disk) it makes its room as a
+    // paced fault would, taking the coldest pages for them.  The kernel's
+    // readahead allocates, and so reclaims, the same way.
+    let b = inner.budget();
+    let room = b.limit().saturating_sub(b.resident() + 1);
+    if room < window as usize && inner.paced() {
+        reclaim::reclaim(inner, window as usize - room, None);
+    }
+    if stride == -1 {
+        // A backward walk: the run below the fault, read upwards with
+        // one IO per run of neighbouring slots.  First how far down the
+        // pages are out (or never written) and this region's.
+        let mut n = 0;
+        while n < window {
+            let (nid, naddr) = at(i64::from(n) + 1);
+            if !eligible(inner, nid, naddr) {
+                break;
+            }
+            n += 1;
+        }
+        // No more than the budget has room for, or the run would go in
+        // from its far end and leave a gap below the fault.
+        let b = inner.budget();
+        n = n.min(b.limit().saturating_sub(b.resident() + 1) as u32);
+        reach = n;
+        let (lo_id, lo_addr) = at(i64::from(n));
+        while done < n {
+            let k = read_ahead_run(
+                inner,
+                lo_addr as u64 + PAGE * u64::from(done),
+                lo_id as u32 + done,
+                n - done,
+                write,
+            );
+            if k == 0 {
+                break;
+            }
+            done += k;
+        }
+    } else {
+        for k in 1..=i64::from(window) {
+            let (nid, naddr) = at(k);
+            if nid < 0 || naddr <= 0 || !ours(inner, nid, naddr) {
+                break;
+            }
+            if eligible(inner, nid, naddr) {
+                let k = read_ahead_run(inner, naddr as u64, nid as u32, 1, write);
+                if k == 0 {
+                    // At the budget (readahead never reclaims), or taken
+                    // meanwhile.
+                    break;
+                }
+                done += k;
+            }
+            // Else in already (or being served): stepped over.
+            reach = k as u32;
+        }
+    }
+    inner.counters().trend_issued.add(u64::from(done));
+    (done, reach)
+}
+
+/// Page `nid` is this region's page at `naddr`.
+fn ours(inner: &Inner, nid: i64, naddr: i64) -> bool {
+    nid >= 0 && (nid as usize) < inner.states().len() && inner.addrs().get(nid as u32) == naddr as u64
+}
+
+/// Page `nid` at `naddr` is this region's and out (or never written), so
+/// a read ahead may install it.
+fn eligible(inner: &Inner, nid: i64, naddr: i64) -> bool {
+    if !ours(inner, nid, naddr) {
+        return false;
+    }
+    let w = inner.states()[nid as usize].load();
+    matches!(w.kind(), Kind::Swapped | Kind::Never) && !w.is_busy() && !w.is_unit()
+}
+
+/// The window after a fault: doubled on a hit, from 2 to `READAHEAD_MAX`.
+#[inline]
+pub(crate) fn next_window(window: u32, hit: bool) -> u32 {
+    if hit {
+        (window * 2).clamp(2, READAHEAD_MAX)
+    } else {
+        2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A history of nothing but `FAR`.  (A thread's first history is all
+    /// zeros, eight repeats of one page: no more a trend than this.)
+    const EMPTY: u64 = u64::from_ne_bytes([FAR as u8; 8]);
+
+    fn hist_of(ds: &[i8]) -> u64 {
+        ds.iter().fold(EMPTY, |h, &d| push(h, d))
+    }
+
+    #[test]
+    fn a_strict_majority_wins() {
+        assert_eq!(majority(hist_of(&[5, 5, 5, 5, 5])), Some(5));
+        assert_eq!(majority(hist_of(&[-1, 3, -1, 9, -1, -1, 2, -1])), Some(-1));
+        // Four of eight is not a majority.
+        assert_eq!(majority(hist_of(&[7, 1, 7, 1, 7, 1, 7, 1])), None);
+        // Nor is a history of nothing, or of repeats of one page.
+        assert_eq!(majority(EMPTY), None);
+        assert_eq!(majority(hist_of(&[0; 8])), None);
+        // The oldest fall off.
+        let h = hist_of(&[3, 3, 3, 3, 3, 3, 3, 3, -2, -2, -2, -2, -2]);
+        assert_eq!(majority(h), Some(-2));
+    }
+
+    #[test]
+    fn deltas_beyond_a_byte_are_far() {
+        let p = PAGE;
+        assert_eq!(delta(0, 5 * p), FAR);
+        assert_eq!(delta(100 * p, 103 * p), 3);
+        assert_eq!(delta(100 * p, 99 * p), -1);
+        assert_eq!(delta(1000 * p, 1127 * p), 127);
+        assert_eq!(delta(1000 * p, 1128 * p), FAR);
+        assert_eq!(delta(1000 * p, 872 * p), FAR);
+        assert_eq!(delta(1000 * p, 873 * p), -127);
+    }
+
+    #[test]
+    fn faults_on_the_trend_within_its_reach() {
+        let p = PAGE;
+        // A stride of 7 read 4 steps ahead from page 100.
+        assert_eq!(on_trend(100 * p, 107 * p, 7, 4), Some(1));
+        assert_eq!(on_trend(100 * p, 135 * p, 7, 4), Some(5));
+        assert_eq!(on_trend(100 * p, 142 * p, 7, 4), None, "past the reach");
+        assert_eq!(on_trend(100 * p, 108 * p, 7, 4), None, "off the steps");
+        assert_eq!(on_trend(100 * p, 93 * p, 7, 4), None, "the wrong way");
+        // Backwards.
+        assert_eq!(on_trend(100 * p, 99 * p, -1, 0), Some(1));
+        assert_eq!(on_trend(100 * p, 67 * p, -1, 32), Some(33));
+        assert_eq!(on_trend(100 * p, 101 * p, -1, 32), None);
+    }
+
+    #[test]
+    fn windows_double_on_hits_and_start_over() {
+        let mut w = 2;
+        for _ in 0..10 {
+            w = next_window(w, true);
+        }
+        assert_eq!(w, READAHEAD_MAX);
+        assert_eq!(next_window(w, false), 2);
+    }
+}
