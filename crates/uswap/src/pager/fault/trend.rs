@@ -22,8 +22,7 @@
 //! `SwapBuilder::trend_prefetch(false)` (`--ablate` `no-trend-prefetch`)
 //! leaves the forward path alone, as before issue 26.
 
-use crate::pager::evict::reclaim;
-use crate::pager::fault::readahead::{read_ahead_run, READAHEAD_MAX};
+use crate::pager::fault::readahead::{make_room, read_ahead_run, READAHEAD_MAX};
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::page::Kind;
 use crate::PAGE_SIZE;
@@ -107,16 +106,7 @@ pub(crate) fn prefetch(
     let at = |k: i64| ((id as i64) + k * s, (addr as i64) + k * s * PAGE as i64);
     let mut done = 0;
     let mut reach = 0;
-    // Readahead never reclaims, and at the budget it reads nothing; a
-    // trend's window is pages the walk is about to touch, so on devices
-    // in memory (where reclaim waits on no disk) it makes its room as a
-    // paced fault would, taking the coldest pages for them.  The kernel's
-    // readahead allocates, and so reclaims, the same way.
-    let b = inner.budget();
-    let room = b.limit().saturating_sub(b.resident() + 1);
-    if room < window as usize && inner.paced() {
-        reclaim::reclaim(inner, window as usize - room, None);
-    }
+    make_room(inner, window);
     if stride == -1 {
         // A backward walk: the run below the fault, read upwards with
         // one IO per run of neighbouring slots.  First how far down the
