@@ -113,7 +113,9 @@ pub struct PmbenchArgs {
     pub read_pct: u32,
     /// Which pages the accesses go to: uniform (every page alike), linear
     /// (each thread walks the pages in order: readahead's case), zipf
-    /// (a skewed hot set, YCSB's zipfian with theta 0.99).
+    /// (a skewed hot set, YCSB's zipfian with theta 0.99), backward and
+    /// stride (walks down, and 7 pages a step: the trend prefetch's
+    /// cases).
     #[arg(long, value_enum, default_value_t = Pattern::Uniform)]
     pub pattern: Pattern,
 }
