@@ -202,7 +202,13 @@ fn fault_path_does_not_allocate_when(paced: bool) {
         st.counters
     );
     if paced {
-        assert!(st.counters.paced > 1000, "{:?}", st.counters);
+        // Nearly every fault paces; readahead windows make their own
+        // room, so there are a few hundred faults, not thousands.
+        assert!(
+            st.counters.paced > 300 && st.counters.paced * 2 > st.counters.faults,
+            "{:?}",
+            st.counters
+        );
     } else {
         assert!(st.counters.direct_reclaim > 0);
         assert_eq!(st.counters.paced, 0);
