@@ -224,10 +224,10 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
         if let Some(stride) = trend::majority(st.history).filter(|&t| t != 1) {
             st.twindow = match q {
                 Some(_) if !passed => st.twindow.max(2),
-                _ => trend::next_window(st.twindow, passed),
+                _ => trend::next_window(st.twindow, passed, READAHEAD_MAX),
             };
             st.stride = stride;
-            let (pages, reach) = trend::prefetch(inner, addr, id, stride, st.twindow, write);
+            let (pages, reach) = prefetch_trend(inner, addr, id, stride, st.twindow, write);
             (st.tpages, st.reach) = (pages, u64::from(reach));
             (st.lo, st.hi, st.window) = (0, 0, 0);
             Readahead::set(&st);
@@ -297,6 +297,92 @@ pub(crate) fn make_room(inner: &Inner, pages: u32) {
     if room < pages as usize && inner.paced() {
         reclaim::reclaim(inner, (pages as usize - room).min(ROOM_PER_FAULT), None);
     }
+}
+
+/// Read in up to `window` pages along `stride` from the fault on page `id`
+/// at `addr`.  Returns how many went in and the steps the window reached
+/// (pages in already are stepped over; a page not this region's, or that
+/// another thread is serving, ends it).
+pub(crate) fn prefetch_trend(
+    inner: &Inner,
+    addr: u64,
+    id: u32,
+    stride: i8,
+    window: u32,
+    write: bool,
+) -> (u32, u32) {
+    let s = i64::from(stride);
+    let at = |k: i64| ((id as i64) + k * s, (addr as i64) + k * s * PAGE as i64);
+    let mut done = 0;
+    let mut reach = 0;
+    make_room(inner, window);
+    if stride == -1 {
+        // A backward walk: the run below the fault, read upwards with
+        // one IO per run of neighbouring slots.  First how far down the
+        // pages are out (or never written) and this region's.
+        let mut n = 0;
+        while n < window {
+            let (nid, naddr) = at(i64::from(n) + 1);
+            if !eligible(inner, nid, naddr) {
+                break;
+            }
+            n += 1;
+        }
+        // No more than the budget has room for, or the run would go in
+        // from its far end and leave a gap below the fault.
+        let b = inner.budget();
+        n = n.min(b.limit().saturating_sub(b.resident() + 1) as u32);
+        reach = n;
+        let (lo_id, lo_addr) = at(i64::from(n));
+        while done < n {
+            let k = read_ahead_run(
+                inner,
+                lo_addr as u64 + PAGE * u64::from(done),
+                lo_id as u32 + done,
+                n - done,
+                write,
+            );
+            if k == 0 {
+                break;
+            }
+            done += k;
+        }
+    } else {
+        for k in 1..=i64::from(window) {
+            let (nid, naddr) = at(k);
+            if nid < 0 || naddr <= 0 || !ours(inner, nid, naddr) {
+                break;
+            }
+            if eligible(inner, nid, naddr) {
+                let k = read_ahead_run(inner, naddr as u64, nid as u32, 1, write);
+                if k == 0 {
+                    // At the budget (readahead never reclaims), or taken
+                    // meanwhile.
+                    break;
+                }
+                done += k;
+            }
+            // Else in already (or being served): stepped over.
+            reach = k as u32;
+        }
+    }
+    inner.counters().trend_issued.add(u64::from(done));
+    (done, reach)
+}
+
+/// Page `nid` is this region's page at `naddr`.
+fn ours(inner: &Inner, nid: i64, naddr: i64) -> bool {
+    nid >= 0 && (nid as usize) < inner.states().len() && inner.addrs().get(nid as u32) == naddr as u64
+}
+
+/// Page `nid` at `naddr` is this region's and out (or never written), so
+/// a read ahead may install it.
+fn eligible(inner: &Inner, nid: i64, naddr: i64) -> bool {
+    if !ours(inner, nid, naddr) {
+        return false;
+    }
+    let w = inner.states()[nid as usize].load();
+    matches!(w.kind(), Kind::Swapped | Kind::Never) && !w.is_busy() && !w.is_unit()
 }
 
 /// The prefetcher's part: read ahead `pages` pages from page `id` at

@@ -4,8 +4,8 @@
 //! before they are touched.  The kernel's swap readahead reads a window
 //! around the fault, which serves a forward walk (uswap's own forward path
 //! does too: readahead.rs) but wastes most of its window on a strided
-//! walk and half of it on a backward one.  Here: a backward walk reads
-//! the run below the fault with one IO; a stride of 2 to 127 pages
+//! walk and half of it on a backward one.  Along a trend, a backward walk
+//! reads the run below the fault with one IO; a stride of 2 to 127 pages
 //! either way reads the pages the stride will land on, one each.
 //!
 //! Installed pages take no fault when touched, so the faults of a walk
@@ -19,12 +19,12 @@
 //! faults, so a page the program touches later, after the walk moved on,
 //! counts as wasted too).
 //!
+//! This module is the vote and the window; the walk that reads along a
+//! trend is readahead's (`readahead::prefetch_trend`), as its runs are.
+//!
 //! `SwapBuilder::trend_prefetch(false)` (`--ablate` `no-trend-prefetch`)
 //! leaves the forward path alone, as before issue 26.
 
-use crate::pager::fault::readahead::{make_room, read_ahead_run, READAHEAD_MAX};
-use crate::pager::instance::inner::Inner;
-use crate::pager::instance::page::Kind;
 use crate::PAGE_SIZE;
 
 const PAGE: u64 = PAGE_SIZE as u64;
@@ -90,97 +90,11 @@ pub(crate) fn on_trend(last: u64, addr: u64, stride: i8, reach: u32) -> Option<u
     (1..=i64::from(reach) + 1).contains(&q).then_some(q as u32)
 }
 
-/// Read in up to `window` pages along `stride` from the fault on page `id`
-/// at `addr`.  Returns how many went in and the steps the window reached
-/// (pages in already are stepped over; a page not this region's, or that
-/// another thread is serving, ends it).
-pub(crate) fn prefetch(
-    inner: &Inner,
-    addr: u64,
-    id: u32,
-    stride: i8,
-    window: u32,
-    write: bool,
-) -> (u32, u32) {
-    let s = i64::from(stride);
-    let at = |k: i64| ((id as i64) + k * s, (addr as i64) + k * s * PAGE as i64);
-    let mut done = 0;
-    let mut reach = 0;
-    make_room(inner, window);
-    if stride == -1 {
-        // A backward walk: the run below the fault, read upwards with
-        // one IO per run of neighbouring slots.  First how far down the
-        // pages are out (or never written) and this region's.
-        let mut n = 0;
-        while n < window {
-            let (nid, naddr) = at(i64::from(n) + 1);
-            if !eligible(inner, nid, naddr) {
-                break;
-            }
-            n += 1;
-        }
-        // No more than the budget has room for, or the run would go in
-        // from its far end and leave a gap below the fault.
-        let b = inner.budget();
-        n = n.min(b.limit().saturating_sub(b.resident() + 1) as u32);
-        reach = n;
-        let (lo_id, lo_addr) = at(i64::from(n));
-        while done < n {
-            let k = read_ahead_run(
-                inner,
-                lo_addr as u64 + PAGE * u64::from(done),
-                lo_id as u32 + done,
-                n - done,
-                write,
-            );
-            if k == 0 {
-                break;
-            }
-            done += k;
-        }
-    } else {
-        for k in 1..=i64::from(window) {
-            let (nid, naddr) = at(k);
-            if nid < 0 || naddr <= 0 || !ours(inner, nid, naddr) {
-                break;
-            }
-            if eligible(inner, nid, naddr) {
-                let k = read_ahead_run(inner, naddr as u64, nid as u32, 1, write);
-                if k == 0 {
-                    // At the budget (readahead never reclaims), or taken
-                    // meanwhile.
-                    break;
-                }
-                done += k;
-            }
-            // Else in already (or being served): stepped over.
-            reach = k as u32;
-        }
-    }
-    inner.counters().trend_issued.add(u64::from(done));
-    (done, reach)
-}
-
-/// Page `nid` is this region's page at `naddr`.
-fn ours(inner: &Inner, nid: i64, naddr: i64) -> bool {
-    nid >= 0 && (nid as usize) < inner.states().len() && inner.addrs().get(nid as u32) == naddr as u64
-}
-
-/// Page `nid` at `naddr` is this region's and out (or never written), so
-/// a read ahead may install it.
-fn eligible(inner: &Inner, nid: i64, naddr: i64) -> bool {
-    if !ours(inner, nid, naddr) {
-        return false;
-    }
-    let w = inner.states()[nid as usize].load();
-    matches!(w.kind(), Kind::Swapped | Kind::Never) && !w.is_busy() && !w.is_unit()
-}
-
-/// The window after a fault: doubled on a hit, from 2 to `READAHEAD_MAX`.
+/// The window after a fault: doubled on a hit, from 2 to `max`.
 #[inline]
-pub(crate) fn next_window(window: u32, hit: bool) -> u32 {
+pub(crate) fn next_window(window: u32, hit: bool, max: u32) -> u32 {
     if hit {
-        (window * 2).clamp(2, READAHEAD_MAX)
+        (window * 2).clamp(2, max)
     } else {
         2
     }
@@ -243,9 +157,9 @@ mod tests {
     fn windows_double_on_hits_and_start_over() {
         let mut w = 2;
         for _ in 0..10 {
-            w = next_window(w, true);
+            w = next_window(w, true, 32);
         }
-        assert_eq!(w, READAHEAD_MAX);
-        assert_eq!(next_window(w, false), 2);
+        assert_eq!(w, 32);
+        assert_eq!(next_window(w, false, 32), 2);
     }
 }
