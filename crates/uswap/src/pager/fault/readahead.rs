@@ -50,8 +50,8 @@ pub(crate) fn prefetcher(weak: Weak<Inner>) {
 /// A thread's readahead state: where a fault counts as in order (from
 /// just past what the thread read itself to the end of what it handed the
 /// prefetcher), and the window; and for the trend prefetch (trend.rs), its
-/// last fault, the deltas of its recent ones, where the trend expects the
-/// next and what it read last.  Per thread, as threads walk their own
+/// last fault, the deltas of its recent ones, and how far and how much
+/// its last window read.  Per thread, as threads walk their own
 /// parts of a region.
 ///
 /// Not in thread-local storage: the fault path touches none.  A library
