@@ -397,8 +397,6 @@ fn is_zero(page: &[u8]) -> bool {
 pub(crate) fn drop_staged(inner: &Inner, w: PageWord) {
     let e = w.slot().expect("a staged page has a slot");
     if let Some(h) = inner.backing().swap_cache.delete(e) {
-        let f = staged::frame(h);
-        inner.frames().staging.discard_batch(&[f]);
-        inner.frames().staging.put(f);
+        inner.discard_frames(&[staged::frame(h)]);
     }
 }

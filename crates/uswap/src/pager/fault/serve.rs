@@ -280,8 +280,7 @@ fn unstage(inner: &Inner, claim: PageClaim<'_>, id: u32, addr: u64) -> bool {
         }
         Err((_, err)) if Inner::region_gone(&err) => {
             inner.backing().swap_cache.delete(e);
-            inner.frames().staging.discard_batch(&[f]);
-            inner.frames().staging.put(f);
+            inner.discard_frames(&[f]);
             inner.free_slot(e);
             inner.budget().free_staged();
             claim.commit(PageWord::NEVER);
