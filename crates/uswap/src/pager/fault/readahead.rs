@@ -96,6 +96,17 @@ struct State {
     reach: u64,
 }
 
+impl State {
+    /// A fault at `addr`, `delta` pages on in the history: no trend
+    /// window out any more.
+    fn step(&mut self, addr: u64, delta: i8) {
+        self.history = trend::push(self.history, delta);
+        self.last = addr;
+        self.reach = 0;
+        self.tpages = 0;
+    }
+}
+
 const READAHEAD_SLOTS: usize = 64;
 
 static READAHEAD: [CachePadded<Readahead>; READAHEAD_SLOTS] = [const {
@@ -216,10 +227,7 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
             trend::delta(st.last, addr)
         };
         let passed = q == Some(st.reach as u32 + 1);
-        st.history = trend::push(st.history, d);
-        st.last = addr;
-        st.reach = 0;
-        st.tpages = 0;
+        st.step(addr, d);
         st.stride = 0;
         if let Some(stride) = trend::majority(st.history).filter(|&t| t != 1) {
             st.twindow = match q {
@@ -235,10 +243,7 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
         }
     } else {
         // In order (or filling fresh memory): the forward path's step.
-        st.history = trend::push(st.history, 1);
-        st.last = addr;
-        st.reach = 0;
-        st.tpages = 0;
+        st.step(addr, 1);
     }
     let window = if in_order {
         (st.window * 2).clamp(2, READAHEAD_MAX)
@@ -257,20 +262,7 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
     if in_order {
         make_room(inner, sync);
     }
-    let mut done = 0;
-    while done < sync {
-        let k = read_ahead_run(
-            inner,
-            addr + PAGE * (1 + done as u64),
-            id + 1 + done,
-            sync - done,
-            write,
-        );
-        if k == 0 {
-            break;
-        }
-        done += k;
-    }
+    let done = read_ahead_span(inner, addr + PAGE, id + 1, sync, write);
     let end = addr + PAGE * (1 + done as u64);
     st.window = window;
     if prefetch && done == sync {
@@ -291,26 +283,45 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
 /// spends its time, faulted on every other page: pmbench's linear walk
 /// swapped in on 50% of its accesses, p50 27 us.  The kernel's readahead
 /// allocates its pages, and so reclaims, the same way.
-pub(crate) fn make_room(inner: &Inner, pages: u32) {
-    let b = inner.budget();
-    let room = b.limit().saturating_sub(b.resident() + 1);
+fn make_room(inner: &Inner, pages: u32) {
+    let room = room(inner);
     if room < pages as usize && inner.paced() {
         reclaim::reclaim(inner, (pages as usize - room).min(ROOM_PER_FAULT), None);
     }
+}
+
+/// Pages a read ahead may install before the resident set meets the
+/// budget (`read_ahead_run` stops there).
+fn room(inner: &Inner) -> usize {
+    let b = inner.budget();
+    b.limit().saturating_sub(b.resident() + 1)
+}
+
+/// Install up to `pages` pages from page `id` at `addr` on, run by run,
+/// stopping at the first that cannot go in: how many went in.
+fn read_ahead_span(inner: &Inner, addr: u64, id: u32, pages: u32, write: bool) -> u32 {
+    let mut done = 0;
+    while done < pages {
+        let k = read_ahead_run(
+            inner,
+            addr + PAGE * u64::from(done),
+            id + done,
+            pages - done,
+            write,
+        );
+        if k == 0 {
+            break;
+        }
+        done += k;
+    }
+    done
 }
 
 /// Read in up to `window` pages along `stride` from the fault on page `id`
 /// at `addr`.  Returns how many went in and the steps the window reached
 /// (pages in already are stepped over; a page not this region's, or that
 /// another thread is serving, ends it).
-pub(crate) fn prefetch_trend(
-    inner: &Inner,
-    addr: u64,
-    id: u32,
-    stride: i8,
-    window: u32,
-    write: bool,
-) -> (u32, u32) {
+fn prefetch_trend(inner: &Inner, addr: u64, id: u32, stride: i8, window: u32, write: bool) -> (u32, u32) {
     let s = i64::from(stride);
     let at = |k: i64| ((id as i64) + k * s, (addr as i64) + k * s * PAGE as i64);
     let mut done = 0;
@@ -330,23 +341,10 @@ pub(crate) fn prefetch_trend(
         }
         // No more than the budget has room for, or the run would go in
         // from its far end and leave a gap below the fault.
-        let b = inner.budget();
-        n = n.min(b.limit().saturating_sub(b.resident() + 1) as u32);
+        n = n.min(room(inner) as u32);
         reach = n;
         let (lo_id, lo_addr) = at(i64::from(n));
-        while done < n {
-            let k = read_ahead_run(
-                inner,
-                lo_addr as u64 + PAGE * u64::from(done),
-                lo_id as u32 + done,
-                n - done,
-                write,
-            );
-            if k == 0 {
-                break;
-            }
-            done += k;
-        }
+        done = read_ahead_span(inner, lo_addr as u64, lo_id as u32, n, write);
     } else {
         for k in 1..=i64::from(window) {
             let (nid, naddr) = at(k);
@@ -410,7 +408,7 @@ pub(crate) fn read_ahead_range(inner: &Inner, addr: u64, id: u32, pages: u32, wr
 
 /// Install the run of alike pages at `addr` (page `id` on), at most `max`:
 /// returns how many went in.
-pub(crate) fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u32 {
+fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u32 {
     const MAX: usize = READAHEAD_MAX as usize;
     let mut claims: [Option<PageClaim<'_>>; MAX] = [const { None }; MAX];
     let mut slots = [SwapEntry::NONE; MAX];
