@@ -16,44 +16,64 @@ const MIB: u64 = 1 << 20;
 const HOT: usize = 128;
 const COLD_BETWEEN: usize = 64;
 
-/// A hot set of 128 pages, touched after every 64 cold pages of a scan
-/// over four budgets, eight times over: how many touches of a hot page
-/// found it swapped out.  All reads check the data written first.
-fn hot_touches_missed(mode: FaultMode, refault_distance: bool) -> (usize, Stats) {
-    let swap = Swap::builder()
-        .budget(4 * MIB)
-        .device(SwapDeviceSpec::ram(32 * MIB))
-        .fault_mode(mode)
-        // One page per fault and reclaim at the budget only: what the
-        // LRU chooses decides alone what stays.
-        .readahead(false)
-        .background_reclaim(false)
-        .refault_distance(refault_distance)
-        .build()
-        .unwrap();
+/// An instance of a 4 MiB budget on a RAM device in `mode`, as
+/// `configure` sets it, and a region four budgets long, every page
+/// written (most swapped out since): `walk` gets the instance, the
+/// region's base and its pages.  Returns what the walk returns and the
+/// stats after it, the region dropped and everything checked returned.
+fn on_four_budgets<T>(
+    mode: FaultMode,
+    configure: impl FnOnce(SwapBuilder) -> SwapBuilder,
+    walk: impl FnOnce(&Swap, *mut u8, usize) -> T,
+) -> (T, Stats) {
+    let swap = configure(
+        Swap::builder()
+            .budget(4 * MIB)
+            .device(SwapDeviceSpec::ram(32 * MIB))
+            .fault_mode(mode),
+    )
+    .build()
+    .unwrap();
     let mut region = swap.map((16 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
     write_pages(base, 0..pages);
-    let mut missed = 0;
-    for _ in 0..8 {
-        for cold in (HOT..pages).step_by(COLD_BETWEEN) {
-            let end = (cold + COLD_BETWEEN).min(pages);
-            assert_eq!(check_pages(base, cold..end), None);
-            for hot in 0..HOT {
-                // SAFETY: page `hot` of the region.
-                let page = unsafe { base.add(hot * PAGE_SIZE) };
-                if !crate::sys::page_mapped(page as u64) {
-                    missed += 1;
-                }
-                assert_eq!(check_pages(base, hot..hot + 1), None);
-            }
-        }
-    }
+    let out = walk(&swap, base, pages);
     let st = swap.stats();
     drop(region);
     assert_all_returned(&swap, mode_name(mode));
-    (missed, st)
+    (out, st)
+}
+
+/// A hot set of 128 pages, touched after every 64 cold pages of a scan
+/// over four budgets, eight times over: how many touches of a hot page
+/// found it swapped out.  All reads check the data written first.
+fn hot_touches_missed(mode: FaultMode, refault_distance: bool) -> (usize, Stats) {
+    let configure = |b: SwapBuilder| {
+        // One page per fault and reclaim at the budget only: what the
+        // LRU chooses decides alone what stays.
+        b.readahead(false)
+            .background_reclaim(false)
+            .refault_distance(refault_distance)
+    };
+    on_four_budgets(mode, configure, |_, base, pages| {
+        let mut missed = 0;
+        for _ in 0..8 {
+            for cold in (HOT..pages).step_by(COLD_BETWEEN) {
+                let end = (cold + COLD_BETWEEN).min(pages);
+                assert_eq!(check_pages(base, cold..end), None);
+                for hot in 0..HOT {
+                    // SAFETY: page `hot` of the region.
+                    let page = unsafe { base.add(hot * PAGE_SIZE) };
+                    if !crate::sys::page_mapped(page as u64) {
+                        missed += 1;
+                    }
+                    assert_eq!(check_pages(base, hot..hot + 1), None);
+                }
+            }
+        }
+        missed
+    })
 }
 
 #[test]
@@ -89,26 +109,18 @@ fn refault_distance_keeps_a_hot_set_through_a_cold_scan() {
 /// gives.  Returns the walk's swap-ins (faults that read a page) and the
 /// stats after it.
 fn walk_swapins(mode: FaultMode, trend: bool, order: &dyn Fn(usize) -> Vec<usize>) -> (u64, Stats) {
-    let swap = Swap::builder()
-        .budget(4 * MIB)
-        .device(SwapDeviceSpec::ram(32 * MIB))
-        .fault_mode(mode)
-        // The reclaimer keeps room under the budget: readahead never
-        // reclaims, and at the budget it reads nothing.
-        .trend_prefetch(trend)
-        .build()
-        .unwrap();
-    let mut region = swap.map((16 * MIB) as usize).unwrap();
-    let base = region.as_mut_slice().as_mut_ptr();
-    let pages = region.len() / PAGE_SIZE;
-    write_pages(base, 0..pages);
-    let before = swap.stats().counters.swapins;
-    for p in order(pages) {
-        assert_eq!(check_pages(base, p..p + 1), None, "{mode:?} trend {trend}");
-    }
-    let st = swap.stats();
-    drop(region);
-    assert_all_returned(&swap, mode_name(mode));
+    // The background reclaimer on, as a program runs with it.
+    let (before, st) = on_four_budgets(
+        mode,
+        |b| b.trend_prefetch(trend),
+        |swap, base, pages| {
+            let before = swap.stats().counters.swapins;
+            for p in order(pages) {
+                assert_eq!(check_pages(base, p..p + 1), None, "{mode:?} trend {trend}");
+            }
+            before
+        },
+    );
     (st.counters.swapins - before, st)
 }
 
