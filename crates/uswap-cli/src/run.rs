@@ -102,6 +102,15 @@ pub struct RunArgs {
     /// compressed store of data that does not compress enough to fit).
     #[arg(long, default_value = "10%", value_parser = parse_overrun)]
     pub overrun: uswap::pager::Overrun,
+    /// Leave a compressed store's memory out of the budget, as a memory
+    /// cgroup leaves out kernel zram's: the budget holds the resident
+    /// pages (and what else uswap cannot page), and each `zram:SIZE`
+    /// store may hold up to SIZE besides.  For comparing with kernel zram
+    /// like for like (`uswap bench program`'s zram runners set it), or
+    /// where the store's memory is budgeted elsewhere.  Off: the store is
+    /// charged, and the budget bounds the tree's whole memory.
+    #[arg(long)]
+    pub store_outside_budget: bool,
     /// In SIGBUS mode, a seccomp filter traps the system calls given a
     /// heap buffer that the kernel could not read or write because it is
     /// out, and uswap brings the buffer in and makes the call (so no call
@@ -398,7 +407,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     };
     let arbiter = uswap::domain::Arbiter::create(budget)
         .context("the process tree's budget")?
-        .overrun(overrun);
+        .overrun(overrun)
+        .store_outside(args.store_outside_budget);
     let mut cmd = std::process::Command::new(&args.program[0]);
     cmd.args(&args.program[1..])
         .env("LD_PRELOAD", preload)

@@ -121,6 +121,10 @@ struct Slot {
     /// device saves no memory; it is there to measure the pager, and
     /// charging it would only squeeze the pages it cannot save).
     ram: AtomicU64,
+    /// Pages its compressed stores hold: published; charged unless the
+    /// arbiter leaves stores outside the budget
+    /// ([`Arbiter::store_outside`]).
+    store: AtomicU64,
     /// Which claim holds it: a process that held it before (an image
     /// before an `exec`, whose `Member` may yet be dropped) has another.
     claim: AtomicU64,
@@ -246,6 +250,7 @@ impl Member {
                 s.limit.store(0, Ordering::Relaxed);
                 s.other.store(0, Ordering::Relaxed);
                 s.ram.store(0, Ordering::Relaxed);
+                s.store.store(0, Ordering::Relaxed);
                 s.start.store(start, Ordering::Release);
                 self.slot.store(i, Ordering::Relaxed);
                 return Ok(());
@@ -270,12 +275,13 @@ impl Member {
     }
 
     /// Say what this member's instance holds: resident pages, faults
-    /// served, pages its RAM devices hold.
-    pub(crate) fn publish(&self, resident: usize, faults: u64, ram: u64) {
+    /// served, pages its RAM devices and its compressed stores hold.
+    pub(crate) fn publish(&self, resident: usize, faults: u64, ram: u64, store: u64) {
         if let Some(s) = self.mine() {
             s.resident.store(resident as u64, Ordering::Relaxed);
             s.faults.store(faults, Ordering::Relaxed);
             s.ram.store(ram, Ordering::Relaxed);
+            s.store.store(store, Ordering::Relaxed);
         }
     }
 
@@ -419,6 +425,9 @@ pub struct Arbiter {
     overrun: u64,
     /// Since when the tree has held more than its bound, on end.
     over_since: Option<Instant>,
+    /// Whether the members' compressed stores are left out of the
+    /// budget, as a memory cgroup leaves out kernel zram's memory.
+    store_outside: bool,
 }
 
 /// The tree held more than its budget, overrun and [`OOM_SLACK`] for
@@ -458,6 +467,7 @@ impl Arbiter {
             last_look: None,
             overrun: u64::MAX,
             over_since: None,
+            store_outside: false,
         })
     }
 
@@ -466,6 +476,16 @@ impl Arbiter {
     /// kill.  Unbounded until set.
     pub fn overrun(mut self, pages: u64) -> Arbiter {
         self.overrun = pages;
+        self
+    }
+
+    /// Leave the memory of the members' compressed stores out of the
+    /// budget (and of the out-of-memory bound), as a memory cgroup leaves
+    /// out kernel zram's: the budget then holds resident pages and what
+    /// else uswap cannot page, and each store may add up to its own
+    /// limit.  Off (charged) until set.
+    pub fn store_outside(mut self, on: bool) -> Arbiter {
+        self.store_outside = on;
         self
     }
 
@@ -524,9 +544,14 @@ impl Arbiter {
                 match start_time(pid) {
                     Some((st, state)) if st.max(1) == start && state != b'Z' && state != b'X' => {
                         if let Some(anon) = anon_pages(pid) {
-                            let ram = slot.ram.load(Ordering::Relaxed);
-                            slot.other
-                                .store(anon.saturating_sub(resident + ram), Ordering::Relaxed);
+                            let mut uncharged = slot.ram.load(Ordering::Relaxed);
+                            if self.store_outside {
+                                uncharged += slot.store.load(Ordering::Relaxed);
+                            }
+                            slot.other.store(
+                                anon.saturating_sub(resident + uncharged),
+                                Ordering::Relaxed,
+                            );
                         }
                     }
                     // Gone: killed, or ended without dropping its member.

@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 15] = [
+pub const ABLATIONS: [&str; 16] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -26,6 +26,7 @@ pub const ABLATIONS: [&str; 15] = [
     "narrow-fault-around",
     "activate-all-refaults",
     "no-trend-prefetch",
+    "always-seal",
 ];
 
 /// What an ablation sets.
@@ -53,6 +54,9 @@ pub struct Ablation {
     pub refault_distance: bool,
     /// Backward and strided walks read ahead (issue 26).
     pub trend_prefetch: bool,
+    /// Pages a compressed device let go come in sealed only while that
+    /// pays (issue 26); off: always.
+    pub adaptive_seal: bool,
 }
 
 /// The settings of ablation `name`.
@@ -69,6 +73,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         wide_fault_around: true,
         refault_distance: true,
         trend_prefetch: true,
+        adaptive_seal: true,
     };
     match name {
         "default" => {}
@@ -86,6 +91,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "narrow-fault-around" => a.wide_fault_around = false,
         "activate-all-refaults" => a.refault_distance = false,
         "no-trend-prefetch" => a.trend_prefetch = false,
+        "always-seal" => a.adaptive_seal = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)

@@ -49,9 +49,12 @@ pub enum Runner {
     KernelZram,
     /// A memory cgroup with kernel swap on a swap file in --swap-dir.
     KernelFile,
-    /// `uswap run --mode handler` with a compressed device (`zram:SIZE`).
+    /// `uswap run --mode handler` with a compressed device (`zram:SIZE`),
+    /// its store left out of the budget as kernel-zram's is
+    /// (`--store-outside-budget`).
     UswapZram,
-    /// `uswap run --mode sigbus` with a compressed device.
+    /// `uswap run --mode sigbus` with a compressed device, its store left
+    /// out of the budget.
     UswapSigbusZram,
     /// `uswap run --mode handler` with a tier: a compressed store of
     /// --store-size in front of a swap file in --swap-dir.
@@ -241,6 +244,9 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
     let exe = std::env::current_exe().context("finding this executable")?;
     let uswap_run = |mode: &str, spec: String| {
         let mut c = Command::new(&exe);
+        // Like for like with kernel-zram, whose store a memory group does
+        // not charge: a compressed store alone stays out of the budget.
+        let store_outside = spec.starts_with("zram:") && !spec.contains(',');
         let (mode, guard) = match mode.split_once(',') {
             Some((m, g)) => (m, g),
             None => (mode, "on"),
@@ -255,8 +261,11 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
             &a.budget.to_string(),
             "--swap",
             &spec,
-            "--",
         ]);
+        if store_outside {
+            c.arg("--store-outside-budget");
+        }
+        c.arg("--");
         c.args(&a.program);
         c
     };

@@ -353,6 +353,7 @@ impl Pager {
             .wide_fault_around(a.wide_fault_around)
             .refault_distance(a.refault_distance)
             .trend_prefetch(a.trend_prefetch)
+            .adaptive_seal(a.adaptive_seal)
             // Published, as `uswap run` publishes.
             .publish(true)
             .build()

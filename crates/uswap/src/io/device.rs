@@ -76,6 +76,12 @@ pub trait PageStore: Send + Sync {
     fn ram_pages(&self) -> u64 {
         0
     }
+    /// Pages of memory a compressed store holds (its blocks in use), which
+    /// `uswap run --store-outside-budget` leaves out of the budget as a
+    /// memory cgroup leaves kernel zram's; 0 for any other store.
+    fn store_pages(&self) -> u64 {
+        0
+    }
     /// The map from slot to backing, for a store that has one.
     fn extent_map(&self) -> Option<&ExtentMap> {
         None
@@ -265,6 +271,12 @@ impl IoDevice {
     /// Pages of memory a RAM device holds (0 for any other device).
     pub fn ram_pages(&self) -> u64 {
         self.store.ram_pages()
+    }
+
+    /// Pages of memory a compressed device's store holds (0 for any
+    /// other device).
+    pub fn store_pages(&self) -> u64 {
+        self.store.store_pages()
     }
 
     /// Number of slots: `0..slots()` may be read and written.

@@ -236,6 +236,10 @@ counters! {
     trend_hits TREND_HITS Pages;
     /// Of those, pages of a window after which the walk went elsewhere.
     trend_wasted TREND_WASTED Pages;
+    /// Pages read back from a compressed device that came in sealed: dirty, write-protected (seal.rs).
+    sealed_in SEALED_IN Pages;
+    /// Of those, pages the program wrote before they went: a write-protect fault each.
+    sealed_written SEALED_WRITTEN Pages;
     /// Faults that waited for a page another thread was serving.
     busy_waits BUSY_WAITS Events;
     /// Stalls: faults that took 100 us or more to serve (each counted again under its cause below).

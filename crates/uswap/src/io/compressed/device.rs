@@ -9,6 +9,7 @@ use crate::io::options::CompressedOptions;
 use crate::stats::Registry;
 use crate::PAGE_SIZE;
 use super::entry::{tag, FILE};
+use crate::io::zpool;
 use super::CompressedStore;
 
 impl PageStore for CompressedStore {
@@ -42,6 +43,10 @@ impl PageStore for CompressedStore {
         // would hold memory to save a compression.  A page read back from
         // the file keeps its slot there, which costs no memory.
         !self.keep_copies && tag(self.entry(offset).load(Ordering::Acquire)) != FILE
+    }
+
+    fn store_pages(&self) -> u64 {
+        (self.pool.used_blocks() * zpool::BLOCK / PAGE_SIZE) as u64
     }
 
     fn wants_slot_freed(&self) -> bool {

@@ -52,6 +52,7 @@ pub struct SwapBuilder {
     wide_fault_around: bool,
     refault_distance: bool,
     trend_prefetch: bool,
+    adaptive_seal: bool,
     overrun: Overrun,
     domain: Option<Arc<crate::domain::Member>>,
     /// Publish statistics for `uswap stat` (`publish`), and the tree's
@@ -88,6 +89,7 @@ impl Default for SwapBuilder {
             wide_fault_around: true,
             refault_distance: true,
             trend_prefetch: true,
+            adaptive_seal: true,
             overrun: Overrun::default(),
             domain: None,
             publish: false,
@@ -233,6 +235,19 @@ impl SwapBuilder {
     /// issue 26.
     pub fn trend_prefetch(mut self, on: bool) -> Self {
         self.trend_prefetch = on;
+        self
+    }
+
+    /// Adaptive sealing (on by default): a page read back from a
+    /// compressed device, which lets its copy go, comes in dirty but
+    /// write-protected (sealed), so that evicted unwritten it is dropped
+    /// with its batch rather than moved; while more than one such page in
+    /// five is written before it goes (each write a write-protect fault
+    /// that saves nothing), they come in writable instead, one in sixteen
+    /// still sealed to keep measuring.  Off: every such page is sealed,
+    /// as before issue 26.
+    pub fn adaptive_seal(mut self, on: bool) -> Self {
+        self.adaptive_seal = on;
         self
     }
 
@@ -524,6 +539,7 @@ impl SwapBuilder {
             wide_fault_around: self.wide_fault_around,
             refault_distance: self.refault_distance,
             trend_prefetch: self.trend_prefetch,
+            adaptive_seal: self.adaptive_seal,
             prefetch,
             member: self.domain.clone(),
             registry,

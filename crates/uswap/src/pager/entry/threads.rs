@@ -207,8 +207,10 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                 inner.open_layers();
             }
             if let Some(m) = inner.member() {
-                let ram = inner.backing().devices.iter().map(|d| d.ram_pages()).sum();
-                m.publish(resident, inner.counters().faults.get(), ram);
+                let devices = &inner.backing().devices;
+                let ram = devices.iter().map(|d| d.ram_pages()).sum();
+                let store = devices.iter().map(|d| d.store_pages()).sum();
+                m.publish(resident, inner.counters().faults.get(), ram, store);
                 if let Some(share) = m.share() {
                     if share != inner.budget().limit() {
                         inner.budget().share(share);

@@ -450,7 +450,10 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         return 0;
     }
     // Pages let go by a compressed device come in sealed (see serve).
-    let sealed = !never && dirty && inner.backing().devices[device as usize].lets_copies_go();
+    let sealed = !never
+        && dirty
+        && inner.backing().devices[device as usize].lets_copies_go()
+        && inner.seal_gate().seal();
     // Neighbouring bounce frames for a swapped run (as many as there
     // are: the run shrinks to fit), read with one IO where its slots are
     // neighbours too; a never-written run copies from the zero pages.
@@ -515,6 +518,10 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         claim.commit(next);
         // Inactive: read ahead, not yet used; the first to go if unused.
         inner.lru().add(nid);
+    }
+    if sealed && copied > 0 {
+        inner.seal_gate().sealed(copied as u64);
+        inner.counters().sealed_in.add(copied as u64);
     }
     copied as u32
 }

@@ -119,6 +119,10 @@ fn unprotect(inner: &Inner, claim: PageClaim<'_>, page: u64, id: u32) -> bool {
     if let Some(e) = w.slot() {
         inner.free_slot(e);
     }
+    if w.is_sealed() {
+        inner.seal_gate().written();
+        inner.counters().sealed_written.inc();
+    }
     inner.counters().wp_faults.inc();
     inner.lru().mark_referenced(id);
     claim.commit(w.without_slot().dirty());
@@ -186,10 +190,11 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             // A page whose copy costs the device memory (compressed) comes
             // in dirty, its slot freed, but write-protected (sealed) for a
             // read: evicted again, it is copied out without a move.
-            let sealed = !write && inner.backing().devices[e.device() as usize].frees_on_swapin(e.offset());
-            let dirty = write || sealed;
+            let frees = !write && inner.backing().devices[e.device() as usize].frees_on_swapin(e.offset());
+            let sealed = frees && inner.seal_gate().seal();
+            let dirty = write || frees;
             let shadow = claim.found().shadow();
-            let copied = inner.copy(addr, buf.as_ptr(), PAGE, !write);
+            let copied = inner.copy(addr, buf.as_ptr(), PAGE, !dirty || sealed);
             drop(bounce);
             if let Err((_, err)) = copied {
                 return inner.retry_later(claim, err.errno());
@@ -201,6 +206,10 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
                 // the device lets its copy go).
                 inner.free_slot(e);
                 claim.commit(PageWord::of(Kind::Resident).dirty().sealed_if(sealed));
+                if sealed {
+                    inner.seal_gate().sealed(1);
+                    inner.counters().sealed_in.inc();
+                }
             } else {
                 // Clean, and its slot still holds a valid copy.
                 claim.commit(PageWord::of(Kind::Resident).with_slot(e));

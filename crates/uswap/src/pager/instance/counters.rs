@@ -38,6 +38,9 @@ pub(crate) struct Counters {
     pub trend_issued: Arc<Counter>,
     pub trend_hits: Arc<Counter>,
     pub trend_wasted: Arc<Counter>,
+    /// Pages that came in sealed, and those of them written (seal.rs).
+    pub sealed_in: Arc<Counter>,
+    pub sealed_written: Arc<Counter>,
     pub busy_waits: Arc<Counter>,
     /// Faults of 100 us or more, and each by its cause (fault/stall.rs).
     pub stalls: Arc<Counter>,
@@ -110,6 +113,8 @@ impl Counters {
             trend_issued: r.counter(CounterId::TREND_ISSUED),
             trend_hits: r.counter(CounterId::TREND_HITS),
             trend_wasted: r.counter(CounterId::TREND_WASTED),
+            sealed_in: r.counter(CounterId::SEALED_IN),
+            sealed_written: r.counter(CounterId::SEALED_WRITTEN),
             busy_waits: r.counter(CounterId::BUSY_WAITS),
             stalls: r.counter(CounterId::STALLS),
             stall_claim_wait: r.counter(CounterId::STALL_CLAIM_WAIT),

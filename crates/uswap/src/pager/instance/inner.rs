@@ -24,6 +24,7 @@ use crate::pager::instance::inject::Inject;
 use crate::pager::instance::page::{self, PageClaim, PageState};
 use crate::pager::instance::prefetch::Prefetch;
 use crate::pager::instance::report;
+use crate::pager::instance::seal::SealGate;
 use crate::pager::instance::staged::StagedRing;
 use crate::pager::instance::workingset::Workingset;
 use crate::stats::{LockId, Registry, StatMutex};
@@ -67,6 +68,9 @@ pub(crate) struct Inner {
     workingset: Workingset,
     /// Backward and strided walks read ahead (`SwapBuilder::trend_prefetch`).
     trend_prefetch: bool,
+    /// Whether pages a compressed device let go come in sealed
+    /// (`SwapBuilder::adaptive_seal`).
+    seal: SealGate,
     /// Held by the one fault evicting a batch for the pace (others write
     /// back, or go on: two batches at once would only contend on the LRU).
     pacing: AtomicBool,
@@ -222,6 +226,7 @@ pub(crate) struct Parts {
     pub wide_fault_around: bool,
     pub refault_distance: bool,
     pub trend_prefetch: bool,
+    pub adaptive_seal: bool,
     /// Readahead goes to a prefetcher thread (swap files).
     pub prefetch: bool,
     pub member: Option<Arc<crate::domain::Member>>,
@@ -253,6 +258,7 @@ impl Inner {
             frames: p.frames,
             workingset: Workingset::new(p.budget.limit(), p.refault_distance),
             trend_prefetch: p.trend_prefetch,
+            seal: SealGate::new(p.adaptive_seal),
             budget: p.budget,
             backing: p.backing,
             readahead: p.readahead,
@@ -332,6 +338,10 @@ impl Inner {
     #[inline]
     pub fn trend_prefetch(&self) -> bool {
         self.trend_prefetch
+    }
+    #[inline]
+    pub fn seal_gate(&self) -> &SealGate {
+        &self.seal
     }
     #[inline]
     pub fn workingset(&self) -> &Workingset {

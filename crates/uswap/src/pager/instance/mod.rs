@@ -25,6 +25,7 @@ pub(crate) mod page;
 pub(crate) mod prefetch;
 pub(crate) mod regions;
 pub(crate) mod report;
+pub(crate) mod seal;
 pub(crate) mod signals;
 pub(crate) mod slots;
 pub(crate) mod staged;

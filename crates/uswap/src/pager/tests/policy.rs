@@ -3,7 +3,9 @@
 //! of cold pages several times the budget, where activating every refault
 //! cycles the hot pages out with the cold ones.  Which pages it reads
 //! ahead: the trend prefetch (trend.rs) follows backward and strided
-//! walks, which forward readahead does not.
+//! walks, which forward readahead does not.  How pages come back: sealed
+//! (seal.rs) while the program leaves them unwritten, writable while it
+//! writes what it reads.
 
 use super::support::*;
 use super::*;
@@ -148,6 +150,83 @@ fn trend_prefetch_follows_backward_and_strided_walks() {
             assert!(c.trend_hits > c.trend_issued * 3 / 4, "{mode:?} {name}: {c:?}");
             assert!(c.trend_wasted < c.trend_issued / 8, "{mode:?} {name}: {c:?}");
             assert_eq!(st_off.counters.trend_issued, 0, "{mode:?} {name}");
+        }
+    }
+}
+
+/// Swap-ins and pages that came in sealed over `passes` passes of `touch`
+/// over every page of `base` (reads checked).
+fn sealed_over(swap: &Swap, passes: usize, mut touch: impl FnMut()) -> (u64, u64, u64) {
+    let before = swap.stats().counters;
+    (0..passes).for_each(|_| touch());
+    let after = swap.stats().counters;
+    (
+        after.swapins - before.swapins,
+        after.sealed_in - before.sealed_in,
+        after.sealed_written - before.sealed_written,
+    )
+}
+
+#[test]
+fn sealing_stops_while_the_program_writes_what_it_reads_back_and_resumes_after() {
+    for mode in both_modes() {
+        for adaptive in [true, false] {
+            let what = format!("{mode:?} adaptive {adaptive}");
+            let swap = Swap::builder()
+                .budget(4 * MIB)
+                .device(SwapDeviceSpec::compressed(crate::io::CompressedOptions::new(
+                    64 * MIB,
+                )))
+                .fault_mode(mode)
+                // One page per fault: each swap-in is the decision's.
+                .readahead(false)
+                .adaptive_seal(adaptive)
+                .build()
+                .unwrap();
+            let mut region = swap.map((16 * MIB) as usize).unwrap();
+            let base = region.as_mut_slice().as_mut_ptr();
+            let pages = region.len() / PAGE_SIZE;
+            write_pages(base, 0..pages);
+            // Every page read back, then written (the same bytes: a write
+            // all the same), as sqlite3's B-tree pages are.
+            let (swapins, sealed, written) = sealed_over(&swap, 4, || {
+                for p in 0..pages {
+                    assert_eq!(check_pages(base, p..p + 1), None, "{what}");
+                    write_pages(base, p..p + 1);
+                }
+            });
+            assert!(swapins > 4 * 2_500, "{what}: {swapins} swap-ins");
+            // A page that came in sealed and was written: all of them.
+            assert!(
+                written * 10 >= sealed * 9,
+                "{what}: {written} of {sealed} sealed written"
+            );
+            if adaptive {
+                // 256 to judge, then one in sixteen.
+                assert!(sealed * 4 < swapins, "{what}: {sealed} of {swapins} sealed");
+            } else {
+                assert!(sealed * 10 >= swapins * 9, "{what}: {sealed} of {swapins} sealed");
+            }
+            // Then read alone: the probes find the sealed pages left
+            // unwritten, and sealing comes back.
+            let mut last = (0, 0, 0);
+            for _ in 0..30 {
+                last = sealed_over(&swap, 1, || {
+                    assert_eq!(check_pages(base, 0..pages), None, "{what}");
+                });
+                if last.1 * 10 >= last.0 * 9 {
+                    break;
+                }
+            }
+            let (swapins, sealed, written) = last;
+            assert_eq!(written, 0, "{what}");
+            assert!(
+                sealed * 10 >= swapins * 9,
+                "{what}: sealing did not come back: {sealed} of {swapins} sealed in the last pass"
+            );
+            assert_eq!(check_pages(base, 0..pages), None, "{what}");
+            drop(region);
+            assert_all_returned(&swap, &what);
         }
     }
 }

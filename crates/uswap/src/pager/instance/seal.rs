@@ -1,0 +1,159 @@
+//! Sealing that pays for itself: whether a page read back from a
+//! compressed device comes in write-protected.
+//!
+//! A compressed device lets its copy of a page go when the page is read
+//! back, as zram and zswap do: a copy of a resident page would hold memory
+//! to save a compression.  So the page comes in dirty (evicted again, it is
+//! compressed again), and it can come in two ways:
+//!
+//! - *sealed*: dirty but write-protected (page.rs, `SEALED`).  Evicted
+//!   unwritten, it goes the way a clean page goes: copied into a staging
+//!   frame, and the batch dropped with one `process_madvise`, one TLB
+//!   flush for the batch, where moving dirty pages out costs a flush each
+//!   (evict/batch.rs, `stage_sealed`).  Written, it costs a write-protect
+//!   fault: a signal (or a hand-off to the handler thread) and an
+//!   `UFFDIO_WRITEPROTECT`, each a flush of its own.
+//! - *writable*: a write costs nothing; evicted, it is moved as any dirty
+//!   page is.
+//!
+//! Which pays is the program's: a page read and let go (pmbench's reads,
+//! a scan) is cheaper sealed; a page read and then written (sqlite3's
+//! B-tree pages, a hash table's buckets) pays a fault to save nothing.
+//! sqlite3 building an index at three times its budget wrote 61% of the
+//! pages it read back, and ran 1.38x faster with none sealed
+//! (docs/PERFORMANCE.md, "Sealing that pays for itself").
+//!
+//! So the instance measures it: of the pages that came in sealed, how many
+//! were written before they went.  While fewer than [`WRITTEN_MAX`] of
+//! them are, pages come in sealed; past it, writable, but for one in
+//! [`PROBE`], sealed still, so that the measure follows the program when
+//! it changes phase.  The counts decay by halves every [`WINDOW`] sealed
+//! pages: the decision is the recent past's.  The bound is where the two
+//! costs meet on this machine kind: a write-protect fault costs about four
+//! times what a batched discard saves over a move (a SIGBUS round trip and
+//! an ioctl of 5-6 us against 1-1.5 us), so sealing pays while fewer than
+//! one sealed page in five is written.
+//!
+//! `SwapBuilder::adaptive_seal(false)` seals every page a compressed
+//! device lets go, as before (`--ablate` `always-seal`).
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Sealed pages a window counts before both counts are halved: small, so
+/// that a program whose phase changes from writing what it reads back to
+/// reading it alone gets sealing back within a few thousand probes (a
+/// few tens of thousands of swap-ins).
+const WINDOW: u64 = 1024;
+/// Sealed pages counted before the measure decides anything: until then,
+/// pages come in sealed.
+const MIN_SAMPLE: u64 = 256;
+/// The share of sealed pages written past which sealing stops paying:
+/// one in `WRITTEN_MAX`.
+const WRITTEN_MAX: u64 = 5;
+/// While sealing is off, one page in `PROBE` is sealed still.
+const PROBE: u32 = 16;
+
+/// One instance's measure of sealed pages, and the decision.
+pub(crate) struct SealGate {
+    /// Sealed pages that came in (high 32 bits) and those of them written
+    /// (low 32 bits), in one word so that a halving takes both at once.
+    /// Relaxed: a count a few pages off decides nothing differently.
+    window: AtomicU64,
+    /// Decisions made while sealing was off: every `PROBE`th seals.
+    probes: AtomicU32,
+    /// Off: every page a compressed device lets go comes in sealed.
+    adaptive: bool,
+}
+
+impl SealGate {
+    pub fn new(adaptive: bool) -> SealGate {
+        SealGate {
+            window: AtomicU64::new(0),
+            probes: AtomicU32::new(0),
+            adaptive,
+        }
+    }
+
+    /// Whether the pages coming back now from a device that let their
+    /// copies go come in sealed.
+    #[inline]
+    pub fn seal(&self) -> bool {
+        if !self.adaptive {
+            return true;
+        }
+        let (sealed, written) = split(self.window.load(Ordering::Relaxed));
+        if sealed < MIN_SAMPLE || written * WRITTEN_MAX < sealed {
+            return true;
+        }
+        self.probes.fetch_add(1, Ordering::Relaxed).is_multiple_of(PROBE)
+    }
+
+    /// `n` pages came in sealed.
+    #[inline]
+    pub fn sealed(&self, n: u64) {
+        let v = self.window.fetch_add(n << 32, Ordering::Relaxed) + (n << 32);
+        if split(v).0 >= WINDOW {
+            // One thread halves; a racing add lost to its exchange is a
+            // page or two the measure does not count.
+            let (s, w) = split(v);
+            let _ = self.window.compare_exchange(
+                v,
+                ((s / 2) << 32) | (w / 2),
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            );
+        }
+    }
+
+    /// A sealed page was written (a write-protect fault unsealed it).
+    #[inline]
+    pub fn written(&self) {
+        self.window.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// (sealed, written) of a window word.
+fn split(v: u64) -> (u64, u64) {
+    (v >> 32, v & 0xffff_ffff)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn seals_until_the_written_share_passes_the_bound_and_probes_after() {
+        let g = SealGate::new(true);
+        // Too few sealed pages to judge: sealed.
+        g.sealed(MIN_SAMPLE - 1);
+        (0..MIN_SAMPLE).for_each(|_| g.written());
+        assert!(g.seal());
+        g.sealed(1);
+        // Every sealed page written: only one decision in PROBE seals.
+        let n = 10 * PROBE;
+        let sealed = (0..n).filter(|_| g.seal()).count() as u32;
+        assert_eq!(sealed, n / PROBE);
+        // Then the program stops writing them: the written share falls
+        // under the bound as sealed pages come in, and sealing resumes.
+        g.sealed(MIN_SAMPLE * WRITTEN_MAX);
+        assert!((0..PROBE).all(|_| g.seal()));
+    }
+
+    #[test]
+    fn the_window_halves_both_counts() {
+        let g = SealGate::new(true);
+        (0..100).for_each(|_| g.written());
+        g.sealed(WINDOW - 1);
+        assert_eq!(split(g.window.load(Ordering::Relaxed)), (WINDOW - 1, 100));
+        g.sealed(1);
+        assert_eq!(split(g.window.load(Ordering::Relaxed)), (WINDOW / 2, 50));
+    }
+
+    #[test]
+    fn off_always_seals() {
+        let g = SealGate::new(false);
+        g.sealed(MIN_SAMPLE);
+        (0..MIN_SAMPLE).for_each(|_| g.written());
+        assert!((0..100).all(|_| g.seal()));
+    }
+}
