@@ -242,7 +242,7 @@ impl SwapBuilder {
     /// compressed device, which lets its copy go, comes in dirty but
     /// write-protected (sealed), so that evicted unwritten it is dropped
     /// with its batch rather than moved; while more than one such page in
-    /// five is written before it goes (each write a write-protect fault
+    /// three is written before it goes (each write a write-protect fault
     /// that saves nothing), they come in writable instead, one in sixteen
     /// still sealed to keep measuring.  Off: every such page is sealed,
     /// as before issue 26.

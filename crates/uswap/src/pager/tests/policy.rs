@@ -208,13 +208,15 @@ fn sealing_stops_while_the_program_writes_what_it_reads_back_and_resumes_after()
                 assert!(sealed * 10 >= swapins * 9, "{what}: {sealed} of {swapins} sealed");
             }
             // Then read alone: the probes find the sealed pages left
-            // unwritten, and sealing comes back.
+            // unwritten, and sealing comes back.  Judged from the second
+            // pass on: a handler thread counts the last write after it
+            // has woken the writer, so the first may see it.
             let mut last = (0, 0, 0);
-            for _ in 0..30 {
+            for pass in 0..30 {
                 last = sealed_over(&swap, 1, || {
                     assert_eq!(check_pages(base, 0..pages), None, "{what}");
                 });
-                if last.1 * 10 >= last.0 * 9 {
+                if pass > 0 && last.1 * 10 >= last.0 * 9 {
                     break;
                 }
             }
