@@ -391,3 +391,54 @@ fn a_tree_that_cannot_fit_is_killed_as_a_cgroup_would() {
         eprintln!("{mode:?}: killed after {:?}", start.elapsed());
     }
 }
+
+/// The same tree with its compressed store left out of the budget
+/// (`--store-outside-budget`), as a memory cgroup leaves kernel zram's
+/// store out of its limit: it finishes with its output, its 96 MiB of
+/// random bytes held in the store beside the budget's resident pages.
+#[test]
+fn a_store_left_outside_the_budget_lets_the_same_tree_finish() {
+    let script = "import os, time\nx = [os.urandom(1 << 20) for _ in range(96)]\ntime.sleep(3)\nprint(sum(len(b) for b in x))\n";
+    // Writable by the unprivileged user the SIGBUS run is made as.
+    let dir = open_dir(true);
+    for mode in Mode::all() {
+        let json = dir.path().join(format!("{mode:?}.json"));
+        let out = uswap_in(
+            mode,
+            &[
+                "run",
+                "--budget",
+                "24M",
+                "--swap",
+                "zram:256M",
+                "--store-outside-budget",
+                "--stats-json",
+                json.to_str().unwrap(),
+                "--",
+                PYTHON,
+                "-c",
+                script,
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "100663296",
+            "{mode:?}: {err}"
+        );
+        let st: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let g = &st["stats"]["gauges"];
+        let store_peak = g["store_mem_peak_bytes"].as_u64().unwrap();
+        let resident_peak = g["resident_peak"].as_u64().unwrap() * 4096;
+        // Random bytes do not compress: the store held most of them,
+        // past the budget, while the resident pages kept to it (and its
+        // 10% overrun).
+        assert!(store_peak > 48 << 20, "{mode:?}: store peak {store_peak}: {st}");
+        assert!(
+            resident_peak <= (24 << 20) * 11 / 10,
+            "{mode:?}: resident peak {resident_peak}: {st}"
+        );
+    }
+}
