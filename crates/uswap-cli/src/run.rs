@@ -75,13 +75,19 @@ pub struct RunArgs {
     /// out), whatever call makes them; needs root,
     /// vm.unprivileged_userfaultfd=1 or access to /dev/userfaultfd.
     /// `sigbus`: the faulting thread itself, in a signal handler, several
-    /// times faster (no thread wake-ups) and open to any user; the kernel
+    /// times faster a fault (no thread wake-ups) and open to any user; the kernel
     /// cannot have its faults served there, so the buffers of the calls
     /// that move data (read, write, recv, send, the stat family and their
     /// kin) are brought in and held for the call, and every other system
     /// call given a heap buffer is trapped and served the same way
-    /// (--syscall-guard; docs/DESIGN.md lists every call).  `auto`:
-    /// handler where allowed, else sigbus.
+    /// (--syscall-guard; docs/DESIGN.md lists every call); a program's
+    /// own io_uring or AIO on heap buffers fails with EFAULT there.
+    /// `auto`: handler where allowed, else sigbus, chosen for that
+    /// coverage, not for speed: measured on whole programs at three
+    /// times their budget, sigbus was faster on every one (sqlite3
+    /// 1.7x, Perl 1.17x, OpenJDK and Node 1.15x, Python's malloc churn
+    /// 1.13x; docs/PERFORMANCE.md); pick `--mode sigbus` for speed where
+    /// the program does no asynchronous IO into its heap.
     #[arg(long, value_enum, default_value_t = RunMode::Auto)]
     pub mode: RunMode,
     /// At exit, print what was swapped on stderr, one block: faults by
