@@ -373,6 +373,7 @@ fn bench_fault_json() {
             "kernel-anon",
             "bare-uffd",
             "zero-fill",
+            "first-touch",
             "zero-fill-2m",
             "swapcache-hit",
             "swapin-ram",
@@ -398,6 +399,12 @@ fn bench_fault_json() {
             assert!(c["swapcache_hits"].as_u64().unwrap() > 500, "{x}");
             assert_eq!(c["swapcache_hits"], c["faults"], "{x}");
             assert_eq!(c["swapins"].as_u64().unwrap_or(0), 0, "{x}");
+        } else if name == "first-touch" {
+            // Far below the budget a fault fills a window of zero pages:
+            // 2,048 pages in 8 MiB, a fault for many of them.
+            let c = &x["counters"];
+            assert!(c["faults"].as_u64().unwrap() * 8 <= 2048, "{x}");
+            assert!(c["fault_around"].as_u64().unwrap() >= 1500, "{x}");
         } else if name == "bare-uffd" {
             // The floor: every uswap variant is given as a multiple of it.
             assert!(x.get("vs_kernel").is_some(), "{x}");

@@ -13,6 +13,11 @@
 //!   `UFFDIO_COPY` of a prepared page.  What userfaultfd itself costs; each
 //!   uswap variant is also given as a multiple of it.
 //! - `zero-fill`: a uswap region never written: a zero page installed.
+//! - `first-touch`: the same far below the budget (four times the
+//!   region), readahead on, as a program's first touches of fresh heap
+//!   meet uswap: under half the budget a fault fills a whole window
+//!   (wide fault-around), so the time per page is a fault's cost shared
+//!   by the pages it filled.
 //! - `swapin-ram`: every page written once beforehand (untimed) under a
 //!   budget a quarter of the region, so most of them are on a RAM
 //!   swap device: each touch reads the page back.
@@ -26,8 +31,8 @@
 //!   touched: each is moved back with no IO.  8192 staging frames, no
 //!   background reclaimer, so they stay staged until touched.
 //!
-//! Readahead is off: the touches go in page order, and it would serve
-//! most of them without a fault (`bench pmbench --pattern linear
+//! Readahead is off but for `first-touch`: the touches go in page order,
+//! and it would serve most of them without a fault (`bench pmbench --pattern linear
 //! --ablate` measures it).
 
 use std::collections::BTreeMap;
@@ -98,10 +103,11 @@ fn variant_name(name: &str, mode: ModeArg) -> String {
     }
 }
 
-const VARIANTS: [&str; 9] = [
+const VARIANTS: [&str; 10] = [
     "kernel-anon",
     "bare-uffd",
     "zero-fill",
+    "first-touch",
     "zero-fill-2m",
     "swapcache-hit",
     "swapin-ram",
@@ -250,26 +256,33 @@ fn uswap_run(
         SwapDeviceSpec::ram(swap_bytes)
     };
     let hit = variant == "swapcache-hit";
+    let first = variant == "first-touch";
     let huge = variant.ends_with("-2m");
     // A quarter of the region; for 2 MB units at least the two units
     // `map_huge` asks for (it refuses less), which small `--mib` runs hit.
     let floor = if huge { 4 << 20 } else { 1 << 20 };
+    let budget = if first {
+        len as u64 * 4
+    } else {
+        (len as u64 / 4).max(floor)
+    };
     let swap = Swap::builder()
-        .budget((len as u64 / 4).max(floor))
+        .budget(budget)
         .device(device)
         .fault_mode(mode)
         .background_reclaim(background && !hit)
         .staging_frames(if hit { 8192 } else { 256 })
         // The cost of a fault, not of a page: the touches go in order, and
-        // readahead would serve most of them without one.
-        .readahead(false)
+        // readahead would serve most of them without one.  `first-touch`
+        // measures the page's, fault-around on.
+        .readahead(first)
         // Published, as `uswap run` publishes: what a fault costs with
         // `uswap stat` able to read it.
         .publish(true)
         .build()
         .context("starting uswap")?;
     let mut region = if huge { swap.map_huge(len) } else { swap.map(len) }.context("mapping the region")?;
-    if !variant.starts_with("zero-fill") {
+    if !variant.starts_with("zero-fill") && !first {
         // Untimed: write every page once, so nearly all are swapped out.
         for (i, page) in region.as_mut_slice().chunks_mut(PAGE).enumerate() {
             page[0] = i as u8 | 1;
