@@ -449,7 +449,8 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
     if n == 0 {
         return 0;
     }
-    // Pages let go by a compressed device come in sealed (see serve).
+    // Pages let go by a compressed device come in sealed while that pays
+    // (seal.rs; see serve).
     let sealed = !never
         && dirty
         && inner.backing().devices[device as usize].lets_copies_go()

@@ -188,8 +188,10 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
     match read {
         Ok(()) => {
             // A page whose copy costs the device memory (compressed) comes
-            // in dirty, its slot freed, but write-protected (sealed) for a
-            // read: evicted again, it is copied out without a move.
+            // in dirty, its slot freed; for a read, write-protected
+            // (sealed) while sealed pages mostly go unwritten, so that
+            // evicted again it is copied out without a move, else
+            // writable (seal.rs).
             let frees = !write && inner.backing().devices[e.device() as usize].frees_on_swapin(e.offset());
             let sealed = frees && inner.seal_gate().seal();
             let dirty = write || frees;
