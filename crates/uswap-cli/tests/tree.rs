@@ -355,24 +355,9 @@ fn twelve_gib_in_a_four_gib_container() {
 fn a_tree_that_cannot_fit_is_killed_as_a_cgroup_would() {
     // It holds its memory a while, as a program at work would: the
     // arbiter calls a tree out of memory after OOM_AFTER (2 s) past it.
-    let script = "import os, time\nx = [os.urandom(1 << 20) for _ in range(96)]\ntime.sleep(6)\nprint(sum(len(b) for b in x))\n";
     for mode in Mode::all() {
         let start = std::time::Instant::now();
-        let out = uswap_in(
-            mode,
-            &[
-                "run",
-                "--budget",
-                "24M",
-                "--swap",
-                "zram:256M",
-                "--",
-                PYTHON,
-                "-c",
-                script,
-            ],
-            &[],
-        );
+        let out = random_bytes_on_zram(mode, 6, &[]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(
             std::os::unix::process::ExitStatusExt::signal(&out.status),
@@ -398,28 +383,14 @@ fn a_tree_that_cannot_fit_is_killed_as_a_cgroup_would() {
 /// random bytes held in the store beside the budget's resident pages.
 #[test]
 fn a_store_left_outside_the_budget_lets_the_same_tree_finish() {
-    let script = "import os, time\nx = [os.urandom(1 << 20) for _ in range(96)]\ntime.sleep(3)\nprint(sum(len(b) for b in x))\n";
     // Writable by the unprivileged user the SIGBUS run is made as.
     let dir = open_dir(true);
     for mode in Mode::all() {
         let json = dir.path().join(format!("{mode:?}.json"));
-        let out = uswap_in(
+        let out = random_bytes_on_zram(
             mode,
-            &[
-                "run",
-                "--budget",
-                "24M",
-                "--swap",
-                "zram:256M",
-                "--store-outside-budget",
-                "--stats-json",
-                json.to_str().unwrap(),
-                "--",
-                PYTHON,
-                "-c",
-                script,
-            ],
-            &[],
+            3,
+            &["--store-outside-budget", "--stats-json", json.to_str().unwrap()],
         );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
@@ -441,4 +412,17 @@ fn a_store_left_outside_the_budget_lets_the_same_tree_finish() {
             "{mode:?}: resident peak {resident_peak}: {st}"
         );
     }
+}
+
+/// Python holding 96 MiB of random bytes for `hold` seconds, then
+/// printing their length, under `uswap run --budget 24M --swap zram:256M`
+/// and `extra` options.
+fn random_bytes_on_zram(mode: Mode, hold: u32, extra: &[&str]) -> std::process::Output {
+    let script = format!(
+        "import os, time\nx = [os.urandom(1 << 20) for _ in range(96)]\ntime.sleep({hold})\nprint(sum(len(b) for b in x))\n"
+    );
+    let mut args = vec!["run", "--budget", "24M", "--swap", "zram:256M"];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--", PYTHON, "-c", &script]);
+    uswap_in(mode, &args, &[])
 }

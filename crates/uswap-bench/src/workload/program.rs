@@ -242,11 +242,11 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
     let page = uswap::PAGE_SIZE as u64;
     let swap = swap / page * page;
     let exe = std::env::current_exe().context("finding this executable")?;
+    // Like for like with kernel-zram, whose store a memory group does not
+    // charge: a compressed store alone stays out of the budget.
+    let store_outside = matches!(r, Runner::UswapZram | Runner::UswapSigbusZram);
     let uswap_run = |mode: &str, spec: String| {
         let mut c = Command::new(&exe);
-        // Like for like with kernel-zram, whose store a memory group does
-        // not charge: a compressed store alone stays out of the budget.
-        let store_outside = spec.starts_with("zram:") && !spec.contains(',');
         let (mode, guard) = match mode.split_once(',') {
             Some((m, g)) => (m, g),
             None => (mode, "on"),

@@ -93,10 +93,10 @@ impl SealGate {
     #[inline]
     pub fn sealed(&self, n: u64) {
         let v = self.window.fetch_add(n << 32, Ordering::Relaxed) + (n << 32);
-        if split(v).0 >= WINDOW {
+        let (s, w) = split(v);
+        if s >= WINDOW {
             // One thread halves; a racing add lost to its exchange is a
             // page or two the measure does not count.
-            let (s, w) = split(v);
             let _ = self.window.compare_exchange(
                 v,
                 ((s / 2) << 32) | (w / 2),

@@ -28,14 +28,19 @@ fn on_four_budgets<T>(
     configure: impl FnOnce(SwapBuilder) -> SwapBuilder,
     walk: impl FnOnce(&Swap, *mut u8, usize) -> T,
 ) -> (T, Stats) {
-    let swap = configure(
-        Swap::builder()
-            .budget(4 * MIB)
-            .device(SwapDeviceSpec::ram(32 * MIB))
-            .fault_mode(mode),
-    )
-    .build()
-    .unwrap();
+    on_four_budgets_of(SwapDeviceSpec::ram(32 * MIB), mode, configure, walk)
+}
+
+/// [`on_four_budgets`] on `device`.
+fn on_four_budgets_of<T>(
+    device: SwapDeviceSpec,
+    mode: FaultMode,
+    configure: impl FnOnce(SwapBuilder) -> SwapBuilder,
+    walk: impl FnOnce(&Swap, *mut u8, usize) -> T,
+) -> (T, Stats) {
+    let swap = configure(Swap::builder().budget(4 * MIB).device(device).fault_mode(mode))
+        .build()
+        .unwrap();
     let mut region = swap.map((16 * MIB) as usize).unwrap();
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
@@ -154,8 +159,8 @@ fn trend_prefetch_follows_backward_and_strided_walks() {
     }
 }
 
-/// Swap-ins and pages that came in sealed over `passes` passes of `touch`
-/// over every page of `base` (reads checked).
+/// Swap-ins, pages that came in sealed and sealed pages written over
+/// `passes` calls of `touch`.
 fn sealed_over(swap: &Swap, passes: usize, mut touch: impl FnMut()) -> (u64, u64, u64) {
     let before = swap.stats().counters;
     (0..passes).for_each(|_| touch());
@@ -172,63 +177,51 @@ fn sealing_stops_while_the_program_writes_what_it_reads_back_and_resumes_after()
     for mode in both_modes() {
         for adaptive in [true, false] {
             let what = format!("{mode:?} adaptive {adaptive}");
-            let swap = Swap::builder()
-                .budget(4 * MIB)
-                .device(SwapDeviceSpec::compressed(crate::io::CompressedOptions::new(
-                    64 * MIB,
-                )))
-                .fault_mode(mode)
-                // One page per fault: each swap-in is the decision's.
-                .readahead(false)
-                .adaptive_seal(adaptive)
-                .build()
-                .unwrap();
-            let mut region = swap.map((16 * MIB) as usize).unwrap();
-            let base = region.as_mut_slice().as_mut_ptr();
-            let pages = region.len() / PAGE_SIZE;
-            write_pages(base, 0..pages);
-            // Every page read back, then written (the same bytes: a write
-            // all the same), as sqlite3's B-tree pages are.
-            let (swapins, sealed, written) = sealed_over(&swap, 4, || {
-                for p in 0..pages {
-                    assert_eq!(check_pages(base, p..p + 1), None, "{what}");
-                    write_pages(base, p..p + 1);
-                }
-            });
-            assert!(swapins > 4 * 2_500, "{what}: {swapins} swap-ins");
-            // A page that came in sealed and was written: all of them.
-            assert!(
-                written * 10 >= sealed * 9,
-                "{what}: {written} of {sealed} sealed written"
-            );
-            if adaptive {
-                // 256 to judge, then one in sixteen.
-                assert!(sealed * 4 < swapins, "{what}: {sealed} of {swapins} sealed");
-            } else {
-                assert!(sealed * 10 >= swapins * 9, "{what}: {sealed} of {swapins} sealed");
-            }
-            // Then read alone: the probes find the sealed pages left
-            // unwritten, and sealing comes back.  Judged from the second
-            // pass on: a handler thread counts the last write after it
-            // has woken the writer, so the first may see it.
-            let mut last = (0, 0, 0);
-            for pass in 0..30 {
-                last = sealed_over(&swap, 1, || {
-                    assert_eq!(check_pages(base, 0..pages), None, "{what}");
+            let device = SwapDeviceSpec::compressed(crate::io::CompressedOptions::new(64 * MIB));
+            // One page per fault: each swap-in is the decision's.
+            let configure = |b: SwapBuilder| b.readahead(false).adaptive_seal(adaptive);
+            on_four_budgets_of(device, mode, configure, |swap, base, pages| {
+                // Every page read back, then written (the same bytes: a write
+                // all the same), as sqlite3's B-tree pages are.
+                let (swapins, sealed, written) = sealed_over(swap, 4, || {
+                    for p in 0..pages {
+                        assert_eq!(check_pages(base, p..p + 1), None, "{what}");
+                        write_pages(base, p..p + 1);
+                    }
                 });
-                if pass > 0 && last.1 * 10 >= last.0 * 9 {
-                    break;
+                assert!(swapins > 4 * 2_500, "{what}: {swapins} swap-ins");
+                // A page that came in sealed and was written: all of them.
+                assert!(
+                    written * 10 >= sealed * 9,
+                    "{what}: {written} of {sealed} sealed written"
+                );
+                if adaptive {
+                    // 256 to judge, then one in sixteen.
+                    assert!(sealed * 4 < swapins, "{what}: {sealed} of {swapins} sealed");
+                } else {
+                    assert!(sealed * 10 >= swapins * 9, "{what}: {sealed} of {swapins} sealed");
                 }
-            }
-            let (swapins, sealed, written) = last;
-            assert_eq!(written, 0, "{what}");
-            assert!(
-                sealed * 10 >= swapins * 9,
-                "{what}: sealing did not come back: {sealed} of {swapins} sealed in the last pass"
-            );
-            assert_eq!(check_pages(base, 0..pages), None, "{what}");
-            drop(region);
-            assert_all_returned(&swap, &what);
+                // Then read alone: the probes find the sealed pages left
+                // unwritten, and sealing comes back.  Judged from the second
+                // pass on: a handler thread counts the last write after it
+                // has woken the writer, so the first may see it.
+                let mut last = (0, 0, 0);
+                for pass in 0..30 {
+                    last = sealed_over(swap, 1, || {
+                        assert_eq!(check_pages(base, 0..pages), None, "{what}");
+                    });
+                    if pass > 0 && last.1 * 10 >= last.0 * 9 {
+                        break;
+                    }
+                }
+                let (swapins, sealed, written) = last;
+                assert_eq!(written, 0, "{what}");
+                assert!(
+                    sealed * 10 >= swapins * 9,
+                    "{what}: sealing did not come back: {sealed} of {swapins} sealed in the last pass"
+                );
+                assert_eq!(check_pages(base, 0..pages), None, "{what}");
+            });
         }
     }
 }
