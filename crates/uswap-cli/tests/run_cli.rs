@@ -445,6 +445,45 @@ fn a_shell_forks_and_its_children_run() {
     }
 }
 
+/// `--stats` names the processes of the tree that ended without exit
+/// handlers (killed, or a raw `exit_group`): a process that only `exec`ed
+/// another program did not end, and is not among them (a forked child
+/// that `exec`s, as every pyenv shim and command substitution does, once
+/// was).  The one killed is.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a process tree under uswap run: run in the release pass (CI runs both)"
+)]
+fn only_processes_that_ended_unheard_are_said_to() {
+    let script = r#"x=$(/bin/echo a); y=$(bash -c "exec /bin/echo b"); bash -c "exec /bin/true"; sh -c 'kill -9 $$'; echo "$x $y""#;
+    for mode in Mode::all() {
+        let out = uswap_in(
+            mode,
+            &[
+                "run", "--budget", "8M", "--swap", "ram:64M", "--stats", "--", "bash", "-c", script,
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {err}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "a b\n", "{mode:?}: {err}");
+        assert!(
+            err.contains("uswap run: 1 process ended without exit handlers"),
+            "{mode:?}: only the killed sh should be named: {err}"
+        );
+        let rows: Vec<&str> = err
+            .lines()
+            .skip_while(|l| !l.contains("ended without exit handlers"))
+            .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+            .collect();
+        assert!(
+            rows.len() == 1 && rows[0].ends_with("sh -c kill -9 $$"),
+            "{mode:?}: {rows:?}"
+        );
+    }
+}
+
 /// A server the test started, killed if the test ends before stopping it
 /// (a failed assertion), so that none is left running.
 struct Server(Option<std::process::Child>);
