@@ -367,6 +367,90 @@ pub fn page_mapped(page: u64) -> bool {
     unsafe { libc::mincore(page as *mut libc::c_void, PAGE_SIZE, &mut v) == 0 && v & 1 != 0 }
 }
 
+/// The spans of `[addr, addr + len)` (page-aligned) of this process's
+/// memory that hold data: pages present other than the shared zero page,
+/// or swapped out by the kernel, as `(start, end)` addresses in order.
+/// What is outside them was never written: a zeroed table's entries there
+/// are all zero, and a scan may skip them without reading (a read maps
+/// the zero page: a fault per 4 KiB, and the page then counts as present
+/// to `mincore` and pagemap's plain entries, which is why this asks
+/// `PAGEMAP_SCAN`, Linux 6.7, to leave zero-page entries out).  None
+/// where the call is refused: then everything may hold data.
+pub fn written_spans(addr: u64, len: u64) -> Option<Vec<(u64, u64)>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // linux/fs.h.
+    const PAGEMAP_SCAN: libc::c_ulong = 0xC060_6610; // _IOWR('f', 16, struct pm_scan_arg)
+    const PAGE_IS_PRESENT: u64 = 1 << 3;
+    const PAGE_IS_SWAPPED: u64 = 1 << 4;
+    const PAGE_IS_PFNZERO: u64 = 1 << 5;
+    #[repr(C)]
+    #[derive(Clone, Copy, Default)]
+    struct PageRegion {
+        start: u64,
+        end: u64,
+        categories: u64,
+    }
+    #[repr(C)]
+    #[derive(Default)]
+    struct PmScanArg {
+        size: u64,
+        flags: u64,
+        start: u64,
+        end: u64,
+        walk_end: u64,
+        vec: u64,
+        vec_len: u64,
+        max_pages: u64,
+        category_inverted: u64,
+        category_mask: u64,
+        category_anyof_mask: u64,
+        return_mask: u64,
+    }
+    const _: () = assert!(std::mem::size_of::<PmScanArg>() == 96);
+    let end = addr + len;
+    // Out of the program's way while it is open (descriptors.rs): a
+    // thread of the program may `dup2` onto a low number meanwhile.
+    let f = crate::descriptors::place_file(
+        File::options()
+            .read(true)
+            .custom_flags(libc::O_CLOEXEC)
+            .open("/proc/self/pagemap")
+            .ok()?,
+    );
+    let mut regions = [PageRegion::default(); 64];
+    let mut out = Vec::new();
+    let mut at = addr;
+    let scanned = loop {
+        let mut arg = PmScanArg {
+            size: std::mem::size_of::<PmScanArg>() as u64,
+            start: at,
+            end,
+            vec: regions.as_mut_ptr() as u64,
+            vec_len: regions.len() as u64,
+            // Not the zero page, and present or swapped.
+            category_inverted: PAGE_IS_PFNZERO,
+            category_mask: PAGE_IS_PFNZERO,
+            category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
+            ..Default::default()
+        };
+        // SAFETY: PAGEMAP_SCAN reads `arg` and writes at most `vec_len`
+        // regions into `regions`, both ours; it reads no other memory.
+        let n = unsafe { libc::ioctl(f.as_raw_fd(), PAGEMAP_SCAN, &mut arg) };
+        if n < 0 {
+            break false;
+        }
+        out.extend(regions[..n as usize].iter().map(|r| (r.start, r.end)));
+        if arg.walk_end >= end || arg.walk_end <= at {
+            break arg.walk_end >= end;
+        }
+        at = arg.walk_end;
+    };
+    crate::descriptors::forget(f.as_raw_fd());
+    drop(f);
+    scanned.then_some(out)
+}
+
 /// Drop the pages of `[addr, addr + len)` (`MADV_DONTNEED`), whoever's
 /// memory it is.  `EINVAL` says the range is locked (`mlock`) or not
 /// ordinary memory; `ENOMEM` that it is not mapped.

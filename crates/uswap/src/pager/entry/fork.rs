@@ -236,15 +236,23 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
             )
             .map_err(|e| e.to_string())?;
         let pages = ((r.end - r.base) / PAGE_SIZE as u64) as usize;
+        // Only the pages whose entries were ever written (others are
+        // `Never` with no pin: nothing to settle).
+        let spans = written_ids(inner, r.id_base as usize, pages);
         if r.huge {
-            for p in (0..pages).step_by(UNIT_PAGES) {
-                let id = r.id_base as usize + p;
-                for q in 0..UNIT_PAGES {
-                    if inner.pins()[id + q].load(Ordering::Relaxed) != 0 {
-                        inner.pins()[id + q].store(0, Ordering::Relaxed);
+            let mut next = 0;
+            for span in &spans {
+                let from = (span.start / UNIT_PAGES * UNIT_PAGES).max(next);
+                for p in (from..span.end).step_by(UNIT_PAGES) {
+                    let id = r.id_base as usize + p;
+                    for q in 0..UNIT_PAGES {
+                        if inner.pins()[id + q].load(Ordering::Relaxed) != 0 {
+                            inner.pins()[id + q].store(0, Ordering::Relaxed);
+                        }
                     }
+                    dirty_if_clean(inner, id, true);
+                    next = p + UNIT_PAGES;
                 }
-                dirty_if_clean(inner, id, true);
             }
             continue;
         }
@@ -253,14 +261,18 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
         // without IO when they go, shared with the parent or not); where
         // the kernel refuses, they become dirty.
         let mut run: Option<(usize, usize)> = None;
-        for p in 0..=pages {
-            let clean = p < pages && {
+        for span in spans {
+            // A page between spans is not clean: a run ends there.
+            if run.is_some_and(|(first, n)| first + n < span.start) {
+                if let Some((first, n)) = run.take() {
+                    protect_run(inner, &r, first, n);
+                }
+            }
+            for p in span {
                 let id = r.id_base as usize + p;
-                // Stored only where they change: the tables of a heap the
-                // size of the machine's memory are mostly untouched (zero,
-                // no memory), and a store to every entry would commit
-                // them in every forked child (a shell's pipeline children
-                // held 70 MiB each of it).
+                // Stored only where they change: a store to every entry
+                // would commit pages of zeros in every forked child (a
+                // shell's pipeline children held 70 MiB each of it).
                 if inner.pins()[id].load(Ordering::Relaxed) != 0 {
                     inner.pins()[id].store(0, Ordering::Relaxed);
                 }
@@ -273,28 +285,60 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
                 if w != old {
                     st.store(w);
                 }
-                w.is(Kind::Resident) && !w.is_dirty()
-            };
-            match (&mut run, clean) {
-                (Some((_, n)), true) => *n += 1,
-                (None, true) => run = Some((p, 1)),
-                (Some((first, n)), false) => {
-                    let (first, n) = (*first, *n);
-                    run = None;
-                    let addr = r.base + (first * PAGE_SIZE) as u64;
-                    let len = (n * PAGE_SIZE) as u64;
-                    if inner.uffd().writeprotect(addr, len, true, false).is_err() {
-                        for q in first..first + n {
-                            dirty_if_clean(inner, r.id_base as usize + q, false);
-                        }
+                let clean = w.is(Kind::Resident) && !w.is_dirty();
+                match (&mut run, clean) {
+                    (Some((_, n)), true) => *n += 1,
+                    (None, true) => run = Some((p, 1)),
+                    (Some((first, n)), false) => {
+                        let (first, n) = (*first, *n);
+                        run = None;
+                        protect_run(inner, &r, first, n);
                     }
+                    (None, false) => {}
                 }
-                (None, false) => {}
             }
+        }
+        if let Some((first, n)) = run {
+            protect_run(inner, &r, first, n);
         }
     }
     threads::start_threads(inner);
     Ok(())
+}
+
+/// Write-protect the run of `n` clean pages from page `first` of region
+/// `r` again, or make them dirty where the kernel refuses.
+fn protect_run(inner: &Inner, r: &regions::Published, first: usize, n: usize) {
+    let addr = r.base + (first * PAGE_SIZE) as u64;
+    let len = (n * PAGE_SIZE) as u64;
+    if inner.uffd().writeprotect(addr, len, true, false).is_err() {
+        for q in first..first + n {
+            dirty_if_clean(inner, r.id_base as usize + q, false);
+        }
+    }
+}
+
+/// The pages of a region (`pages` from id `id_base`, counted from the
+/// region's first) whose state or pin entries may be other than zero, as
+/// ranges in order.  `uswap run`'s heap region spans tens of GiB of
+/// address space (6 M pages and more) of which a shell uses a few MiB:
+/// reading every entry made each forked child fault the zero page into
+/// 50-80 MiB of untouched tables, 20-30 ms per `$(...)`, where the
+/// tables' page map says which of their pages were ever written.
+fn written_ids(inner: &Inner, id_base: usize, pages: usize) -> Vec<std::ops::Range<usize>> {
+    let mut spans = crate::table::written_entries(&inner.states()[id_base..id_base + pages]);
+    spans.extend(crate::table::written_entries(
+        &inner.pins()[id_base..id_base + pages],
+    ));
+    spans.sort_by_key(|r| r.start);
+    let mut out: Vec<std::ops::Range<usize>> = Vec::with_capacity(spans.len());
+    for r in spans {
+        match out.last_mut() {
+            Some(o) if o.end >= r.start => o.end = o.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
 }
 
 /// A clean resident page (or unit) of the child becomes dirty and lets

@@ -71,7 +71,12 @@ impl Hold {
                 bits[(i / 64) as usize] |= 1 << (i % 64);
             }
         };
-        for st in states {
+        // Only where the table was ever written: the rest is `Never`,
+        // and reading it would fault the zero page into all of it.
+        for st in crate::table::written_entries(states)
+            .into_iter()
+            .flat_map(|r| &states[r])
+        {
             let w = st.load();
             let Some(e) = w.slot() else {
                 continue;
