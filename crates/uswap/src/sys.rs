@@ -378,8 +378,8 @@ pub fn page_mapped(page: u64) -> bool {
 /// where the call is refused: then everything may hold data.
 pub fn written_spans(addr: u64, len: u64) -> Option<Vec<(u64, u64)>> {
     use std::os::unix::fs::OpenOptionsExt;
-    // linux/fs.h.
-    const PAGEMAP_SCAN: libc::c_ulong = 0xC060_6610; // _IOWR('f', 16, struct pm_scan_arg)
+    // linux/fs.h: _IOWR('f', 16, struct pm_scan_arg), and categories.
+    const PAGEMAP_SCAN: libc::c_ulong = 0xC060_6610;
     const PAGE_IS_PRESENT: u64 = 1 << 3;
     const PAGE_IS_SWAPPED: u64 = 1 << 4;
     const PAGE_IS_PFNZERO: u64 = 1 << 5;
@@ -407,7 +407,6 @@ pub fn written_spans(addr: u64, len: u64) -> Option<Vec<(u64, u64)>> {
         return_mask: u64,
     }
     const _: () = assert!(std::mem::size_of::<PmScanArg>() == 96);
-    let end = addr + len;
     // Out of the program's way while it is open (descriptors.rs): a
     // thread of the program may `dup2` onto a low number meanwhile.
     let f = crate::descriptors::place_file(
@@ -424,7 +423,7 @@ pub fn written_spans(addr: u64, len: u64) -> Option<Vec<(u64, u64)>> {
         let mut arg = PmScanArg {
             size: std::mem::size_of::<PmScanArg>() as u64,
             start: at,
-            end,
+            end: addr + len,
             vec: regions.as_mut_ptr() as u64,
             vec_len: regions.len() as u64,
             // Not the zero page, and present or swapped.
@@ -441,13 +440,12 @@ pub fn written_spans(addr: u64, len: u64) -> Option<Vec<(u64, u64)>> {
             break false;
         }
         out.extend(regions[..n as usize].iter().map(|r| (r.start, r.end)));
-        if arg.walk_end >= end || arg.walk_end <= at {
-            break arg.walk_end >= end;
+        if arg.walk_end >= addr + len || arg.walk_end <= at {
+            break arg.walk_end >= addr + len;
         }
         at = arg.walk_end;
     };
-    crate::descriptors::forget(f.as_raw_fd());
-    drop(f);
+    crate::descriptors::forget(f.as_raw_fd()); // closed as `f` drops
     scanned.then_some(out)
 }
 

@@ -583,54 +583,12 @@ impl Drop for Block {
 /// Instances this image has published: the N of `PID-N.stats`.
 static SERIAL: AtomicU64 = AtomicU64::new(0);
 
-/// Whether this image has looked for its earlier images' blocks.  Not a
-/// `Once`: a fork while another thread ran it would leave the child's
-/// copy running for ever.
-static SWEPT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Remove the blocks that earlier images of this process (the same pid
-/// and start time: it ran them before an `exec`) left in `dir`.  An
-/// image that `exec`s runs no exit handler, so its block stays; the new
-/// image replaces only the file of its own name (`PID-0`), and a forked
-/// child's (`PID-N`, its serials inherited) stayed, until the tree's end
-/// showed it as a process that "ended without exit handlers": every
-/// pyenv shim did.  Done once per image, by its first block: a block of
-/// this process born before then is an earlier image's (another thread
-/// of this image may make its own meanwhile, born after `now`).
-fn forget_earlier_images(dir: &Path, pid: i32) {
-    let now = realtime_ns();
-    if SWEPT.swap(true, Ordering::Relaxed) {
-        return;
-    }
-    let Some((start, _)) = crate::sys::start_time(pid) else {
-        return;
-    };
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let prefix = format!("{pid}-");
-    for ent in rd.flatten() {
-        let name = ent.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if !name.starts_with(&prefix) || !name.ends_with(".stats") {
-            continue;
-        }
-        let path = ent.path();
-        if let Ok(Some(b)) = super::MappedBlock::open(&path) {
-            let id = b.identity();
-            if id.pid == pid && id.start == start && id.born_unix_ns < now {
-                let _ = std::fs::remove_file(&path);
-            }
-        }
-    }
-}
-
 /// Make this process's next block file in `dir`, `len` bytes of zeros.
 fn create_file(dir: &Path, len: usize) -> io::Result<(File, PathBuf)> {
     use std::os::unix::fs::OpenOptionsExt;
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    forget_earlier_images(dir, pid);
+    super::live::forget_earlier_images(dir, pid);
     let n = SERIAL.fetch_add(1, Ordering::Relaxed);
     let path = dir.join(format!("{pid}-{n}.stats"));
     let open = || {
