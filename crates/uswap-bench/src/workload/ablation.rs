@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 16] = [
+pub const ABLATIONS: [&str; 17] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -27,6 +27,7 @@ pub const ABLATIONS: [&str; 16] = [
     "activate-all-refaults",
     "no-trend-prefetch",
     "always-seal",
+    "no-neighbour-evict",
 ];
 
 /// What an ablation sets.
@@ -57,6 +58,8 @@ pub struct Ablation {
     /// Pages a compressed device let go come in sealed only while that
     /// pays (issue 26); off: always.
     pub adaptive_seal: bool,
+    /// A victim's cold neighbours go with it (issue 26); off: one by one.
+    pub evict_neighbours: bool,
 }
 
 /// The settings of ablation `name`.
@@ -74,6 +77,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         refault_distance: true,
         trend_prefetch: true,
         adaptive_seal: true,
+        evict_neighbours: true,
     };
     match name {
         "default" => {}
@@ -92,6 +96,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "activate-all-refaults" => a.refault_distance = false,
         "no-trend-prefetch" => a.trend_prefetch = false,
         "always-seal" => a.adaptive_seal = false,
+        "no-neighbour-evict" => a.evict_neighbours = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)

@@ -48,6 +48,9 @@ pub struct LruConfig {
     pub batch: LruBatch,
     /// Per-CPU batch slots (CPUs beyond share slots modulo this count).
     pub cpus: usize,
+    /// The aligned window of page ids a victim takes its cold neighbours
+    /// from ([`LruConfig::neighbours`]); 1: the victim alone.
+    pub neighbours: u32,
 }
 
 impl LruConfig {
@@ -57,7 +60,19 @@ impl LruConfig {
             capacity,
             batch: LruBatch::default(),
             cpus: possible_cpus(),
+            neighbours: 1,
         }
+    }
+
+    /// Isolate with each victim the pages of its aligned window of `n`
+    /// page ids (a power of two, 1 to 512) that are on the inactive list
+    /// and unreferenced, as cold as the victim by what the LRU knows: the
+    /// pager moves neighbours out with one `UFFDIO_MOVE`, one TLB flush
+    /// for the run.  1 (the default here): the victim alone, as the
+    /// kernel's `shrink_inactive_list`.
+    pub fn neighbours(mut self, n: u32) -> Self {
+        self.neighbours = n;
+        self
     }
 
     /// Set the batching.
@@ -85,6 +100,9 @@ pub enum LruError {
     #[error("LRU needs at least one per-CPU batch slot")]
     /// No per-CPU batch slots.
     ZeroCpus,
+    /// A neighbour window that is not a power of two from 1 to 512.
+    #[error("LRU neighbour window must be a power of two from 1 to 512, got {0}")]
+    BadNeighbours(u32),
     /// Its tables could not be allocated.
     #[error(transparent)]
     Table(#[from] TableError),
@@ -131,7 +149,7 @@ pub(super) fn list_of(word: u64) -> usize {
 /// Invariant whenever the lock is free: a page is linked on list `l` iff
 /// its word has `LRU` set and `list_of(word) == l`; an unlinked page has
 /// both links `NIL`.
-type Lists = IndexLists<2>;
+pub(super) type Lists = IndexLists<2>;
 
 /// One queued operation: the page and the generation it was queued under.
 #[derive(Clone, Copy, Debug, Default)]
@@ -215,6 +233,8 @@ pub struct Lru {
     pub(super) capacity: u32,
     /// Batch size, 0 for unbatched.
     pub(super) batch: usize,
+    /// The window a victim's cold neighbours are taken from; 1: none.
+    pub(super) neighbours: u32,
     /// One word per page: flags and generation (see module docs).
     pub(super) pages: Box<[AtomicU64]>,
     /// The LRU lock (site "lru").  On its own cache line: it is written on
@@ -255,6 +275,9 @@ impl Lru {
         if config.cpus == 0 {
             return Err(LruError::ZeroCpus);
         }
+        if !config.neighbours.is_power_of_two() || config.neighbours > 512 {
+            return Err(LruError::BadNeighbours(config.neighbours));
+        }
         let cap = config.capacity as usize;
         let batch_site = registry.lock_site(LockId::LRU_BATCH);
         // Unbatched instances never touch the batches: keep one slot.
@@ -262,6 +285,7 @@ impl Lru {
         Ok(Lru {
             capacity: config.capacity,
             batch,
+            neighbours: config.neighbours,
             pages: table::zeroed(cap, "LRU page words")?,
             lists: CachePadded::new(StatMutex::new(
                 Lists::new_lazy(cap, "LRU links")?,

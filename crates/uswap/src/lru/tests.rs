@@ -384,6 +384,8 @@ enum St {
 /// adds, then deactivations, then activations.
 struct Model {
     batch: usize,
+    /// The neighbour window (`LruConfig::neighbours`).
+    neighbours: u32,
     st: Vec<St>,
     referenced: Vec<bool>,
     /// A request waiting in a batch (the ACT_QUEUED / DEACT_QUEUED bits).
@@ -397,9 +399,10 @@ struct Model {
 }
 
 impl Model {
-    fn new(capacity: usize, batch: usize) -> Self {
+    fn new(capacity: usize, batch: usize, neighbours: u32) -> Self {
         Model {
             batch,
+            neighbours,
             st: vec![St::Absent; capacity],
             referenced: vec![false; capacity],
             intent: vec![None; capacity],
@@ -578,6 +581,20 @@ impl Model {
             } else {
                 self.depart(p);
                 victims.push(p);
+                // Its cold neighbours: inactive, unreferenced, nothing
+                // queued, in id order, while there is room.
+                let first = p / self.neighbours * self.neighbours;
+                for q in first..(first + self.neighbours).min(self.st.len() as u32) {
+                    if victims.len() >= room {
+                        break;
+                    }
+                    let i = q as usize;
+                    if q != p && self.st[i] == St::Inactive && !self.referenced[i] && self.intent[i].is_none() {
+                        Self::take(&mut self.inactive, q);
+                        self.depart(q);
+                        victims.push(q);
+                    }
+                }
             }
         }
         victims
@@ -629,16 +646,20 @@ fn op() -> impl Strategy<Value = Op> {
     ]
 }
 
-fn run_model(mode: LruBatch, ops: &[Op]) -> Result<(), TestCaseError> {
+fn run_model(mode: LruBatch, neighbours: u32, ops: &[Op]) -> Result<(), TestCaseError> {
     let reg = Registry::new();
     // One batch slot: the thread may migrate between CPUs, and the
     // model's batch-fill timing must be the implementation's.
-    let l = Lru::new(LruConfig::new(MODEL_PAGES).batch(mode).cpus(1), &reg).unwrap();
+    let l = Lru::new(
+        LruConfig::new(MODEL_PAGES).batch(mode).cpus(1).neighbours(neighbours),
+        &reg,
+    )
+    .unwrap();
     let batch = match mode {
         LruBatch::Unbatched => 0,
         LruBatch::Pages(n) => n,
     };
-    let mut m = Model::new(MODEL_PAGES as usize, batch);
+    let mut m = Model::new(MODEL_PAGES as usize, batch, neighbours);
     let mut victims = [0; 16];
     for (i, op) in ops.iter().enumerate() {
         match *op {
@@ -702,22 +723,32 @@ proptest! {
 
     #[test]
     fn lru_model_batch_31(ops in prop::collection::vec(op(), 1..400)) {
-        run_model(LruBatch::Pages(31), &ops)?;
+        run_model(LruBatch::Pages(31), 1, &ops)?;
+    }
+
+    #[test]
+    fn lru_model_batch_31_neighbours_8(ops in prop::collection::vec(op(), 1..400)) {
+        run_model(LruBatch::Pages(31), 8, &ops)?;
+    }
+
+    #[test]
+    fn lru_model_unbatched_neighbours_4(ops in prop::collection::vec(op(), 1..400)) {
+        run_model(LruBatch::Unbatched, 4, &ops)?;
     }
 
     #[test]
     fn lru_model_batch_15(ops in prop::collection::vec(op(), 1..400)) {
-        run_model(LruBatch::Pages(15), &ops)?;
+        run_model(LruBatch::Pages(15), 1, &ops)?;
     }
 
     #[test]
     fn lru_model_batch_1(ops in prop::collection::vec(op(), 1..400)) {
-        run_model(LruBatch::Pages(1), &ops)?;
+        run_model(LruBatch::Pages(1), 1, &ops)?;
     }
 
     #[test]
     fn lru_model_unbatched(ops in prop::collection::vec(op(), 1..400)) {
-        run_model(LruBatch::Unbatched, &ops)?;
+        run_model(LruBatch::Unbatched, 1, &ops)?;
     }
 }
 
@@ -746,8 +777,12 @@ const STRESS_OPS: usize = 150_000;
 /// LRU while resident; whoever removes or isolates it owns it until
 /// re-adding it.  So the final resident set is known exactly.
 fn stress(mode: LruBatch) {
+    stress_with(mode, 1);
+}
+
+fn stress_with(mode: LruBatch, neighbours: u32) {
     let reg = Registry::new();
-    let l = Lru::new(LruConfig::new(STRESS_PAGES).batch(mode), &reg).unwrap();
+    let l = Lru::new(LruConfig::new(STRESS_PAGES).batch(mode).neighbours(neighbours), &reg).unwrap();
     for p in 0..STRESS_PAGES {
         assert!(l.add(p));
     }
@@ -869,4 +904,51 @@ fn lru_stress_batch_1() {
 #[test]
 fn lru_stress_unbatched() {
     stress(LruBatch::Unbatched);
+}
+
+/// Victims taken with their cold neighbours while other threads activate,
+/// reference and remove those very pages: no page lost or owned twice.
+#[test]
+fn lru_stress_batch_31_neighbours_8() {
+    stress_with(LruBatch::Pages(31), 8);
+}
+
+/// A victim's cold neighbours go with it, in id order within its aligned
+/// window; an active, referenced or absent one stays; a full buffer
+/// stops it; a window that is not a power of two is refused.
+#[test]
+fn neighbours_go_with_their_victim_when_cold() {
+    let reg = Registry::new();
+    assert_eq!(
+        Lru::new(LruConfig::new(64).neighbours(3), &reg).unwrap_err(),
+        LruError::BadNeighbours(3)
+    );
+    assert!(Lru::new(LruConfig::new(64).neighbours(1024), &reg).is_err());
+    for mode in MODES {
+        let reg = Registry::new();
+        let l = Lru::new(LruConfig::new(64).batch(mode).cpus(1).neighbours(8), &reg).unwrap();
+        for p in (0..24).filter(|&p| p != 14) {
+            l.add(p);
+        }
+        l.drain_all();
+        l.activate(10);
+        l.mark_referenced(12);
+        l.drain_all();
+        let mut v = [0; 16];
+        // Page 0 is the tail: it and its window.
+        let n = l.shrink_inactive(1, &mut v);
+        assert_eq!(&v[..n], &[0, 1, 2, 3, 4, 5, 6, 7], "{mode:?}");
+        // Page 8 next: 10 is active, 12 referenced, 14 was never added.
+        let n = l.shrink_inactive(1, &mut v);
+        assert_eq!(&v[..n], &[8, 9, 11, 13, 15], "{mode:?}");
+        assert!(l.is_active(10) && l.on_lru(12) && l.is_referenced(12) && !l.on_lru(14));
+        assert!(!l.is_active(12));
+        // 12, referenced, is the tail now: its second chance, then 16;
+        // room for three: 16 and two of its neighbours.
+        let n = l.shrink_inactive(2, &mut v[..3]);
+        assert_eq!(&v[..n], &[16, 17, 18], "{mode:?}");
+        assert!((19..24).all(|p| l.on_lru(p)) && l.is_active(12));
+        assert_eq!(reg.snapshot().counters.lru_isolated, 16);
+        l.check_invariants().unwrap();
+    }
 }
