@@ -377,7 +377,6 @@ pub fn page_mapped(page: u64) -> bool {
 /// `PAGEMAP_SCAN`, Linux 6.7, to leave zero-page entries out).  None
 /// where the call is refused: then everything may hold data.
 pub fn written_spans(addr: u64, len: u64) -> Option<Vec<(u64, u64)>> {
-    use std::os::unix::fs::OpenOptionsExt;
     // linux/fs.h: _IOWR('f', 16, struct pm_scan_arg), and categories.
     const PAGEMAP_SCAN: libc::c_ulong = 0xC060_6610;
     const PAGE_IS_PRESENT: u64 = 1 << 3;
@@ -409,13 +408,7 @@ pub fn written_spans(addr: u64, len: u64) -> Option<Vec<(u64, u64)>> {
     const _: () = assert!(std::mem::size_of::<PmScanArg>() == 96);
     // Out of the program's way while it is open (descriptors.rs): a
     // thread of the program may `dup2` onto a low number meanwhile.
-    let f = crate::descriptors::place_file(
-        File::options()
-            .read(true)
-            .custom_flags(libc::O_CLOEXEC)
-            .open("/proc/self/pagemap")
-            .ok()?,
-    );
+    let f = crate::descriptors::Placed::new(OwnedFd::from(File::open("/proc/self/pagemap").ok()?));
     let mut regions = [PageRegion::default(); 64];
     let mut out = Vec::new();
     let mut at = addr;
@@ -445,7 +438,6 @@ pub fn written_spans(addr: u64, len: u64) -> Option<Vec<(u64, u64)>> {
         }
         at = arg.walk_end;
     };
-    crate::descriptors::forget(f.as_raw_fd()); // closed as `f` drops
     scanned.then_some(out)
 }
 

@@ -198,25 +198,35 @@ pub fn scan(dir: &Path) -> Result<Vec<Entry>, LiveError> {
 /// what each said last, oldest first, so that `uswap run --stats` can
 /// show them.
 pub fn remove_group(dir: &Path, group: i32) -> Vec<(Identity, Stats)> {
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return Vec::new();
-    };
     let mut removed = Vec::new();
-    for ent in rd.flatten() {
-        let path = ent.path();
-        if path.extension().is_none_or(|e| e != "stats") {
-            continue;
-        }
-        if let Ok(Some(b)) = MappedBlock::open(&path) {
-            let id = b.identity();
-            if id.group == group && !alive(&id, &path) {
-                let _ = std::fs::remove_file(&path);
-                removed.push((id, b.stats()));
-            }
+    for (path, b) in blocks_in(dir, "") {
+        let id = b.identity();
+        if id.group == group && !alive(&id, &path) {
+            let _ = std::fs::remove_file(&path);
+            removed.push((id, b.stats()));
         }
     }
     removed.sort_by_key(|(id, _)| (id.pid, id.born_unix_ns));
     removed
+}
+
+/// The complete blocks in `dir` whose file names begin with `prefix`,
+/// each with its path; files that are not blocks, or not yet whole, are
+/// passed over.
+fn blocks_in<'a>(dir: &Path, prefix: &'a str) -> impl Iterator<Item = (PathBuf, MappedBlock)> + 'a {
+    std::fs::read_dir(dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(move |ent| {
+            ent.file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(prefix) && n.ends_with(".stats"))
+        })
+        .filter_map(|ent| {
+            let path = ent.path();
+            MappedBlock::open(&path).ok().flatten().map(|b| (path, b))
+        })
 }
 
 /// Whether this image has looked for its earlier images' blocks.  Not a
@@ -241,22 +251,11 @@ pub(super) fn forget_earlier_images(dir: &Path, pid: i32) {
     let Some((start, _)) = crate::sys::start_time(pid) else {
         return;
     };
-    let Ok(rd) = std::fs::read_dir(dir) else {
-        return;
-    };
     let prefix = format!("{pid}-");
-    for ent in rd.flatten() {
-        let name = ent.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if !name.starts_with(&prefix) || !name.ends_with(".stats") {
-            continue;
-        }
-        let path = ent.path();
-        if let Ok(Some(b)) = MappedBlock::open(&path) {
-            let id = b.identity();
-            if id.pid == pid && id.start == start && id.born_unix_ns < now {
-                let _ = std::fs::remove_file(&path);
-            }
+    for (path, b) in blocks_in(dir, &prefix) {
+        let id = b.identity();
+        if id.pid == pid && id.start == start && id.born_unix_ns < now {
+            let _ = std::fs::remove_file(&path);
         }
     }
 }
