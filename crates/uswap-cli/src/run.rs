@@ -61,9 +61,14 @@ pub struct RunArgs {
     /// this user's alone: mode 0600, not a symlink, not in use; pages
     /// encrypted and authenticated with a key held only in memory, unless
     /// `file:PATH:SIZE:plain`), `zram:SIZE[:lz4|zstd[:LEVEL]]`
-    /// (compressed in memory, at most SIZE of it), `ram:SIZE`, or a tier
-    /// `zram:SIZE[:CODEC],file:PATH:SIZE` (the store's oldest pages go to
-    /// the file when it holds SIZE).  Repeat for several.  Default: a file in $TMPDIR (or /var/tmp) of eight times
+    /// (compressed in memory, at most SIZE of it), `ram:SIZE`, an NBD
+    /// export on another machine `nbd://HOST[:PORT]/EXPORT` or
+    /// `nbd+unix:///EXPORT?socket=PATH` (served by e.g. `nbdkit memory
+    /// 8G` there; pages encrypted and authenticated unless `?plain`; all
+    /// of the export unless `size=SIZE`), or a tier
+    /// `zram:SIZE[:CODEC],file:PATH:SIZE` or `zram:SIZE[:CODEC],nbd://...`
+    /// (the store's oldest pages go to the file or export when it holds
+    /// SIZE).  Repeat for several.  Default: a file in $TMPDIR (or /var/tmp) of eight times
     /// the budget, at most half the free space there, made unnamed in
     /// that directory.  The heap holds the
     /// budget and the swap space together (and a little more, for the
@@ -203,6 +208,37 @@ fn device_line(spec: &str) -> anyhow::Result<(String, u64)> {
             memory_backed(&path).unwrap_or_default()
         ),
         Some(Ok(path)) => d.map_file(|f| f.with_path(path)),
+        None => d,
+    };
+    let d = match d.nbd_target().cloned() {
+        Some(mut t) => {
+            // A socket path the program's processes find wherever they
+            // run from, and a size every one of them agrees on: asked of
+            // the server now, so that a server not there, or not willing,
+            // is said before the program starts.
+            if let uswap::spec::Endpoint::Unix { path } = &mut t.endpoint {
+                *path =
+                    std::path::absolute(&*path).with_context(|| format!("--swap {spec}: the socket path"))?;
+            }
+            let export = uswap::io::nbd::probe(&t).map_err(|e| anyhow::anyhow!("--swap: {e}"))?;
+            let size = match t.size {
+                Some(s) if s > export => bail!(
+                    "--swap {spec}: the export is {export} bytes, less than the size={s} asked for; ask for less, or give the server a larger export"
+                ),
+                Some(s) => s,
+                None => export,
+            };
+            let page = uswap::PAGE_SIZE as u64;
+            t.size = Some(size / page * page);
+            match d {
+                SwapDeviceSpec::Compressed { options, priority } => SwapDeviceSpec::Compressed {
+                    options: options.nbd(t),
+                    priority,
+                },
+                SwapDeviceSpec::Remote { priority, .. } => SwapDeviceSpec::Remote { target: t, priority },
+                d => d,
+            }
+        }
         None => d,
     };
     let line = d.to_string();

@@ -418,6 +418,91 @@ fn python_on_compressed_swap_and_a_tier() {
     }
 }
 
+/// nbdkit's memory plugin on a socket in `dir` that every user may use
+/// (SIGBUS mode's runs are `nobody`'s); ended with the returned child.
+fn nbdkit_in(dir: &Path) -> (std::process::Child, String) {
+    use std::os::unix::fs::PermissionsExt;
+    let sock = dir.join("nbd.sock");
+    let child = Command::new("nbdkit")
+        .args(["--foreground", "--exit-with-parent", "--unix"])
+        .arg(&sock)
+        .args(["memory", "1G"])
+        .spawn()
+        .expect("nbdkit is missing: install it (apt-get install nbdkit; scripts/check does)");
+    let start = std::time::Instant::now();
+    while !sock.exists() {
+        assert!(start.elapsed().as_secs() < 10, "nbdkit made no socket");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
+    (child, format!("nbd+unix:///?socket={}", sock.display()))
+}
+
+/// Swap on another machine's memory, here nbdkit on a socket: Python's
+/// dict four times the budget on the export alone, and multiprocessing's
+/// forked children reading their parent's memory through a compressed
+/// tier with the export behind (each child over connections of its own),
+/// in both modes; the output is the plain run's.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
+fn python_swaps_to_an_nbd_export() {
+    let n = "400000";
+    let dir = open_dir(false);
+    let (mut server, uri) = nbdkit_in(dir.path());
+    let script = dir.path().join("mp.py");
+    std::fs::write(&script, MULTIPROCESSING).unwrap();
+    let script = script.to_str().unwrap();
+    let plain_dict = Command::new(PYTHON).args(["-c", DICT, n]).output().unwrap();
+    let plain_mp = Command::new(PYTHON).args([script, n]).output().unwrap();
+    assert!(plain_dict.status.success() && plain_mp.status.success());
+    for mode in Mode::all() {
+        let out = uswap_in(
+            mode,
+            &[
+                "run", "--budget", "24M", "--swap", &uri, "--stats", "--", PYTHON, "-c", DICT, n,
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {err}");
+        assert_eq!(out.stdout, plain_dict.stdout, "{mode:?}: {err}");
+        assert!(stat(&err, "evictions") > 10000, "{mode:?}: {err}");
+        assert!(
+            stat(&err, "swap-ins") + stat(&err, "pages read ahead") > 5000,
+            "{mode:?}: {err}"
+        );
+        let tier = format!("zram:4M,{uri}");
+        let out = uswap_in(
+            mode,
+            &[
+                "run", "--budget", "24M", "--swap", &tier, "--stats", "--", PYTHON, script, n,
+            ],
+            &[],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?} tier: {err}");
+        assert_eq!(out.stdout, plain_mp.stdout, "{mode:?} tier: {err}");
+        assert!(stat(&err, "evictions") > 10000, "{mode:?} tier: {err}");
+    }
+    // A server that is not there: one line, before the program starts.
+    server.kill().unwrap();
+    server.wait().unwrap();
+    let out = uswap_in(
+        Mode::Sigbus,
+        &["run", "--budget", "24M", "--swap", &uri, "--", "true"],
+        &[],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("cannot connect") && err.lines().count() == 1,
+        "{err}"
+    );
+}
+
 /// A shell's command substitutions and pipelines: `bash` forks, and the
 /// child runs shell code on the heap before it `exec`s or exits.
 #[test]

@@ -8,6 +8,10 @@
 //! zram:SIZE[:lz4|zstd[:LEVEL]]     compressed in memory, at most SIZE of it
 //! zram:SIZE[:CODEC],file:PATH:SIZE a tier: the store's oldest pages go to
 //!                                  the file when it holds SIZE
+//! nbd://HOST[:PORT]/EXPORT          an NBD export on another machine,
+//! nbd+unix:///EXPORT?socket=PATH    encrypted unless `?plain` (`size=SIZE`:
+//!                                  less than all of it)
+//! zram:SIZE[:CODEC],nbd://...      a tier with the export behind
 //! ```
 //!
 //! A swap file's pages are encrypted and authenticated (AES-256-GCM, a
@@ -24,12 +28,13 @@ use std::path::PathBuf;
 use std::str::FromStr;
 
 pub use crate::extent::ExtentMapKind;
+pub use crate::io::nbd::target::{Endpoint, NbdTarget};
 pub use crate::io::{Codec, CodecError, CompressedOptions, FileOptions};
 use crate::PAGE_SIZE;
 
 /// What the grammar says, for error messages.
 const GRAMMAR: &str =
-    "ram:SIZE, file:PATH:SIZE[:plain], zram:SIZE[:lz4|zstd[:LEVEL]], or a tier zram:SIZE[:CODEC],file:PATH:SIZE[:plain]";
+    "ram:SIZE, file:PATH:SIZE[:plain], zram:SIZE[:lz4|zstd[:LEVEL]], nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH, or a tier zram:SIZE[:CODEC],file:PATH:SIZE[:plain] or zram:SIZE[:CODEC],nbd...";
 
 /// A swap spec that does not parse: one line, naming the spec, what is
 /// wrong with it and what to write instead.
@@ -73,11 +78,19 @@ pub enum SpecError {
     },
     /// A tier that is not a compressed device then a file.
     #[error(
-        "swap spec {spec:?}: a tier is a compressed device and then a file, zram:SIZE[:CODEC],file:PATH:SIZE"
+        "swap spec {spec:?}: a tier is a compressed device and then a file or an NBD export, zram:SIZE[:CODEC],file:PATH:SIZE or zram:SIZE[:CODEC],nbd://HOST/EXPORT"
     )]
     Tier {
         /// The spec as given.
         spec: String,
+    },
+    /// An NBD URI that does not parse.
+    #[error("swap spec {spec:?}: {what}")]
+    Nbd {
+        /// The spec as given.
+        spec: String,
+        /// What is wrong with it, and what to write.
+        what: String,
     },
 }
 
@@ -161,6 +174,20 @@ pub enum SwapDeviceSpec {
         /// Higher is used first; equal priorities take turns.
         priority: i32,
     },
+    /// An NBD export, on another machine or behind a local socket.
+    Remote {
+        /// Where, how much of it, and whether pages are encrypted.
+        target: NbdTarget,
+        /// Higher is used first; equal priorities take turns.
+        priority: i32,
+    },
+}
+
+fn nbd(spec: &str, uri: &str) -> Result<NbdTarget, SpecError> {
+    NbdTarget::parse(uri).map_err(|what| SpecError::Nbd {
+        spec: spec.into(),
+        what,
+    })
 }
 
 impl SwapDeviceSpec {
@@ -179,11 +206,49 @@ impl SwapDeviceSpec {
         SwapDeviceSpec::Compressed { options, priority: 0 }
     }
 
+    /// An NBD device, priority 0.
+    pub fn nbd(target: NbdTarget) -> Self {
+        SwapDeviceSpec::Remote { target, priority: 0 }
+    }
+
+    /// The NBD export the device writes to, if any (an NBD device, or the
+    /// export behind a compressed device).
+    pub fn nbd_target(&self) -> Option<&NbdTarget> {
+        match self {
+            SwapDeviceSpec::Remote { target, .. } => Some(target),
+            SwapDeviceSpec::Compressed { options, .. } => options.nbd_of(),
+            _ => None,
+        }
+    }
+
+    /// The same device with its NBD export's size set to `bytes` (what
+    /// `uswap run` learns from the server before it starts the program,
+    /// so that every process of the tree sees the same size).
+    pub fn with_nbd_size(self, bytes: u64) -> Self {
+        match self {
+            SwapDeviceSpec::Remote { mut target, priority } => {
+                target.size = Some(bytes);
+                SwapDeviceSpec::Remote { target, priority }
+            }
+            SwapDeviceSpec::Compressed { options, priority } => match options.nbd_of().cloned() {
+                Some(mut t) => {
+                    t.size = Some(bytes);
+                    SwapDeviceSpec::Compressed {
+                        options: options.nbd(t),
+                        priority,
+                    }
+                }
+                None => SwapDeviceSpec::Compressed { options, priority },
+            },
+            d => d,
+        }
+    }
+
     /// The file the device writes to, if any (a file device, or the file
     /// behind a compressed device).
     pub fn file_options(&self) -> Option<&FileOptions> {
         match self {
-            SwapDeviceSpec::Ram { .. } => None,
+            SwapDeviceSpec::Ram { .. } | SwapDeviceSpec::Remote { .. } => None,
             SwapDeviceSpec::File { options, .. } => Some(options),
             SwapDeviceSpec::Compressed { options, .. } => options.file_of(),
         }
@@ -207,12 +272,15 @@ impl SwapDeviceSpec {
         }
     }
 
-    /// The swap space the device gives, in bytes: its slots' pages.
+    /// The swap space the device gives, in bytes: its slots' pages (0 for
+    /// an NBD export whose size is still the server's to say: see
+    /// [`SwapDeviceSpec::with_nbd_size`]).
     pub fn bytes(&self) -> u64 {
         match self {
             SwapDeviceSpec::Ram { bytes, .. } => bytes / PAGE_SIZE as u64 * PAGE_SIZE as u64,
             SwapDeviceSpec::File { options, .. } => options.slots() * PAGE_SIZE as u64,
             SwapDeviceSpec::Compressed { options, .. } => options.slots() * PAGE_SIZE as u64,
+            SwapDeviceSpec::Remote { target, .. } => target.size.unwrap_or(0),
         }
     }
 
@@ -222,6 +290,7 @@ impl SwapDeviceSpec {
             SwapDeviceSpec::Ram { bytes, .. } => SwapDeviceSpec::Ram { bytes, priority: p },
             SwapDeviceSpec::File { options, .. } => SwapDeviceSpec::File { options, priority: p },
             SwapDeviceSpec::Compressed { options, .. } => SwapDeviceSpec::Compressed { options, priority: p },
+            SwapDeviceSpec::Remote { target, .. } => SwapDeviceSpec::Remote { target, priority: p },
         }
     }
 }
@@ -230,6 +299,16 @@ impl FromStr for SwapDeviceSpec {
     type Err = SpecError;
 
     fn from_str(spec: &str) -> Result<Self, SpecError> {
+        if let Some(i) = spec.find(",nbd") {
+            let Some(z) = spec[..i].strip_prefix("zram:") else {
+                return Err(SpecError::Tier { spec: spec.into() });
+            };
+            let options = zram(spec, z)?.nbd(nbd(spec, &spec[i + 1..])?);
+            return Ok(SwapDeviceSpec::compressed(options));
+        }
+        if crate::io::nbd::target::is_uri(spec) {
+            return Ok(SwapDeviceSpec::nbd(nbd(spec, spec)?));
+        }
         if let Some((front, back)) = spec.split_once(",file:") {
             let Some(z) = front.strip_prefix("zram:") else {
                 return Err(SpecError::Tier { spec: spec.into() });
@@ -273,8 +352,12 @@ impl std::fmt::Display for SwapDeviceSpec {
                     f.write_str(",")?;
                     file(f, o)?;
                 }
+                if let Some(t) = options.nbd_of() {
+                    write!(f, ",{t}")?;
+                }
                 Ok(())
             }
+            SwapDeviceSpec::Remote { target, .. } => write!(f, "{target}"),
         }
     }
 }
@@ -320,6 +403,36 @@ mod tests {
                 CompressedOptions::new(1 << 30).file(FileOptions::new("/tmp/t.swap", 2 << 20))
             )
         );
+        let remote = NbdTarget::parse("nbd://swaphost/pages").unwrap();
+        assert_eq!(
+            parse("nbd://swaphost/pages").unwrap(),
+            SwapDeviceSpec::nbd(remote.clone())
+        );
+        assert_eq!(
+            parse("nbd://swaphost/pages").unwrap().bytes(),
+            0,
+            "the server's to say"
+        );
+        assert_eq!(
+            parse("nbd://swaphost/pages")
+                .unwrap()
+                .with_nbd_size(1 << 30)
+                .to_string(),
+            "nbd://swaphost:10809/pages?size=1073741824"
+        );
+        let tier = parse("zram:1G,nbd+unix:///?socket=/run/s&plain").unwrap();
+        assert_eq!(
+            tier,
+            SwapDeviceSpec::compressed(
+                CompressedOptions::new(1 << 30)
+                    .nbd(NbdTarget::parse("nbd+unix:///?socket=/run/s&plain").unwrap())
+            )
+        );
+        assert_eq!(
+            tier.to_string(),
+            "zram:1073741824:lz4,nbd+unix:///?socket=/run/s&plain"
+        );
+        assert_eq!(tier.with_nbd_size(8 << 20).bytes(), 8 << 20);
     }
 
     #[test]
@@ -345,6 +458,11 @@ mod tests {
             ("zram:1G,file:/tmp/x", "write file:PATH:SIZE"),
             ("file:/tmp/x:plain", "write file:PATH:SIZE"),
             ("file:/tmp/x:1G:plainly", "is not a size"),
+            ("nbds://h/e", "TLS"),
+            ("nbd+unix:///e", "needs ?socket=PATH"),
+            ("nbd://h/e?bogus", "not a parameter"),
+            ("ram:1G,nbd://h/e", "a tier is"),
+            ("zram:1G,nbd://", "needs a host"),
         ];
         for (spec, says) in cases {
             let e = parse(spec).unwrap_err().to_string();
@@ -375,7 +493,7 @@ mod tests {
 
         #[test]
         fn the_canonical_form_parses_back_to_the_same_device(
-            kind in 0..4u8,
+            kind in 0..6u8,
             pages in 1u64..1 << 30,
             file_pages in 1u64..1 << 30,
             level in prop::sample::select(vec![-7, -1, 1, 3, 19, 22]),
@@ -390,7 +508,20 @@ mod tests {
                 0 => SwapDeviceSpec::ram(bytes),
                 1 => SwapDeviceSpec::file(fo),
                 2 => SwapDeviceSpec::compressed(CompressedOptions::new(bytes).codec(codec)),
-                _ => SwapDeviceSpec::compressed(CompressedOptions::new(bytes).codec(codec).file(fo)),
+                3 => SwapDeviceSpec::compressed(CompressedOptions::new(bytes).codec(codec).file(fo)),
+                k => {
+                    let t = NbdTarget {
+                        endpoint: Endpoint::Unix { path: path.into() },
+                        export: "e".into(),
+                        size: Some(file_pages * PAGE_SIZE as u64),
+                        encrypt,
+                    };
+                    if k == 4 {
+                        SwapDeviceSpec::nbd(t)
+                    } else {
+                        SwapDeviceSpec::compressed(CompressedOptions::new(bytes).codec(codec).nbd(t))
+                    }
+                }
             };
             let written = d.to_string();
             prop_assert_eq!(parse(&written).unwrap(), d, "{}", written);

@@ -347,6 +347,60 @@ fn compressed_fault_path_does_not_allocate() {
     }
 }
 
+/// An NBD export (nbdkit's memory plugin on a socket of the test's, its
+/// trims on), alone and behind a compressed store: requests, replies,
+/// trims of freed slots, seals; no allocation once connected.
+#[test]
+fn nbd_fault_path_does_not_allocate() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("nbd.sock");
+    let mut server = std::process::Command::new("nbdkit")
+        .args(["--foreground", "--exit-with-parent", "--unix"])
+        .arg(&sock)
+        .args(["memory", "64M"])
+        .spawn()
+        .expect("nbdkit is missing: install it (apt-get install nbdkit; scripts/check does)");
+    while !sock.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let uri = format!("nbd+unix:///?socket={}", sock.display());
+    for (spec, what) in [(uri.clone(), "nbd"), (format!("zram:1M,{uri}"), "tier")] {
+        let swap = Swap::builder()
+            .budget(1 << 20)
+            .device(spec.parse::<SwapDeviceSpec>().unwrap())
+            .background_reclaim(false)
+            .build()
+            .unwrap();
+        let mut region = swap.map(8 << 20).unwrap();
+        region.as_mut_slice()[0] = 1;
+        let mut sum = 0u64;
+        let n = allocations_in(|| {
+            for pass in 0..2u8 {
+                for (i, page) in region.as_mut_slice().chunks_mut(4096).enumerate() {
+                    text_page(i, pass, page);
+                }
+            }
+            for page in region.as_slice().chunks(4096) {
+                sum += u64::from(page[4095]);
+            }
+        });
+        let st = swap.stats();
+        assert!(
+            st.counters.evictions > 2000 && st.counters.swapins > 50,
+            "{what}: {st:?}"
+        );
+        assert!(sum > 0);
+        assert_eq!(n, 0, "{what}: the fault path allocated {n} times");
+        let mut want = vec![0u8; 4096];
+        for (i, page) in region.as_slice().chunks(4096).enumerate() {
+            text_page(i, 1, &mut want);
+            assert_eq!(page, &want[..], "{what}: page {i}");
+        }
+    }
+    let _ = server.kill();
+    let _ = server.wait();
+}
+
 /// Page `i`'s words on `pass`: text that compresses about 2x, different
 /// on every page.
 fn text_page(i: usize, pass: u8, page: &mut [u8]) {

@@ -40,6 +40,8 @@ pub enum BackendKind {
     /// Compressed in memory, maybe with a file behind
     /// ([`IoDevice::compressed`]).
     Compressed,
+    /// On another machine: an NBD export ([`IoDevice::nbd`]).
+    Remote,
 }
 
 /// Which direction of IO an injected error hits (the test hooks).
@@ -241,13 +243,14 @@ impl IoDevice {
         self.store.kind()
     }
 
-    /// Whether its reads and writes wait on a disk (a swap file): worth
-    /// handing the rest of a readahead window to the prefetcher while the
-    /// program runs, and writes to an io_uring ring.  Reads from memory
-    /// (RAM, compressed) cost less than the hand-over.
+    /// Whether its reads and writes wait on a disk (a swap file) or a
+    /// network (an NBD export): worth handing the rest of a readahead
+    /// window to the prefetcher while the program runs, and writeback to
+    /// the reclaimer.  Reads from memory (RAM, compressed) cost less than
+    /// the hand-over.
     #[inline]
     pub fn waits_on_disk(&self) -> bool {
-        self.kind() == BackendKind::File
+        matches!(self.kind(), BackendKind::File | BackendKind::Remote)
     }
 
     /// Whether a page read ahead from here should come in dirty rather

@@ -150,6 +150,15 @@ pub enum IoError {
         #[source]
         source: io::Error,
     },
+    /// An NBD export that cannot be used: not reachable, refused, too
+    /// small, read-only.
+    #[error("{target}: {what}")]
+    Nbd {
+        /// The export's URI, canonical.
+        target: String,
+        /// What is wrong and what to do.
+        what: String,
+    },
     /// A device of zero slots was asked for.
     #[error("a swap device needs at least one slot; ask for one or more")]
     ZeroSize,

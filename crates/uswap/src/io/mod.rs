@@ -6,8 +6,8 @@
 //! device lives on); `device.rs` (the
 //! [`IoDevice`] every store sits behind, and the [`PageStore`] trait);
 //! the stores, each building its device: `ram.rs`, `file.rs`,
-//! `compressed/` (with `zpool.rs`, its packed pool); `uring.rs` (queued
-//! writeback).  This file only names them.
+//! `compressed/` (with `zpool.rs`, its packed pool), `nbd/` (an export
+//! on another machine); `uring.rs` (queued writeback).  This file only names them.
 //!
 //! The pager writes evicted pages to a device's slots and reads them back on
 //! a fault.  An [`IoDevice`] is where those pages live, either in memory
@@ -50,6 +50,7 @@ mod crypt;
 mod device;
 mod error;
 mod file;
+pub mod nbd;
 mod options;
 mod ram;
 mod uring;

@@ -6,6 +6,7 @@
 use std::path::PathBuf;
 
 use super::codec::Codec;
+use super::nbd::target::NbdTarget;
 use crate::extent::ExtentMapKind;
 use crate::PAGE_SIZE;
 
@@ -102,6 +103,7 @@ pub struct CompressedOptions {
     pub(crate) limit: u64,
     pub(crate) codec: Codec,
     pub(crate) file: Option<FileOptions>,
+    pub(crate) nbd: Option<NbdTarget>,
     pub(crate) incompressible_to_file: bool,
     pub(crate) sample_check: bool,
     pub(crate) keep_copies: bool,
@@ -119,6 +121,7 @@ impl CompressedOptions {
             limit,
             codec: Codec::Lz4,
             file: None,
+            nbd: None,
             incompressible_to_file: true,
             sample_check: true,
             keep_copies: false,
@@ -146,7 +149,21 @@ impl CompressedOptions {
     /// A file behind the store (a tier): the device has its slots.
     pub fn file(mut self, f: FileOptions) -> Self {
         self.file = Some(f);
+        self.nbd = None;
         self
+    }
+
+    /// An NBD export behind the store (a remote tier): the device has its
+    /// slots (all of the export, or the target's `size`).
+    pub fn nbd(mut self, t: NbdTarget) -> Self {
+        self.nbd = Some(t);
+        self.file = None;
+        self
+    }
+
+    /// The NBD export behind, if any.
+    pub fn nbd_of(&self) -> Option<&NbdTarget> {
+        self.nbd.as_ref()
     }
 
     /// With a file behind: pages that do not compress go straight to it
@@ -182,11 +199,13 @@ impl CompressedOptions {
         self.file.as_ref()
     }
 
-    /// The device's slots.
+    /// The device's slots: the file's, the export's (0 while its size is
+    /// the server's to say: `NbdTarget::size` unset), else the limit's.
     pub fn slots(&self) -> u64 {
-        match &self.file {
-            Some(f) => f.slots(),
-            None => self.limit / PAGE,
+        match (&self.file, &self.nbd) {
+            (Some(f), _) => f.slots(),
+            (None, Some(t)) => t.size.unwrap_or(0) / PAGE,
+            (None, None) => self.limit / PAGE,
         }
     }
 }

@@ -393,6 +393,7 @@ impl Block {
                     kind: match d[0].load(Ordering::Relaxed) {
                         1 => "ram",
                         2 => "file",
+                        4 => "nbd",
                         _ => "compressed",
                     },
                     slots: d[1].load(Ordering::Relaxed),

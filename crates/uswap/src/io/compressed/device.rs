@@ -90,9 +90,11 @@ impl PageStore for CompressedStore {
 
 impl IoDevice {
     /// A compressed device (see [`CompressedOptions`]): pages compressed
-    /// into a packed store in memory, with an optional file behind it.
+    /// into a packed store in memory, with an optional file (or NBD
+    /// export) behind it, whose slots the device has.
     pub fn compressed(opts: &CompressedOptions, registry: &Registry) -> Result<IoDevice, IoError> {
         let store = CompressedStore::new(opts, registry)?;
-        Ok(IoDevice::with_store(opts.slots(), Box::new(store), registry))
+        let slots = store.file.as_ref().map_or(opts.limit / crate::PAGE_SIZE as u64, |f| f.slots());
+        Ok(IoDevice::with_store(slots, Box::new(store), registry))
     }
 }

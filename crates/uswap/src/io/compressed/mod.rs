@@ -120,7 +120,15 @@ pub(crate) struct CompressedStore {
 
 impl CompressedStore {
     pub fn new(opts: &CompressedOptions, registry: &Registry) -> Result<CompressedStore, IoError> {
-        let slots = opts.slots();
+        // The file (or NBD export) behind keeps its own IO counters out
+        // of the instance's: its writes are writebacks, counted as such.
+        // Opened first: an export's size is its server's to say.
+        let file = match (&opts.file, &opts.nbd) {
+            (Some(f), _) => Some(IoDevice::file(f, &Registry::new())?),
+            (None, Some(t)) => Some(IoDevice::nbd(t, &Registry::new())?),
+            (None, None) => None,
+        };
+        let slots = file.as_ref().map_or(opts.limit / PAGE, |f| f.slots());
         if slots == 0 {
             return Err(IoError::ZeroSize);
         }
@@ -134,18 +142,12 @@ impl CompressedStore {
         // Alone, room for every slot's page stored whole, plus a part-used
         // block per class; with a file, the limit (at least a megabyte:
         // a class that finds no block free gets one by writing back).
-        let blocks = match &opts.file {
+        let blocks = match &file {
             None => (slots * PAGE).div_ceil(BLOCK as u64) as usize + zpool::CLASSES,
             Some(_) => ((opts.limit / BLOCK as u64) as usize).max(MIN_BLOCKS),
         };
         let pool = Pool::new(blocks, registry)?;
         let codec = Contexts::new(opts.codec)?;
-        // The file behind keeps its own IO counters out of the instance's:
-        // its writes are writebacks, counted as such.
-        let file = match &opts.file {
-            Some(f) => Some(IoDevice::file(f, &Registry::new())?),
-            None => None,
-        };
         let table = |what| crate::table::zeroed::<AtomicU64>(slots as usize, what);
         let lru_len = if file.is_some() { slots as usize } else { 0 };
         let acct = Accounts::new(registry);

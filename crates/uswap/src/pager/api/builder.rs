@@ -408,6 +408,7 @@ impl SwapBuilder {
                 SwapDeviceSpec::Compressed { options, priority } => {
                     (IoDevice::compressed(options, &registry)?, *priority)
                 }
+                SwapDeviceSpec::Remote { target, priority } => (IoDevice::nbd(target, &registry)?, *priority),
             };
             space = space.device(SlotDeviceConfig::new(dev.slots()).priority(prio));
             devices.push(dev);

@@ -482,6 +482,7 @@ impl Inner {
                 crate::io::BackendKind::Ram => 1,
                 crate::io::BackendKind::File => 2,
                 crate::io::BackendKind::Compressed => 3,
+                crate::io::BackendKind::Remote => 4,
             };
             // Less the header slot, which is never handed out.
             self.registry

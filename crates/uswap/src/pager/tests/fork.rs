@@ -46,9 +46,8 @@ fn check_seeded(base: *const u8, pages: std::ops::Range<usize>, seed: u64) -> Op
 /// A everywhere, writes B over the first half and reads it back through
 /// its own evictions, maps a region of its own, and drops everything.
 /// Parent, after: A and C; once the child is gone, every slot comes back.
-fn fork_scenario(mode: FaultMode, file: bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let (swap, mut region) = filled_before_a_fork(mode, ram_or_file(file, &dir, "fork"));
+fn fork_scenario(mode: FaultMode, device: SwapDeviceSpec) {
+    let (swap, mut region) = filled_before_a_fork(mode, device);
     let base = region.as_mut_slice().as_mut_ptr();
     let pages = region.len() / PAGE_SIZE;
     let half = pages / 2;
@@ -152,11 +151,24 @@ fn fork_scenario(mode: FaultMode, file: bool) {
 #[test]
 fn a_forked_child_sees_its_parents_memory() {
     if let Some(arg) = child::scenario() {
-        fork_scenario(mode_from(&arg), arg.contains("file"));
+        let dir = tempfile::tempdir().unwrap();
+        if arg.contains("nbd") {
+            // The child reads its parent's slots over connections of its
+            // own; the parent's stay the parent's.
+            let server = crate::io::nbd::server::Server::start(&["memory", "64M"]);
+            fork_scenario(mode_from(&arg), SwapDeviceSpec::nbd(server.target(true)));
+        } else {
+            fork_scenario(mode_from(&arg), ram_or_file(arg.contains("file"), &dir, "fork"));
+        }
         child::exit(0);
     }
-    for (mode, file) in MODES_AND_DEVICES {
-        let arg = format!("{}{}", mode_name(mode), if file { "-file" } else { "" });
+    let nbd = [(FaultMode::Sigbus, "-nbd"), (FaultMode::HandlerThread, "-nbd")];
+    let devices = MODES_AND_DEVICES
+        .iter()
+        .map(|&(mode, file)| (mode, if file { "-file" } else { "" }))
+        .chain(nbd);
+    for (mode, device) in devices {
+        let arg = format!("{}{device}", mode_name(mode));
         let out = child::run(
             "pager::tests::fork::a_forked_child_sees_its_parents_memory",
             &arg,

@@ -18,6 +18,7 @@ mod limits;
 mod memory;
 mod policy;
 mod races;
+mod remote;
 mod signals;
 mod soak;
 mod support;

@@ -1,0 +1,109 @@
+//! Tests' NBD servers: `nbdkit`, started by the test on a Unix socket in
+//! a directory of its own, ended with the test (`--exit-with-parent`,
+//! and killed when the handle goes).  `scripts/check` installs nbdkit;
+//! a test that finds none fails and says how to install it, it never
+//! passes without a server.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::target::{Endpoint, NbdTarget};
+
+/// A running nbdkit.
+pub(crate) struct Server {
+    child: Option<Child>,
+    args: Vec<String>,
+    sock: PathBuf,
+    /// The directory of its socket (and the tests' files).
+    pub dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// `nbdkit ARGS` (a plugin and its parameters, filters first) on a
+    /// socket of its own.
+    pub fn start(args: &[&str]) -> Server {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(dir, args)
+    }
+
+    /// The same in `dir`, whose files the arguments may name.
+    pub fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Server {
+        let sock = dir.path().join("nbd.sock");
+        let mut s = Server {
+            child: None,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            sock,
+            dir,
+        };
+        s.restart();
+        s
+    }
+
+    /// Start it again after `kill` (the same socket, arguments, files).
+    pub fn restart(&mut self) {
+        assert!(self.child.is_none(), "running already");
+        let _ = std::fs::remove_file(&self.sock);
+        let child = Command::new("nbdkit")
+            .args(["--foreground", "--exit-with-parent", "--unix"])
+            .arg(&self.sock)
+            .args(&self.args)
+            .stdin(Stdio::null())
+            // Its messages (errors it injects, a client gone) go to a
+            // file beside its socket, for a test to read if it fails.
+            .stderr(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(self.dir.path().join("nbdkit.log"))
+                    .map(Stdio::from)
+                    .unwrap_or_else(|_| Stdio::inherit()),
+            )
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("cannot start nbdkit ({e}): the NBD tests need it; install it with `apt-get install nbdkit` (scripts/check does)")
+            });
+        self.child = Some(child);
+        let start = Instant::now();
+        while !self.sock.exists() {
+            assert!(start.elapsed() < Duration::from_secs(10), "nbdkit did not make its socket");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Kill it (SIGKILL) and reap it.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// The URI of its export, encrypted or not.
+    pub fn target(&self, encrypt: bool) -> NbdTarget {
+        NbdTarget {
+            endpoint: Endpoint::Unix {
+                path: self.sock.clone(),
+            },
+            export: String::new(),
+            size: None,
+            encrypt,
+        }
+    }
+
+    /// A path in its directory.
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// Its socket.
+    pub fn socket(&self) -> &Path {
+        &self.sock
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
