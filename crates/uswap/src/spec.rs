@@ -514,6 +514,7 @@ mod tests {
                         endpoint: Endpoint::Unix { path: path.into() },
                         export: "e".into(),
                         size: Some(file_pages * PAGE_SIZE as u64),
+                        deadline: None,
                         encrypt,
                     };
                     if k == 4 {

@@ -19,15 +19,17 @@
 //!
 //! **A lost server** (DESIGN.md, "The remote tier"): a connection that
 //! fails (closed, reset, a timeout, a reply that is not the one asked
-//! for) is dropped, never read on, and the call makes it again and
-//! retries, backing off from 10 ms to 1 s, until the device's deadline
-//! has passed since its first failure.  Then the call fails: a write with
-//! the error that may pass (`ETIMEDOUT`, `ECONNREFUSED`...), so that the
-//! pager keeps the page staged and retries later; a read, so that the
-//! pager poisons the page, whose only copy is on the server (its access
-//! gets SIGBUS, the reason on stderr).  An error the server returns for
-//! one request (`EIO`, `ENOSPC`) is that request's, the connection
-//! stays.
+//! for) is dropped, never read on, and made again.  A read, whose page
+//! is only on the server, retries, backing off from 10 ms to 1 s, until
+//! the device's deadline (`deadline=`, 60 s by default) has passed since
+//! its first failure; then it fails with `EHOSTDOWN` and the pager
+//! poisons the page (its access gets SIGBUS, the reason on stderr).  A write tries a new
+//! connection once and then fails with `ETIMEDOUT`, an error that may
+//! pass: the pager keeps the page staged and writes it later, backing
+//! off (a fault never waits out a deadline to make room), and a tier's
+//! store keeps its pages meanwhile.  An error the server returns for one
+//! request (`EIO`, `ENOSPC`) is that request's, as a disk's would be, and
+//! the connection stays.
 //!
 //! **Freed slots are trimmed** (`NBD_CMD_TRIM`, zram's slot-free notice
 //! for a server): a freed slot is queued, and the next write call sends
@@ -185,10 +187,21 @@ impl NbdStore {
     }
 
     /// Run `io` on a connection, making it again and retrying while the
-    /// server is lost, until the deadline.  `io` returns the server's own
-    /// error for a request as `Ok(Err(errno))`, which is final.
-    fn call(&self, mut io: impl FnMut(&mut Conn) -> io::Result<Result<(), i32>>) -> Result<(), io::Error> {
+    /// server is lost: until the deadline when `patient` (a read), else
+    /// once (a write).  Given up, the error is `EHOSTDOWN` for a read (the
+    /// server is taken for gone: the pager poisons the page) and
+    /// `ETIMEDOUT` for a write (an error that may pass: the pager keeps the
+    /// page and tries again later).  `io` returns
+    /// the server's own error for a request as `Ok(Err(errno))`, which is
+    /// final.
+    fn call(
+        &self,
+        patient: bool,
+        mut io: impl FnMut(&mut Conn) -> io::Result<Result<(), i32>>,
+    ) -> Result<(), io::Error> {
+        let deadline = if patient { self.deadline.as_nanos() as u64 } else { 0 };
         let mut first_failure = 0u64;
+        let mut tries = 0;
         let mut backoff = 10u64;
         loop {
             let mut slot = self.take();
@@ -199,19 +212,23 @@ impl NbdStore {
             match result {
                 Ok(Ok(())) => return Ok(()),
                 Ok(Err(errno)) => return Err(io::Error::from_raw_os_error(errno)),
-                Err(e) => {
+                Err(_) => {
                     // The stream is lost: never read on.
                     slot.conn = None;
                     drop(slot);
+                    tries += 1;
                     let now = monotonic_ns();
                     if first_failure == 0 {
                         first_failure = now;
                     }
-                    if now - first_failure >= self.deadline.as_nanos() as u64 {
-                        return Err(e);
+                    if now - first_failure >= deadline && tries >= 2 {
+                        let errno = if patient { libc::EHOSTDOWN } else { libc::ETIMEDOUT };
+                        return Err(io::Error::from_raw_os_error(errno));
                     }
-                    nap(backoff);
-                    backoff = (backoff * 2).min(1000);
+                    if tries >= 2 {
+                        nap(backoff);
+                        backoff = (backoff * 2).min(1000);
+                    }
                 }
             }
         }
@@ -227,7 +244,7 @@ impl NbdStore {
     /// Read `buf` from byte `at`, pipelined.
     fn read_at(&self, at: u64, buf: &mut [u8]) -> Result<(), io::Error> {
         let piece = self.piece_len();
-        self.call(|c| {
+        self.call(true, |c| {
             for (k, batch) in buf.chunks_mut(piece * MAX_PIECES).enumerate() {
                 let base = at + (k * piece * MAX_PIECES) as u64;
                 let n = batch.len().div_ceil(piece);
@@ -336,7 +353,7 @@ impl NbdStore {
         let piece = self.piece_len();
         let page = PAGE_SIZE as u64;
         let mut first_try = true;
-        self.call(|c| {
+        self.call(false, |c| {
             // The trims go ahead of the writes, on the first try only (a
             // connection lost since took them with it, or not: a trim is
             // advice).  Their errors are the server's business.
@@ -538,11 +555,11 @@ impl IoDevice {
     /// that is not there, an export too small or read-only is an error
     /// now, in one line.
     pub fn nbd(t: &NbdTarget, registry: &Registry) -> Result<IoDevice, IoError> {
-        Self::nbd_with_deadline(t, DEADLINE, registry)
+        Self::nbd_with_deadline(t, t.deadline.unwrap_or(DEADLINE), registry)
     }
 
-    /// [`IoDevice::nbd`] with a deadline for a lost server other than
-    /// [`DEADLINE`].
+    /// [`IoDevice::nbd`] with a deadline for a lost server other than the
+    /// target's (`deadline=`, else [`DEADLINE`]).
     pub fn nbd_with_deadline(t: &NbdTarget, deadline: Duration, registry: &Registry) -> Result<IoDevice, IoError> {
         let (addr, first, export) = open(t)?;
         let bytes = match t.size {

@@ -87,6 +87,7 @@ impl Server {
             },
             export: String::new(),
             size: None,
+            deadline: None,
             encrypt,
         }
     }

@@ -3,14 +3,15 @@
 //! with uswap's own query parameters.
 //!
 //! ```text
-//! nbd://HOST[:PORT]/[EXPORT][?size=SIZE][&plain]
-//! nbd+unix:///[EXPORT]?socket=PATH[&size=SIZE][&plain]
+//! nbd://HOST[:PORT]/[EXPORT][?size=SIZE][&deadline=TIME][&plain]
+//! nbd+unix:///[EXPORT]?socket=PATH[&size=SIZE][&deadline=TIME][&plain]
 //! ```
 //!
 //! The port defaults to 10809; the export to the server's default
 //! (the empty name).  `size` uses less of the export than its whole
-//! (binary suffixes, whole pages); `plain` writes pages as they are, not
-//! encrypted.  The export name and the socket path are percent-decoded.
+//! (binary suffixes, whole pages); `deadline` is how long a lost server
+//! is waited for before its pages are given up (`30`, `30s`, `500ms`;
+//! default 60 s); `plain` writes pages as they are, not encrypted.  The export name and the socket path are percent-decoded.
 //! TLS (`nbds://`) is refused with the reason: uswap's pages are sealed
 //! with AES-256-GCM whatever the transport, but the client has no TLS.
 
@@ -59,8 +60,20 @@ pub struct NbdTarget {
     pub export: String,
     /// Bytes of the export to use, whole pages; `None`: all of it.
     pub size: Option<u64>,
+    /// How long a lost server is waited for (`None`: the default, 60 s).
+    pub deadline: Option<std::time::Duration>,
     /// Encrypt pages (the default).
     pub encrypt: bool,
+}
+
+/// A deadline as written: `30`, `30s` or `500ms`.
+fn parse_deadline(v: &str) -> Option<std::time::Duration> {
+    let ms = if let Some(ms) = v.strip_suffix("ms") {
+        ms.parse::<u64>().ok()?
+    } else {
+        v.strip_suffix('s').unwrap_or(v).parse::<u64>().ok()?.checked_mul(1000)?
+    };
+    (ms > 0).then(|| std::time::Duration::from_millis(ms))
 }
 
 /// Whether `s` starts like an NBD URI (the spec parser's question).
@@ -102,6 +115,7 @@ impl NbdTarget {
         let export = decode(path, "export name")?;
         let mut socket = None;
         let mut size = None;
+        let mut deadline = None;
         let mut encrypt = true;
         for kv in query.unwrap_or("").split('&').filter(|kv| !kv.is_empty()) {
             let (k, v) = match kv.split_once('=') {
@@ -119,10 +133,15 @@ impl NbdTarget {
                         .ok_or_else(|| format!("size={v} is not a size of at least 4K"))?;
                     size = Some(b / crate::PAGE_SIZE as u64 * crate::PAGE_SIZE as u64);
                 }
+                ("deadline", Some(v)) => {
+                    deadline = Some(parse_deadline(v).ok_or_else(|| {
+                        format!("deadline={v} is not a time; write e.g. deadline=30s or deadline=500ms")
+                    })?)
+                }
                 ("plain", None) => encrypt = false,
                 _ => {
                     return Err(format!(
-                        "{kv:?} is not a parameter uswap knows: socket=PATH (nbd+unix), size=SIZE, plain"
+                        "{kv:?} is not a parameter uswap knows: socket=PATH (nbd+unix), size=SIZE, deadline=TIME, plain"
                     ))
                 }
             }
@@ -164,6 +183,7 @@ impl NbdTarget {
             endpoint,
             export,
             size,
+            deadline,
             encrypt,
         })
     }
@@ -185,6 +205,15 @@ impl std::fmt::Display for NbdTarget {
         }
         if let Some(s) = self.size {
             write!(f, "{sep}size={s}")?;
+            sep = '&';
+        }
+        if let Some(d) = self.deadline {
+            let ms = d.as_millis();
+            if ms % 1000 == 0 {
+                write!(f, "{sep}deadline={}s", ms / 1000)?;
+            } else {
+                write!(f, "{sep}deadline={ms}ms")?;
+            }
             sep = '&';
         }
         if !self.encrypt {
@@ -230,6 +259,11 @@ mod tests {
             }
         );
         assert_eq!(t.to_string(), "nbd+unix:///?socket=/run/nbd%20x.sock");
+        let t = NbdTarget::parse("nbd://h/e?deadline=90").unwrap();
+        assert_eq!(t.deadline, Some(std::time::Duration::from_secs(90)));
+        assert_eq!(t.to_string(), "nbd://h:10809/e?deadline=90s");
+        let t = NbdTarget::parse("nbd://h/e?deadline=250ms").unwrap();
+        assert_eq!(t.deadline, Some(std::time::Duration::from_millis(250)));
     }
 
     #[test]
@@ -244,6 +278,8 @@ mod tests {
             ("nbd://h/e?socket=/s", "belongs to nbd+unix"),
             ("nbd://h/e?size=12", "not a size"),
             ("nbd://h/e?tls=on", "not a parameter"),
+            ("nbd://h/e?deadline=0", "not a time"),
+            ("nbd://h/e?deadline=soon", "not a time"),
             ("nbd://[::1/e", "[ADDRESS]"),
             ("nbd://h/%ff", "UTF-8"),
         ] {
@@ -261,12 +297,14 @@ mod tests {
             export in ".{0,12}",
             path in "/[^\u{0}]{1,16}",
             pages in proptest::option::of(1u64..1 << 30),
+            deadline_ms in proptest::option::of(1u64..1 << 40),
             encrypt in any::<bool>(),
         ) {
             let t = NbdTarget {
                 endpoint: if unix { Endpoint::Unix { path: path.into() } } else { Endpoint::Tcp { host, port } },
                 export,
                 size: pages.map(|p| p * crate::PAGE_SIZE as u64),
+                deadline: deadline_ms.map(std::time::Duration::from_millis),
                 encrypt,
             };
             let s = t.to_string();

@@ -523,6 +523,16 @@ pub(crate) fn log_poison(addr: u64, len: u64, e: crate::swap_space::SwapEntry, e
         ));
         return;
     }
+    if err.errno() == Some(libc::EHOSTDOWN) {
+        // An NBD device whose server stayed gone past its deadline.
+        report::line(format_args!(
+            "uswap: swap-in of {len} bytes at {addr:#x} failed: device {} slot {}: its server stayed unreachable past the device's deadline (errno {}); the memory is poisoned and touching it raises SIGBUS",
+            e.device(),
+            e.offset(),
+            libc::EHOSTDOWN
+        ));
+        return;
+    }
     report::line(format_args!(
         "uswap: swap-in of {len} bytes at {addr:#x} failed: device {} slot {} gave errno {}; the memory is poisoned and touching it raises SIGBUS",
         e.device(),

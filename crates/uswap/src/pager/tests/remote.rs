@@ -1,7 +1,10 @@
 //! The pager on an NBD export (nbdkit on a Unix socket, started by the
 //! test): a region four times its budget in both fault modes, every byte
-//! checked, and a compressed tier with the export behind.
+//! checked; a compressed tier with the export behind; the server gone
+//! and back within the deadline (nothing lost), and gone for good (what
+//! it held poisoned, the rest intact).
 
+use super::child;
 use super::support::*;
 use super::*;
 use crate::io::nbd::server::Server;
@@ -91,5 +94,109 @@ fn a_compressed_tier_with_an_nbd_export_behind() {
         );
         drop(region);
         assert_all_returned(&swap, &format!("{mode:?}"));
+    }
+}
+
+/// The server stops and comes back (its file plugin keeps what it was
+/// given) while the program runs: faults wait for it, writeback backs off
+/// and goes on, and every page reads back.
+#[test]
+fn a_server_back_within_the_deadline_loses_no_page() {
+    for mode in both_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let disk = dir.path().join("disk");
+        std::fs::File::create(&disk).unwrap().set_len(64 * MIB).unwrap();
+        let mut server = Server::start_in(dir, &["file", disk.to_str().unwrap()]);
+        let mut target = server.target(true);
+        target.deadline = Some(std::time::Duration::from_secs(30));
+        let swap = Swap::builder()
+            .budget(MIB)
+            .device(SwapDeviceSpec::nbd(target))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
+        let mut region = swap.map((8 * MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr() as usize;
+        let pages = region.len() / PAGE_SIZE;
+        write_pages(base as *mut u8, 0..pages);
+        server.kill();
+        std::thread::scope(|s| {
+            // Reads and writes all over the region, most of it out.
+            let program = s.spawn(move || {
+                let bad = check_pages(base as *const u8, 0..pages);
+                write_pages(base as *mut u8, 0..pages);
+                bad
+            });
+            std::thread::sleep(std::time::Duration::from_millis(300));
+            // From this thread: nbdkit ends with the thread that started it.
+            server.restart();
+            assert_eq!(program.join().unwrap(), None, "{mode:?}");
+        });
+        assert_eq!(check_pages(base as *const u8, 0..pages), None, "{mode:?}");
+        assert_eq!(swap.stats().counters.swapin_errors, 0, "{mode:?}");
+        drop(region);
+        assert_all_returned(&swap, &format!("{mode:?}"));
+    }
+}
+
+/// The server gone for good: pages still in memory read as written, and
+/// a page only the server held, once the deadline has passed, is poisoned
+/// (SIGBUS, the reason on stderr), never read as zeros.
+fn server_gone_scenario(mode: FaultMode) {
+    let mut server = Server::start(&["memory", "64M"]);
+    let mut target = server.target(true);
+    target.deadline = Some(std::time::Duration::from_millis(300));
+    let swap = Swap::builder()
+        .budget(MIB)
+        .device(SwapDeviceSpec::nbd(target))
+        .fault_mode(mode)
+        .background_reclaim(false)
+        .build()
+        .unwrap();
+    let mut region = swap.map((8 * MIB) as usize).unwrap();
+    let base = region.as_mut_slice().as_mut_ptr();
+    let pages = region.len() / PAGE_SIZE;
+    write_pages(base, 0..pages);
+    let resident: Vec<usize> = (0..pages).filter(|&i| region.is_resident(i)).collect();
+    let victim = (0..pages)
+        .find(|&i| !region.is_resident(i) && region.slot_of(i).is_some())
+        .expect("a page swapped out");
+    server.kill();
+    for &i in &resident {
+        if let Some(bad) = check_pages(base, i..i + 1) {
+            eprintln!("a resident page changed: {bad:?}");
+            child::exit(2);
+        }
+    }
+    eprintln!(
+        "{} resident pages intact; touching page {victim}, which only the server held",
+        resident.len()
+    );
+    // SAFETY: a byte of the live region.
+    let v = unsafe { std::ptr::read_volatile(base.add(victim * PAGE_SIZE)) };
+    // Not reached: SIGBUS.
+    eprintln!("read {v:#x} from a page the server lost");
+    child::exit(3);
+}
+
+#[test]
+fn a_server_gone_for_good_poisons_only_what_it_held() {
+    if let Some(arg) = child::scenario() {
+        server_gone_scenario(mode_from(&arg));
+    }
+    for mode in both_modes() {
+        let out = child::run(
+            "pager::tests::remote::a_server_gone_for_good_poisons_only_what_it_held",
+            mode_name(mode),
+            std::time::Duration::from_secs(60),
+        );
+        assert!(out.stderr.contains("resident pages intact"), "{mode:?}: {out:?}");
+        assert!(
+            out.stderr
+                .contains("its server stayed unreachable past the device's deadline")
+                && out.stderr.contains("the memory is poisoned"),
+            "{mode:?}: {out:?}"
+        );
+        assert_eq!(out.signal, Some(libc::SIGBUS), "{mode:?}: {out:?}");
     }
 }
