@@ -22,6 +22,9 @@
 //!   budget a quarter of the region, so most of them are on a RAM
 //!   swap device: each touch reads the page back.
 //! - `swapin-file`: the same from an O_DIRECT swap file in the temp dir.
+//! - `swapin-nbd`: the same from an NBD export, nbdkit's memory plugin on
+//!   a Unix socket (started for the run): a network swap device's fault
+//!   without the network, beside FluidMem's 24.9 us.
 //! - `zero-fill-2m`, `swapin-ram-2m`, `swapin-file-2m`: the same in a region of 2 MB units
 //!   (`map_huge`): the first touch of a unit brings in all 512 pages (one
 //!   `UFFDIO_MOVE`, one 2 MB read), the other 511 touches cost nothing; the
@@ -49,6 +52,7 @@ use uswap::uffd::{Features, Reach, RegisterMode, Uffd};
 
 use super::threads_by_variant;
 use crate::report::{emit, interleave, summarize, Common, Report, Round, Variant};
+use crate::workload::remote::{NbdPlugin, NbdServer};
 
 const PAGE: usize = uswap::PAGE_SIZE;
 
@@ -103,7 +107,7 @@ fn variant_name(name: &str, mode: ModeArg) -> String {
     }
 }
 
-const VARIANTS: [&str; 10] = [
+const VARIANTS: [&str; 11] = [
     "kernel-anon",
     "bare-uffd",
     "zero-fill",
@@ -114,6 +118,7 @@ const VARIANTS: [&str; 10] = [
     "swapin-ram-2m",
     "swapin-file",
     "swapin-file-2m",
+    "swapin-nbd",
 ];
 
 /// Touch one byte of every page of `[base, base + len)` from `threads`
@@ -247,11 +252,17 @@ fn uswap_run(
 ) -> anyhow::Result<Round> {
     let dir = tempfile::tempdir().context("temp dir for the swap file")?;
     let swap_bytes = (len as u64) * 2;
+    let mut _server = None;
     let device = if variant.starts_with("swapin-file") {
         SwapDeviceSpec::file(FileOptions::new(
             dir.path().join("swap"),
             swap_bytes / PAGE as u64,
         ))
+    } else if variant == "swapin-nbd" {
+        let server = NbdServer::start(NbdPlugin::Memory, swap_bytes, 0.0, dir.path())?;
+        let device = server.uri().parse().context("the export's URI")?;
+        _server = Some(server);
+        device
     } else {
         SwapDeviceSpec::ram(swap_bytes)
     };

@@ -19,6 +19,7 @@ pub mod ablation;
 pub mod kernel_swap;
 pub mod plot;
 pub mod program;
+pub mod remote;
 pub mod side_by_side;
 mod tables;
 pub mod worker;

@@ -17,6 +17,7 @@ use serde_json::json;
 
 use super::ablation::ABLATIONS;
 use super::kernel_swap::{self, interrupted, KernelSwap, MemCgroup};
+use super::remote::{NbdPlugin, NbdServer};
 use super::worker::{self, Backend, WorkerResult, WorkerSpec};
 use super::workload::{DataKind, Pattern, Unit, Workload, HUGE, PAGE};
 use super::{plot, tables};
@@ -30,7 +31,9 @@ pub struct SwapOpts {
     pub common: Common,
     /// Who pages the memory, comma separated: uswap (RAM swap device),
     /// uswap-file, uswap-zram (compressed RAM), uswap-zram-file (compressed
-    /// RAM of --store-limit with a swap file behind), kernel-zram
+    /// RAM of --store-limit with a swap file behind), uswap-nbd (an NBD
+    /// export: nbdkit started for each run, --nbd-plugin, --nbd-delay-ms),
+    /// uswap-zram-nbd (compressed RAM with the export behind), kernel-zram
     /// (/dev/zram0), kernel-file (a swap file), kernel-zswap (a swap file
     /// behind zswap, its pool limited as --store-limit).  Kernel backends
     /// run in a cgroup v1 memory cgroup with the same budget, set up and
@@ -93,6 +96,17 @@ pub struct SwapOpts {
     /// closest kin there).
     #[arg(long, default_value = "lzo-rle")]
     pub zswap_compressor: String,
+    /// What the NBD server of uswap-nbd and uswap-zram-nbd keeps pages in
+    /// (nbdkit, started by the bench for each run on a Unix socket): memory
+    /// (another machine's RAM) or file (another machine's disk: a file in
+    /// --swap-dir).
+    #[arg(long, value_enum, default_value = "memory")]
+    pub nbd_plugin: NbdPlugin,
+    /// Milliseconds nbdkit's delay filter adds to each read and write of
+    /// the remote backends, for a network's round trip (e.g. 0.05 for
+    /// 50 us) [default: none, the local socket's own].
+    #[arg(long, default_value_t = 0.0)]
+    pub nbd_delay_ms: f64,
     /// Draw the latency CDF, throughput over time and per-variant bars to
     /// this file (.png or .svg).
     #[arg(long, value_name = "FILE")]
@@ -250,7 +264,7 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
     validate(o, units, swap_bytes)?;
     let c = &o.common;
     let backends: Vec<Backend> = if o.compare {
-        Backend::ALL.to_vec()
+        Backend::COMPARE.to_vec()
     } else {
         let mut b = o.backend.clone();
         b.dedup();
@@ -325,7 +339,7 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
     }
     let rounds = interleave(c, workload.name(), &combos, Combo::name, |_, combo| {
         interrupted()?;
-        let spec = WorkerSpec {
+        let mut spec = WorkerSpec {
             workload,
             backend: combo.backend,
             ablation: combo.ablation.to_string(),
@@ -341,9 +355,23 @@ fn run(o: &SwapOpts, workload: Workload, units: &[Unit]) -> Result<()> {
             store_limit,
             swap_dir: uswap_dir.path().to_path_buf(),
             cgroup: None,
+            nbd: None,
             result: PathBuf::new(),
         };
-        run_one(spec, &swap_dir, zram_algorithm.as_deref(), &zswap, scratch.path())
+        // The remote backends' server, fresh for the run, gone after it.
+        let server = match combo.backend.uses_nbd() {
+            true => Some(NbdServer::start(
+                o.nbd_plugin,
+                swap_bytes,
+                o.nbd_delay_ms,
+                uswap_dir.path(),
+            )?),
+            false => None,
+        };
+        spec.nbd = server.as_ref().map(|s| s.uri().to_string());
+        let result = run_one(spec, &swap_dir, zram_algorithm.as_deref(), &zswap, scratch.path());
+        drop(server);
+        result
     })?;
 
     // What kernel-zram compressed with: the one given it, else zram's own.
@@ -510,7 +538,7 @@ fn summarize(
         );
     }
     match combo.backend {
-        Backend::UswapZram | Backend::UswapZramFile => {
+        Backend::UswapZram | Backend::UswapZramFile | Backend::UswapZramNbd => {
             extra.insert("codec".into(), json!(o.codec));
         }
         Backend::KernelZram => {
@@ -521,7 +549,10 @@ fn summarize(
         }
         _ => {}
     }
-    if matches!(combo.backend, Backend::UswapZramFile | Backend::KernelZswap) {
+    if matches!(
+        combo.backend,
+        Backend::UswapZramFile | Backend::UswapZramNbd | Backend::KernelZswap
+    ) {
         extra.insert("store_limit".into(), json!(store_limit));
     }
     extra.insert("cdf".into(), json!(last.cdf));

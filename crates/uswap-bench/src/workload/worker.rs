@@ -39,6 +39,12 @@ pub enum Backend {
     /// uswap with a compressed RAM device of --store-limit with a swap
     /// file behind it (a tier).
     UswapZramFile,
+    /// uswap with an NBD export (nbdkit, started for the run: --nbd-plugin,
+    /// --nbd-delay).
+    UswapNbd,
+    /// uswap with a compressed RAM device of --store-limit with the NBD
+    /// export behind it (a remote tier).
+    UswapZramNbd,
     /// Kernel swap on /dev/zram0 (compressed RAM), in a memory cgroup.
     KernelZram,
     /// Kernel swap on a swap file in --swap-dir, in a memory cgroup.
@@ -49,11 +55,25 @@ pub enum Backend {
 }
 
 impl Backend {
-    pub const ALL: [Backend; 7] = [
+    /// What `--compare` runs: every backend on this machine's own devices.
+    pub const COMPARE: [Backend; 7] = [
         Backend::Uswap,
         Backend::UswapFile,
         Backend::UswapZram,
         Backend::UswapZramFile,
+        Backend::KernelZram,
+        Backend::KernelFile,
+        Backend::KernelZswap,
+    ];
+
+    /// Every backend.
+    pub const ALL: [Backend; 9] = [
+        Backend::Uswap,
+        Backend::UswapFile,
+        Backend::UswapZram,
+        Backend::UswapZramFile,
+        Backend::UswapNbd,
+        Backend::UswapZramNbd,
         Backend::KernelZram,
         Backend::KernelFile,
         Backend::KernelZswap,
@@ -65,6 +85,8 @@ impl Backend {
             Backend::UswapFile => "uswap-file",
             Backend::UswapZram => "uswap-zram",
             Backend::UswapZramFile => "uswap-zram-file",
+            Backend::UswapNbd => "uswap-nbd",
+            Backend::UswapZramNbd => "uswap-zram-nbd",
             Backend::KernelZram => "kernel-zram",
             Backend::KernelFile => "kernel-file",
             Backend::KernelZswap => "kernel-zswap",
@@ -76,6 +98,11 @@ impl Backend {
             self,
             Backend::KernelZram | Backend::KernelFile | Backend::KernelZswap
         )
+    }
+
+    /// Whether the run swaps to an NBD server the bench starts for it.
+    pub fn uses_nbd(self) -> bool {
+        matches!(self, Backend::UswapNbd | Backend::UswapZramNbd)
     }
 
     /// Whether the run puts a swap file of uswap's in the swap directory.
@@ -94,6 +121,11 @@ impl Backend {
             Backend::UswapZram => Some(Backend::KernelZram),
             Backend::UswapFile => Some(Backend::KernelFile),
             Backend::UswapZramFile => Some(Backend::KernelZswap),
+            // No kernel NBD client on this machine kind (no nbd module):
+            // the export against a kernel swap file, the remote tier
+            // against zswap in front of one.
+            Backend::UswapNbd => Some(Backend::KernelFile),
+            Backend::UswapZramNbd => Some(Backend::KernelZswap),
             _ => None,
         }
     }
@@ -127,6 +159,9 @@ pub struct WorkerSpec {
     pub swap_dir: PathBuf,
     /// The memory cgroup to join first (kernel backends).
     pub cgroup: Option<PathBuf>,
+    /// The NBD export's URI (the remote backends), set by the run.
+    #[serde(default)]
+    pub nbd: Option<String>,
     /// Where to write the [`WorkerResult`].
     pub result: PathBuf,
 }
@@ -333,6 +368,18 @@ impl Pager {
                 spec.swap_bytes,
                 if a.plaintext { ":plain" } else { "" }
             ))?,
+            Backend::UswapNbd | Backend::UswapZramNbd => {
+                let uri = spec
+                    .nbd
+                    .as_deref()
+                    .context("a remote backend without its server")?;
+                let plain = if a.plaintext { "&plain" } else { "" };
+                if spec.backend == Backend::UswapNbd {
+                    spec_of(format!("{uri}{plain}"))?
+                } else {
+                    spec_of(format!("zram:{}:{},{uri}{plain}", spec.store_limit, spec.codec))?
+                }
+            }
             _ => SwapDeviceSpec::ram(spec.swap_bytes),
         };
         let device = match device {
@@ -477,7 +524,7 @@ pub fn main(args: &WorkerArgs) -> Result<()> {
     result.store = match spec.backend {
         Backend::KernelZram => StoreUse::of_zram(),
         Backend::KernelZswap => StoreUse::of_zswap(vmstat("zswpwb").saturating_sub(zswap_wb0)),
-        Backend::UswapZram | Backend::UswapZramFile => StoreUse::of_uswap(&stats),
+        Backend::UswapZram | Backend::UswapZramFile | Backend::UswapZramNbd => StoreUse::of_uswap(&stats),
         _ => None,
     };
 
