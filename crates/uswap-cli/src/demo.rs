@@ -24,9 +24,12 @@ pub struct DemoArgs {
     /// at most SIZE of it), `ram:SIZE` (pages kept whole in memory),
     /// `file:PATH:SIZE` (created private and preallocated if missing;
     /// O_DIRECT; encrypted with a key held only in memory, `:plain` to
-    /// write plaintext), or a tier `zram:SIZE[:CODEC],file:PATH:SIZE`
-    /// (the store's oldest pages go to the file when it holds SIZE).
-    /// Repeat for several devices.
+    /// write plaintext), an NBD export `nbd://HOST[:PORT]/EXPORT` or
+    /// `nbd+unix:///EXPORT?socket=PATH` (e.g. `nbdkit memory 8G` on
+    /// another machine; sealed unless `?plain`), or a tier
+    /// `zram:SIZE[:CODEC],file:PATH:SIZE` or `zram:SIZE[:CODEC],nbd://...`
+    /// (the store's oldest pages go to the file or export when it holds
+    /// SIZE).  Repeat for several devices.
     #[arg(long = "swap", default_value = "zram:512M", value_parser = parse_device)]
     pub swap: Vec<SwapDeviceSpec>,
     /// What the pages hold: text (compresses about 2x), random (does
