@@ -15,6 +15,8 @@ pub(crate) struct Server {
     child: Option<Child>,
     args: Vec<String>,
     sock: PathBuf,
+    /// A TCP port on 127.0.0.1 instead of the socket, when one was asked.
+    port: Option<u16>,
     /// The directory of its socket (and the tests' files).
     pub dir: tempfile::TempDir,
 }
@@ -34,6 +36,25 @@ impl Server {
             child: None,
             args: args.iter().map(|a| a.to_string()).collect(),
             sock,
+            port: None,
+            dir,
+        };
+        s.restart();
+        s
+    }
+
+    /// `nbdkit ARGS` on a free TCP port of 127.0.0.1.
+    pub fn start_tcp(args: &[&str]) -> Server {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .unwrap()
+            .port();
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = Server {
+            child: None,
+            args: args.iter().map(|a| a.to_string()).collect(),
+            sock: dir.path().join("unused.sock"),
+            port: Some(port),
             dir,
         };
         s.restart();
@@ -44,9 +65,13 @@ impl Server {
     pub fn restart(&mut self) {
         assert!(self.child.is_none(), "running already");
         let _ = std::fs::remove_file(&self.sock);
-        let child = Command::new("nbdkit")
-            .args(["--foreground", "--exit-with-parent", "--unix"])
-            .arg(&self.sock)
+        let mut cmd = Command::new("nbdkit");
+        cmd.args(["--foreground", "--exit-with-parent"]);
+        match self.port {
+            Some(p) => cmd.args(["--ipaddr", "127.0.0.1", "--port", &p.to_string()]),
+            None => cmd.arg("--unix").arg(&self.sock),
+        };
+        let child = cmd
             .args(&self.args)
             .stdin(Stdio::null())
             // Its messages (errors it injects, a client gone) go to a
@@ -65,8 +90,12 @@ impl Server {
             });
         self.child = Some(child);
         let start = Instant::now();
-        while !self.sock.exists() {
-            assert!(start.elapsed() < Duration::from_secs(10), "nbdkit did not make its socket");
+        let up = |s: &Self| match s.port {
+            Some(p) => std::net::TcpStream::connect(("127.0.0.1", p)).is_ok(),
+            None => s.sock.exists(),
+        };
+        while !up(self) {
+            assert!(start.elapsed() < Duration::from_secs(10), "nbdkit did not start listening");
             std::thread::sleep(Duration::from_millis(5));
         }
     }
@@ -82,8 +111,14 @@ impl Server {
     /// The URI of its export, encrypted or not.
     pub fn target(&self, encrypt: bool) -> NbdTarget {
         NbdTarget {
-            endpoint: Endpoint::Unix {
-                path: self.sock.clone(),
+            endpoint: match self.port {
+                Some(port) => Endpoint::Tcp {
+                    host: "localhost".into(),
+                    port,
+                },
+                None => Endpoint::Unix {
+                    path: self.sock.clone(),
+                },
             },
             export: String::new(),
             size: None,

@@ -12,8 +12,10 @@
 //! (binary suffixes, whole pages); `deadline` is how long a lost server
 //! is waited for before its pages are given up (`30`, `30s`, `500ms`;
 //! default 60 s); `plain` writes pages as they are, not encrypted.  The export name and the socket path are percent-decoded.
-//! TLS (`nbds://`) is refused with the reason: uswap's pages are sealed
-//! with AES-256-GCM whatever the transport, but the client has no TLS.
+//! TLS (`nbds://`) is refused with the way to have it: uswap's pages are
+//! sealed with AES-256-GCM whatever the transport, and a local nbdkit
+//! re-exports a TLS server on a Unix socket (README, "Swap to another
+//! machine").
 
 use std::path::PathBuf;
 
@@ -95,7 +97,7 @@ impl NbdTarget {
     /// one line.
     pub fn parse(uri: &str) -> Result<NbdTarget, String> {
         if uri.starts_with("nbds") {
-            return Err("TLS (nbds://) is not in uswap's NBD client: pages are sealed (AES-256-GCM) before they leave, so use nbd:// or nbd+unix://, with the network as trusted as the server".into());
+            return Err("TLS (nbds://) is not in uswap's NBD client (pages are sealed with AES-256-GCM before they leave anyway): for TLS on the wire run a local proxy, `nbdkit --unix SOCK nbd hostname=HOST tls=require ...`, and give nbd+unix:///?socket=SOCK".into());
         }
         let (unix, rest) = if let Some(r) = uri.strip_prefix("nbd+unix://") {
             (true, r)
