@@ -127,6 +127,8 @@ impl Drop for HandlerScope {
 
 /// Whether this thread is inside one of uswap's signal handlers: its
 /// signal mask is the handler's (everything blocked), not the program's.
+/// (Used by the preload library, through the `internal` feature.)
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
 pub fn in_handler() -> bool {
     IN_HANDLER.with(std::cell::Cell::get) > 0
 }
