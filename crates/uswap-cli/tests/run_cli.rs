@@ -430,7 +430,8 @@ fn nbdkit_in(dir: &Path) -> (std::process::Child, String) {
         .spawn()
         .expect("nbdkit is missing: install it (apt-get install nbdkit; scripts/check does)");
     let start = std::time::Instant::now();
-    while !sock.exists() {
+    // Listening, not only bound (a connect between the two is refused).
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
         assert!(start.elapsed().as_secs() < 10, "nbdkit made no socket");
         std::thread::sleep(std::time::Duration::from_millis(5));
     }

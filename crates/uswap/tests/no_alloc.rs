@@ -360,7 +360,8 @@ fn nbd_fault_path_does_not_allocate() {
         .args(["memory", "64M"])
         .spawn()
         .expect("nbdkit is missing: install it (apt-get install nbdkit; scripts/check does)");
-    while !sock.exists() {
+    // Listening, not only bound (a connect between the two is refused).
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
         std::thread::sleep(std::time::Duration::from_millis(5));
     }
     let uri = format!("nbd+unix:///?socket={}", sock.display());

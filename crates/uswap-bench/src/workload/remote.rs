@@ -73,7 +73,8 @@ impl NbdServer {
             uri: format!("nbd+unix:///?socket={}", sock.display()),
         };
         let start = Instant::now();
-        while !sock.exists() {
+        // Listening, not only bound (a connect between the two is refused).
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
             if let Some(status) = server.child.try_wait()? {
                 bail!("nbdkit ended at start ({status}): see its message above");
             }

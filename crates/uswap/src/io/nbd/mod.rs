@@ -90,6 +90,10 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 /// Freed slots queued for `NBD_CMD_TRIM`, at most this many runs.
 const TRIM_QUEUE: usize = 64;
 
+/// The longest run one trim covers: 256 MiB, well inside its 32-bit
+/// length.
+const MAX_TRIM_PAGES: u64 = 1 << 16;
+
 /// The cookies of trims: above every piece's.
 const TRIM_COOKIE: u64 = 1 << 32;
 const _: () = assert!(TRIM_QUEUE <= 64 && MAX_PIECES <= 64);
@@ -470,8 +474,9 @@ impl PageStore for NbdStore {
             let mut t = lock(&self.trims);
             let n = t.npending;
             match n.checked_sub(1).map(|l| t.pending[l]) {
-                // Runs of neighbours freed in order become one trim.
-                Some((a, p)) if a + p == offset => t.pending[n - 1].1 += pages,
+                // Runs of neighbours freed in order become one trim, of at
+                // most MAX_TRIM_PAGES (its length is a u32 of bytes).
+                Some((a, p)) if a + p == offset && p + pages <= MAX_TRIM_PAGES => t.pending[n - 1].1 += pages,
                 _ if n < TRIM_QUEUE => {
                     t.pending[n] = (offset, pages);
                     t.npending += 1;
@@ -539,6 +544,12 @@ fn open(t: &NbdTarget) -> Result<(Address, Conn, Export), IoError> {
     let e = wire::handshake(&mut c, &t.export).map_err(|e| fail(e.to_string()))?;
     if !e.writable() {
         return Err(fail("the export is read-only; give uswap one it may write".into()));
+    }
+    if (e.max_payload as usize) < PAGE_SIZE {
+        return Err(fail(format!(
+            "the server takes at most {} bytes a request; uswap reads and writes whole {PAGE_SIZE}-byte pages",
+            e.max_payload
+        )));
     }
     if e.min_block as usize > PAGE_SIZE || !PAGE_SIZE.is_multiple_of(e.min_block as usize) {
         return Err(fail(format!(

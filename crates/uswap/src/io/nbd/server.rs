@@ -90,9 +90,13 @@ impl Server {
             });
         self.child = Some(child);
         let start = Instant::now();
+        // Listening, not only bound: nbdkit makes its socket file at
+        // bind(2) and listens after, and a connect between the two is
+        // refused (seen under load).  The probe connects and closes
+        // before the handshake, which nbdkit takes in its stride.
         let up = |s: &Self| match s.port {
             Some(p) => std::net::TcpStream::connect(("127.0.0.1", p)).is_ok(),
-            None => s.sock.exists(),
+            None => std::os::unix::net::UnixStream::connect(&s.sock).is_ok(),
         };
         while !up(self) {
             assert!(start.elapsed() < Duration::from_secs(10), "nbdkit did not start listening");
@@ -140,6 +144,14 @@ impl Server {
 
 impl Drop for Server {
     fn drop(&mut self) {
+        if std::thread::panicking() {
+            // The test failed: say what became of the server, and what it
+            // said (a server that died under a test looks like a client
+            // refused).
+            let status = self.child.as_mut().map(|c| c.try_wait());
+            let log = std::fs::read_to_string(self.dir.path().join("nbdkit.log")).unwrap_or_default();
+            eprintln!("nbdkit {:?}: still running unless Ok(Some(status)): {status:?}\n--- its log\n{log}", self.args);
+        }
         self.kill();
     }
 }

@@ -130,7 +130,11 @@ impl NbdTarget {
                     return Err("socket=PATH belongs to nbd+unix:///EXPORT?socket=PATH".into())
                 }
                 ("size", Some(v)) => {
-                    let b = crate::spec::parse_size(v)
+                    // Binary suffixes, as the swap spec's sizes (`spec::parse_size`).
+                    let b = parse_size::Config::new()
+                        .with_binary()
+                        .parse_size(v)
+                        .ok()
                         .filter(|&b| b >= crate::PAGE_SIZE as u64)
                         .ok_or_else(|| format!("size={v} is not a size of at least 4K"))?;
                     size = Some(b / crate::PAGE_SIZE as u64 * crate::PAGE_SIZE as u64);

@@ -314,7 +314,8 @@ fn qemu_nbd_serves_the_same_client() {
                 panic!("cannot start qemu-nbd ({e}): install it with `apt-get install qemu-utils` (scripts/check does)")
             });
         let t0 = Instant::now();
-        while !sock.exists() {
+        // Listening, not only bound (a connect between the two is refused).
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
             assert!(t0.elapsed() < Duration::from_secs(10), "qemu-nbd made no socket");
             std::thread::sleep(Duration::from_millis(5));
         }
