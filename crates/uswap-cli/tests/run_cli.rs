@@ -12,6 +12,7 @@ use std::path::Path;
 use std::process::Command;
 
 use common::*;
+use uswap_bench::workload::remote::{NbdPlugin, NbdServer};
 
 const DICT: &str = r#"
 import hashlib, sys
@@ -418,25 +419,14 @@ fn python_on_compressed_swap_and_a_tier() {
     }
 }
 
-/// nbdkit's memory plugin on a socket in `dir` that every user may use
-/// (SIGBUS mode's runs are `nobody`'s); ended with the returned child.
-fn nbdkit_in(dir: &Path) -> (std::process::Child, String) {
+/// nbdkit's memory plugin (the bench's server) on a socket in `dir`
+/// that every user may use (SIGBUS mode's runs are `nobody`'s).
+fn nbdkit_in(dir: &Path) -> NbdServer {
     use std::os::unix::fs::PermissionsExt;
-    let sock = dir.join("nbd.sock");
-    let child = Command::new("nbdkit")
-        .args(["--foreground", "--exit-with-parent", "--unix"])
-        .arg(&sock)
-        .args(["memory", "1G"])
-        .spawn()
+    let server = NbdServer::start(NbdPlugin::Memory, 1 << 30, 0.0, dir)
         .expect("nbdkit is missing: install it (apt-get install nbdkit; scripts/check does)");
-    let start = std::time::Instant::now();
-    // Listening, not only bound (a connect between the two is refused).
-    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-        assert!(start.elapsed().as_secs() < 10, "nbdkit made no socket");
-        std::thread::sleep(std::time::Duration::from_millis(5));
-    }
-    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o777)).unwrap();
-    (child, format!("nbd+unix:///?socket={}", sock.display()))
+    std::fs::set_permissions(server.socket(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    server
 }
 
 /// Swap on another machine's memory, here nbdkit on a socket: Python's
@@ -452,7 +442,8 @@ fn nbdkit_in(dir: &Path) -> (std::process::Child, String) {
 fn python_swaps_to_an_nbd_export() {
     let n = "400000";
     let dir = open_dir(false);
-    let (mut server, uri) = nbdkit_in(dir.path());
+    let server = nbdkit_in(dir.path());
+    let uri = server.uri().to_string();
     let script = dir.path().join("mp.py");
     std::fs::write(&script, MULTIPROCESSING).unwrap();
     let script = script.to_str().unwrap();
@@ -489,8 +480,7 @@ fn python_swaps_to_an_nbd_export() {
         assert!(stat(&err, "evictions") > 10000, "{mode:?} tier: {err}");
     }
     // A server that is not there: one line, before the program starts.
-    server.kill().unwrap();
-    server.wait().unwrap();
+    drop(server);
     let out = uswap_in(
         Mode::Sigbus,
         &["run", "--budget", "24M", "--swap", &uri, "--", "true"],

@@ -28,6 +28,7 @@ pub enum NbdPlugin {
 pub struct NbdServer {
     child: Child,
     file: Option<PathBuf>,
+    sock: PathBuf,
     uri: String,
 }
 
@@ -71,6 +72,7 @@ impl NbdServer {
             child,
             file,
             uri: format!("nbd+unix:///?socket={}", sock.display()),
+            sock: sock.clone(),
         };
         let start = Instant::now();
         // Listening, not only bound (a connect between the two is refused).
@@ -89,6 +91,11 @@ impl NbdServer {
     /// The export's URI, for a swap spec.
     pub fn uri(&self) -> &str {
         &self.uri
+    }
+
+    /// Its Unix socket.
+    pub fn socket(&self) -> &Path {
+        &self.sock
     }
 }
 

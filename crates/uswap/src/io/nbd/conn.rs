@@ -82,19 +82,15 @@ impl Stream for Conn {
 
     fn recv_exact(&mut self, mut buf: &mut [u8]) -> io::Result<()> {
         let start = crate::sys::monotonic_ns();
-        while !buf.is_empty() && crate::sys::monotonic_ns() - start < REPLY_SPIN_NS {
-            match net::recv(self.sock.as_fd(), &mut *buf, RecvFlags::DONTWAIT) {
-                Ok((0, _)) => return Err(io::Error::from_raw_os_error(libc::ECONNRESET)),
-                Ok((n, _)) => buf = &mut buf[n..],
-                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => std::hint::spin_loop(),
-                Err(e) => return Err(e.into()),
-            }
-        }
         while !buf.is_empty() {
-            match net::recv(self.sock.as_fd(), &mut *buf, RecvFlags::empty()) {
+            // Polled for REPLY_SPIN_NS, then a receive that sleeps.
+            let polling = crate::sys::monotonic_ns() - start < REPLY_SPIN_NS;
+            let flags = if polling { RecvFlags::DONTWAIT } else { RecvFlags::empty() };
+            match net::recv(self.sock.as_fd(), &mut *buf, flags) {
                 // The server closed the connection.
                 Ok((0, _)) => return Err(io::Error::from_raw_os_error(libc::ECONNRESET)),
                 Ok((n, _)) => buf = &mut buf[n..],
+                Err(rustix::io::Errno::AGAIN) if polling => std::hint::spin_loop(),
                 Err(rustix::io::Errno::INTR) => {}
                 Err(e) => return Err(e.into()),
             }

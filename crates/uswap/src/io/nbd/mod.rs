@@ -207,8 +207,8 @@ impl NbdStore {
         let mut first_failure = 0u64;
         let mut tries = 0;
         let mut backoff = 10u64;
+        let mut slot = self.take();
         loop {
-            let mut slot = self.take();
             let result = match self.connected(&mut slot) {
                 Ok(c) => io(c),
                 Err(e) => Err(e),
@@ -217,9 +217,11 @@ impl NbdStore {
                 Ok(Ok(())) => return Ok(()),
                 Ok(Err(errno)) => return Err(io::Error::from_raw_os_error(errno)),
                 Err(_) => {
-                    // The stream is lost: never read on.
+                    // The stream is lost: never read on.  The first retry
+                    // makes this slot's connection again (another slot's
+                    // may be as stale, after a server's restart); later
+                    // ones back off, the slot let go meanwhile.
                     slot.conn = None;
-                    drop(slot);
                     tries += 1;
                     let now = monotonic_ns();
                     if first_failure == 0 {
@@ -230,8 +232,10 @@ impl NbdStore {
                         return Err(io::Error::from_raw_os_error(errno));
                     }
                     if tries >= 2 {
+                        drop(slot);
                         nap(backoff);
                         backoff = (backoff * 2).min(1000);
+                        slot = self.take();
                     }
                 }
             }
@@ -592,20 +596,19 @@ impl IoDevice {
         }
         let n = if export.multi_conn() { MAX_CONNECTIONS } else { 1 };
         let me = getpid();
-        // Every connection made now, not on a fault: the first call of
-        // each would otherwise wait for a handshake.  A server that takes
-        // fewer connections than it said leaves the rest to be made later.
-        let mut conns = vec![Mutex::new(Slot {
-            conn: Some(first),
-            pid: me,
-        })];
-        for _ in 1..n {
-            let conn = Conn::connect(&addr, WAIT)
-                .ok()
-                .and_then(|mut c| wire::handshake(&mut c, &t.export).ok().map(|_| c));
-            conns.push(Mutex::new(Slot { conn, pid: me }));
-        }
-        let conns = conns.into_boxed_slice();
+        // The first connection is the one just made; the others are made
+        // by their first call (the handshake allocates nothing), so a
+        // process that never swaps (a shell's child under `uswap run`)
+        // pays for one connection at start, not four.
+        let mut first = Some(first);
+        let conns = (0..n)
+            .map(|_| {
+                Mutex::new(Slot {
+                    conn: first.take(),
+                    pid: me,
+                })
+            })
+            .collect();
         let sealer = if t.encrypt { Some(Sealer::new(slots)?) } else { None };
         let store = NbdStore {
             target: t.clone(),
