@@ -527,6 +527,50 @@ fn kernel_backends_need_root() {
     assert!(err.contains("kernel swap backends need root"), "{err}");
 }
 
+/// `uswap bench program` tells the program which runner it is under, and
+/// a library runner the budget and device to build its own Swap with
+/// (the Python package's numpy bench reads them); memcg is a limited
+/// group with no swap.
+#[test]
+fn program_tells_the_program_its_runner() {
+    let _k = KERNEL.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir_in(std::env::current_dir().unwrap()).unwrap();
+    let d = dir.path().to_str().unwrap();
+    let log = dir.path().join("seen");
+    let script = format!(
+        "echo \"$USWAP_BENCH_RUNNER|$USWAP_BENCH_BUDGET|$USWAP_BENCH_SWAP|$(cat /proc/self/cgroup | grep -c uswap-bench-)\" >> {}",
+        log.display()
+    );
+    let args = [
+        "bench",
+        "program",
+        "--json",
+        "--budget",
+        "16M",
+        "--swap-size",
+        "64M",
+        "--rounds",
+        "1",
+        "--swap-dir",
+        d,
+        "--runner",
+        "plain,library-zram,library-file,memcg",
+        "--",
+        "/bin/sh",
+        "-c",
+        &script,
+    ];
+    let v = json_of(&args);
+    assert_eq!(v["runners"].as_array().unwrap().len(), 4, "{v}");
+    let seen = std::fs::read_to_string(&log).unwrap();
+    let want = format!(
+        "plain|||1\nlibrary-zram|16777216|zram:67108864|1\nlibrary-file|16777216|file:{d}:67108864|1\nmemcg|||1\n"
+    );
+    assert_eq!(seen, want);
+    std::fs::remove_file(&log).unwrap();
+    assert_clean(dir.path());
+}
+
 /// `uswap bench program`: a Python program of 60 MiB under 16 MiB, each
 /// runner in a memory group of its own, the same output from each (the
 /// bench checks it); uswap's compressed device holds the tree within the

@@ -64,6 +64,17 @@ pub enum Runner {
     /// zswap's unit allows (a percent of RAM, at least 1%): the tier's
     /// like; the pool is charged to the group.
     KernelZswap,
+    /// The program itself, which uses uswap as a library: no limit from
+    /// outside; it is given the budget and a compressed device in
+    /// `USWAP_BENCH_BUDGET` and `USWAP_BENCH_SWAP` (the Python package's
+    /// bench, `crates/uswap-python/bench/`).  kernel-zram's like.
+    LibraryZram,
+    /// As library-zram with a swap file in --swap-dir (made there with
+    /// no name): kernel-file's like.
+    LibraryFile,
+    /// A memory cgroup of the budget and no swap at all: file-backed
+    /// memory (`numpy.memmap`, the page cache) is all it can reclaim.
+    Memcg,
 }
 
 impl Runner {
@@ -81,6 +92,9 @@ impl Runner {
             Runner::UswapSigbusZram => "uswap-sigbus-zram",
             Runner::UswapTier => "uswap-tier",
             Runner::KernelZswap => "kernel-zswap",
+            Runner::LibraryZram => "library-zram",
+            Runner::LibraryFile => "library-file",
+            Runner::Memcg => "memcg",
         }
     }
 }
@@ -275,12 +289,22 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
     let store = store_bytes(a);
     let kernel = |dev: KernelDevice| -> Result<KernelSwap> { KernelSwap::on(&dev) };
     let mut held = None;
+    let program = || {
+        let mut c = Command::new(&a.program[0]);
+        c.args(&a.program[1..]);
+        c
+    };
+    let library = |spec: String| {
+        let mut c = program();
+        c.env("USWAP_BENCH_BUDGET", a.budget.to_string())
+            .env("USWAP_BENCH_SWAP", spec);
+        c
+    };
     let cmd = match r {
-        Runner::Plain => {
-            let mut c = Command::new(&a.program[0]);
-            c.args(&a.program[1..]);
-            c
-        }
+        Runner::LibraryZram => library(format!("zram:{swap}")),
+        Runner::LibraryFile => library(format!("file:{}:{swap}", a.swap_dir.display())),
+        Runner::Memcg => program(),
+        Runner::Plain => program(),
         Runner::Uswap => uswap_run("handler", format!("ram:{swap}")),
         Runner::UswapFile => uswap_run("handler", format!("file:{}:{swap}", file.display())),
         Runner::UswapSigbus => uswap_run("sigbus", format!("ram:{swap}")),
@@ -291,12 +315,10 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
         Runner::UswapTier => uswap_run("handler", format!("zram:{store},file:{}:{swap}", file.display())),
         Runner::KernelZram | Runner::KernelFile | Runner::KernelZswap => {
             held = Some(kernel(kernel_device(a, r, swap).expect("a kernel runner"))?);
-            let mut c = Command::new(&a.program[0]);
-            c.args(&a.program[1..]);
-            c
+            program()
         }
     };
-    let kernel_runner = held.is_some();
+    let kernel_runner = held.is_some() || r == Runner::Memcg;
     // Every run in a memory group of its own: the kernel's with the
     // budget as its limit, the others unlimited, measured alike.  Without
     // the privilege (or the controller) a uswap or plain run goes
@@ -315,10 +337,18 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
                 .arg(g.path().join("cgroup.procs"))
                 .arg(cmd.get_program())
                 .args(cmd.get_args());
+            for (k, v) in cmd.get_envs() {
+                if let Some(v) = v {
+                    c.env(k, v);
+                }
+            }
             c
         }
         None => cmd,
     };
+    // A program that chooses its own way to hold its memory (uswap as a
+    // library, numpy.memmap) reads which runner this is.
+    cmd.env("USWAP_BENCH_RUNNER", r.name());
     for (k, v) in &a.env {
         cmd.env(k, v);
     }
