@@ -99,10 +99,10 @@ int main(int argc, char **argv) {
     uswap_swap *none = NULL;
     expect("a swap file that cannot be made", uswap_open(bad, &none), USWAP_ERR_DEVICE);
     uswap_config_free(bad);
-    uswap_region *regions[300];
+    static uswap_region *regions[1100];
     size_t n = 0;
     uswap_status s = USWAP_OK;
-    for (; n < 300; n++) {
+    for (; n < 1100; n++) {
         s = uswap_map(swap, 4096, &regions[n]);
         if (s != USWAP_OK) break;
     }

@@ -39,10 +39,7 @@ fn static_lib() -> PathBuf {
     let release = profile_dir.ends_with("release");
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    // With the features the workspace's test build gave uswap (the CLI's
-    // `internal`), so the build reuses that uswap instead of compiling
-    // another (40 s of a debug run).
-    cmd.args(["build", "-p", "uswap-c", "--features", "uswap/internal"]);
+    cmd.args(["build", "-p", "uswap-c"]);
     if release {
         cmd.arg("--release");
     }

@@ -42,7 +42,7 @@ def size(s: str) -> int:
         raise argparse.ArgumentTypeError(f"{s!r} is not a size: write 8G, 512M or bytes") from None
 
 
-def hold(n: int, runner: str, where: str):
+def hold(n: int, runner: str, where: str, huge: bool):
     """The array, held as `runner` says, and what keeps it alive."""
     if runner.startswith("library-"):
         import uswap
@@ -52,7 +52,7 @@ def hold(n: int, runner: str, where: str):
             os.environ["USWAP_BENCH_SWAP"],
             os.environ.get("USWAP_BENCH_MODE", "sigbus"),
         )
-        return uswap.array(n, np.float64, swap=swap), swap
+        return uswap.array(n, np.float64, swap=swap, huge=huge), swap
     if runner == "memcg":
         f = tempfile.TemporaryFile(dir=where)
         return np.memmap(f, np.float64, mode="w+", shape=(n,)), f
@@ -64,13 +64,14 @@ def main() -> int:
     p.add_argument("--size", type=size, default=size("8G"), help="the array's bytes (default 8G)")
     p.add_argument("--gather", type=int, default=1 << 20, help="random elements gathered (default 1M)")
     p.add_argument("--dir", default="/var/tmp", help="where numpy.memmap's file goes (memcg)")
+    p.add_argument("--huge", action="store_true", help="library runners: a region of 2 MB units")
     p.add_argument("--times", help="append each phase's seconds here, as a JSON line")
     a = p.parse_args()
     runner = os.environ.get("USWAP_BENCH_RUNNER", "plain")
     n = a.size // 8
     chunk = 1 << 21  # 16 MiB of float64
 
-    array, keep = hold(n, runner, a.dir)
+    array, keep = hold(n, runner, a.dir, a.huge)
     t0 = time.monotonic()
     for at in range(0, n, chunk):
         array[at : at + chunk] = np.arange(at, min(at + chunk, n), dtype=np.float64)
@@ -94,6 +95,7 @@ def main() -> int:
         "sum_s": round(t2 - t1, 3),
         "gather_s": round(t3 - t2, 3),
         "gather_n": a.gather,
+        "huge": a.huge,
     }
     if runner.startswith("library-"):
         st = keep.stats()

@@ -484,5 +484,6 @@ fn _uswap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("LimitError", py.get_type::<LimitError>())?;
     m.add("ForkedError", py.get_type::<ForkedError>())?;
     m.add("PAGE_SIZE", uswap::PAGE_SIZE)?;
+    m.add("MAX_REGIONS", uswap::pager::MAX_REGIONS)?;
     Ok(())
 }

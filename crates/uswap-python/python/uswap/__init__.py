@@ -41,6 +41,7 @@ import threading
 from typing import Any
 
 from ._uswap import (
+    MAX_REGIONS,
     PAGE_SIZE,
     DeviceError,
     Error,
@@ -53,6 +54,7 @@ from ._uswap import (
 )
 
 __all__ = [
+    "MAX_REGIONS",
     "PAGE_SIZE",
     "DeviceError",
     "Error",
@@ -100,7 +102,8 @@ def array(
 
     ``shape``, ``dtype`` and ``order`` are numpy's.  The region comes from
     ``swap`` (default: ``default_swap()``); with ``huge`` it is paged in
-    2 MB units.  It is unmapped when the array and every view of it are
+    2 MB units, which suits an array walked in order and never one read
+    at random (each access brings 2 MB in).  It is unmapped when the array and every view of it are
     garbage; until then it counts as a view of its region.
     """
     import numpy as np

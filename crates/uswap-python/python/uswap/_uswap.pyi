@@ -3,6 +3,7 @@ from types import TracebackType
 from typing import Literal, Sequence
 
 PAGE_SIZE: int
+MAX_REGIONS: int
 
 class Error(Exception): ...
 class SpecError(Error): ...

@@ -13,7 +13,16 @@ use crate::PAGE_SIZE;
 const PAGE: u64 = PAGE_SIZE as u64;
 
 /// Most regions mapped at once in one process (all instances together).
-pub const MAX_REGIONS: usize = 256;
+///
+/// Why a bound, and why this one: a fault finds its region by scanning
+/// the entries ever used ([`lookup`]), without a lock, so the cost of a
+/// fault grows with the regions alive (all of them, in the worst case of
+/// a fault in the newest): a few nanoseconds an entry, about 1 us at a
+/// thousand (docs/PERFORMANCE.md, "numpy on uswap").  1,024 is past the
+/// ~900 at which UMap's users ran out, and the table is 40 KiB of static
+/// memory; ids for a region's unused tail are reserved per region
+/// (builder.rs), address space only.
+pub const MAX_REGIONS: usize = 1024;
 
 /// One published region: where it is and whose it is.  Set before the
 /// region is usable and cleared before it is unmapped; the SIGBUS handler
