@@ -33,7 +33,7 @@ use pyo3::exceptions::{PyBufferError, PyException, PyTypeError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyString};
-use uswap::pager::{FaultMode, PagerError, Region, Swap, SwapDeviceSpec};
+use uswap::pager::{FaultMode, PagerError, PinnedShared, Region, Swap, SwapDeviceSpec};
 
 create_exception!(
     uswap,
@@ -235,7 +235,7 @@ impl PySwap {
             .detach(move || if huge { s.map_huge(len) } else { s.map(len) })
             .map_err(raise)?;
         Ok(PyRegion {
-            region: Mutex::new(Some(region)),
+            region: Mutex::new(Some(Arc::new(region))),
             exports: AtomicUsize::new(0),
         })
     }
@@ -337,12 +337,13 @@ impl PySwap {
 /// with a view still alive that raises ``BufferError``.
 #[pyclass(module = "uswap", name = "Region", frozen)]
 struct PyRegion {
-    /// None once closed.
-    region: Mutex<Option<Region>>,
-    /// Buffers exported and not yet released.  Changed only with the
-    /// interpreter lock held (the buffer protocol's calls hold it), and
-    /// read by `close` under `region`'s lock, so a close and an export
-    /// never pass each other.
+    /// None once closed.  Shared only with its pins ([`PyPin`]), which
+    /// count as exports: with none, `close` holds the last reference.
+    region: Mutex<Option<Arc<Region>>>,
+    /// Buffers exported and pins held, not yet released.  Raised only
+    /// with the interpreter lock held (the buffer protocol's calls and
+    /// `pin` hold it), and read by `close` under `region`'s lock, so a
+    /// close and an export never pass each other.
     exports: AtomicUsize,
 }
 
@@ -394,6 +395,40 @@ impl PyRegion {
         })
     }
 
+    /// Pin ``nbytes`` at ``offset`` (the rest of the region without
+    /// ``nbytes``) for a system call: every page is brought in (and made
+    /// writable when ``write``, for a call that stores into it, such as
+    /// ``file.readinto``) and stays until the pin is released (``with``,
+    /// or ``release()``).  In SIGBUS mode the kernel cannot bring a page
+    /// in for a system call, which then fails with ``EFAULT``; a pin
+    /// makes the pages be there.  Pinned pages are not evicted: pin a
+    /// part of the budget at a time (tens of MiB), for the call.
+    #[pyo3(signature = (offset = 0, nbytes = None, write = true))]
+    fn pin(slf: Bound<'_, Self>, offset: usize, nbytes: Option<usize>, write: bool) -> PyResult<PyPin> {
+        let me = slf.get();
+        let region = {
+            let guard = me.region.lock().unwrap_or_else(|p| p.into_inner());
+            match guard.as_ref() {
+                Some(r) => Arc::clone(r),
+                None => {
+                    return Err(PyValueError::new_err(
+                        "this Region is closed (unmapped): map a new one",
+                    ))
+                }
+            }
+        };
+        let n = nbytes.unwrap_or_else(|| region.len().saturating_sub(offset));
+        // Touches the pages from this thread (served as the program's own
+        // faults), with the interpreter lock held: no close can come
+        // between the clone above and the count below.
+        let pinned = region.pin_shared(offset, n, write).map_err(raise)?;
+        me.exports.fetch_add(1, Ordering::AcqRel);
+        Ok(PyPin {
+            pinned: Mutex::new(Some(pinned)),
+            region: slf.unbind(),
+        })
+    }
+
     /// Unmap it: its memory and swap are given back.  Raises
     /// ``BufferError`` while a memoryview or an array still uses its
     /// memory (delete them first).  Closing twice does nothing.
@@ -403,7 +438,7 @@ impl PyRegion {
             let views = self.exports.load(Ordering::Acquire);
             if views > 0 && guard.is_some() {
                 return Err(PyBufferError::new_err(format!(
-                    "this Region is in use by {views} view(s) (a memoryview, a numpy array or a view of one): delete them (del array), or release the memoryview, before closing it"
+                    "this Region is in use by {views} view(s) (a memoryview, a numpy array or a view of one, a pin): delete them (del array), or release the memoryview or pin, before closing it"
                 )));
             }
             guard.take()
@@ -471,12 +506,63 @@ impl PyRegion {
     }
 }
 
+/// Pages of a region pinned by ``Region.pin``: resident, and writable when
+/// asked, until ``release()`` (or the end of its ``with``).  Counts as a
+/// view of its region.
+#[pyclass(module = "uswap", name = "Pin", frozen)]
+struct PyPin {
+    /// None once released.
+    pinned: Mutex<Option<PinnedShared>>,
+    region: Py<PyRegion>,
+}
+
+impl PyPin {
+    fn let_go(&self) {
+        let pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(p) = pinned {
+            drop(p);
+            self.region.get().exports.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+impl Drop for PyPin {
+    fn drop(&mut self) {
+        self.let_go();
+    }
+}
+
+#[pymethods]
+impl PyPin {
+    /// Let the pages go (they may be evicted again).  Twice does nothing.
+    fn release(&self) {
+        self.let_go();
+    }
+
+    /// Whether ``release()`` was called.
+    #[getter]
+    fn released(&self) -> bool {
+        self.pinned.lock().unwrap_or_else(|p| p.into_inner()).is_none()
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, _args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+        self.let_go();
+        false
+    }
+}
+
 /// The package's native half; `uswap/__init__.py` re-exports it.
 #[pymodule]
 fn _uswap(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     m.add_class::<PySwap>()?;
     m.add_class::<PyRegion>()?;
+    m.add_class::<PyPin>()?;
     m.add("Error", py.get_type::<Error>())?;
     m.add("SpecError", py.get_type::<SpecError>())?;
     m.add("DeviceError", py.get_type::<DeviceError>())?;

@@ -2,6 +2,7 @@
 outlive a close, 1,000 regions, every error a caller can provoke, fork,
 faulthandler."""
 
+import errno
 import gc
 import os
 import signal
@@ -235,3 +236,36 @@ def test_faulthandler_enabled_after_is_put_behind(mode):
     assert out.returncode == 0 and out.stdout == "served\n", (out.stdout, out.stderr)
     if mode == "sigbus":
         assert "installed after uswap's" in out.stderr, out.stderr
+
+
+def test_readinto_needs_a_pin_in_sigbus_mode(mode, tmp_path):
+    """The kernel stores into a region for `readinto`: in SIGBUS mode a
+    page that is out fails the call with EFAULT, and a pin brings the
+    pages in for it; handler mode serves the kernel's fault itself."""
+    data = np.random.default_rng(5).integers(0, 256, 64 << 20, dtype=np.uint8)
+    path = tmp_path / "data"
+    data.tofile(path)
+    with uswap.Swap(budget="16M", swap="zram:256M", mode=mode) as swap:
+        r = swap.map(64 << 20)
+        view = memoryview(r)
+        with open(path, "rb", buffering=0) as f:
+            if mode == "sigbus":
+                with pytest.raises(OSError) as e:
+                    f.readinto(view[: 1 << 20])
+                assert e.value.errno == errno.EFAULT
+                f.seek(0)
+            step = 8 << 20
+            for at in range(0, 64 << 20, step):
+                with r.pin(at, step) as pin:
+                    assert f.readinto(view[at : at + step]) == step
+                assert pin.released
+        # Read back after the budget pushed most of it out.
+        assert swap.stats()["evictions"] > 0
+        assert np.array_equal(np.frombuffer(view, np.uint8), data)
+        with pytest.raises(BufferError, match="pin"):
+            p = r.pin(0, 4096)
+            view.release()
+            r.close()
+        p.release()
+        p.release()  # twice does nothing
+        r.close()

@@ -29,8 +29,9 @@ Two things to know (docs/DESIGN.md, "The Python package"):
   line on stderr.
 - In SIGBUS mode the kernel itself cannot fault a page in: a system call
   that writes into a region (``file.readinto``, ``socket.recv_into``)
-  fails with ``EFAULT`` on a page that is out.  Read into a bytes object
-  and copy, or build the Swap with ``mode="handler"``.
+  fails with ``EFAULT`` on a page that is out.  Pin the range for the
+  call (``with region.pin(offset, n): f.readinto(view[offset:offset + n])``),
+  a part of the budget at a time, or build the Swap with ``mode="handler"``.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from ._uswap import (
     ForkedError,
     KernelError,
     LimitError,
+    Pin,
     Region,
     SpecError,
     Swap,
@@ -61,6 +63,7 @@ __all__ = [
     "ForkedError",
     "KernelError",
     "LimitError",
+    "Pin",
     "Region",
     "SpecError",
     "Swap",

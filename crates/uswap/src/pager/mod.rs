@@ -74,7 +74,7 @@ pub use crate::table::TableError;
 pub use crate::uffd::UffdError;
 pub use api::builder::SwapBuilder;
 pub use api::error::PagerError;
-pub use api::region::{Pinned, Region};
+pub use api::region::{Pinned, PinnedShared, Region};
 pub use api::swap::Swap;
 pub use entry::sigbus::FaultMode;
 pub use instance::overrun::{Overrun, OverrunError};

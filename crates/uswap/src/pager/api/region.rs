@@ -309,9 +309,50 @@ pub struct Pinned<'a> {
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        for p in self.first..self.last {
-            self.region.inner.pins()[self.region.id_base as usize + p].fetch_sub(1, Ordering::Release);
-        }
+        unpin(self.region, self.first, self.last);
+    }
+}
+
+/// Pages of a shared region pinned by [`Region::pin_shared`]: a
+/// [`Pinned`] that holds its region instead of borrowing it, for a binding
+/// whose pin and region are separate objects (Python's `Region.pin`).
+#[must_use = "the pages are unpinned when this drops"]
+pub struct PinnedShared {
+    region: Arc<Region>,
+    first: usize,
+    last: usize,
+}
+
+impl Drop for PinnedShared {
+    fn drop(&mut self) {
+        unpin(&self.region, self.first, self.last);
+    }
+}
+
+/// Let go of one pin on each of pages `first..last` of `region`.
+fn unpin(region: &Region, first: usize, last: usize) {
+    for p in first..last {
+        region.inner.pins()[region.id_base as usize + p].fetch_sub(1, Ordering::Release);
+    }
+}
+
+impl Region {
+    /// [`pin`](Self::pin), the guard holding the region alive.
+    pub fn pin_shared(
+        self: &Arc<Self>,
+        offset: usize,
+        bytes: usize,
+        write: bool,
+    ) -> Result<PinnedShared, PagerError> {
+        let pinned = self.pin(offset, bytes, write)?;
+        let (first, last) = (pinned.first, pinned.last);
+        // The pins are handed over to the shared guard, which lets them go.
+        std::mem::forget(pinned);
+        Ok(PinnedShared {
+            region: Arc::clone(self),
+            first,
+            last,
+        })
     }
 }
 
