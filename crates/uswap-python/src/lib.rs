@@ -359,6 +359,18 @@ impl PyRegion {
     }
 }
 
+impl Drop for PyRegion {
+    /// The last reference went (an array from `uswap.array` garbage
+    /// collected): unmap with the interpreter lock let go, as `close`
+    /// does.  4 GiB, a quarter of it resident, took 0.23 s.
+    fn drop(&mut self) {
+        let region = self.region.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+        if region.is_some() {
+            Python::attach(|py| py.detach(move || drop(region)));
+        }
+    }
+}
+
 #[pymethods]
 impl PyRegion {
     /// Its length in bytes (whole pages).
