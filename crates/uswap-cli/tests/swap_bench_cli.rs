@@ -538,7 +538,7 @@ fn program_tells_the_program_its_runner() {
     let d = dir.path().to_str().unwrap();
     let log = dir.path().join("seen");
     let script = format!(
-        "echo \"$USWAP_BENCH_RUNNER|$USWAP_BENCH_BUDGET|$USWAP_BENCH_SWAP|$(cat /proc/self/cgroup | grep -c uswap-bench-)\" >> {}",
+        "g=$(grep :memory: /proc/self/cgroup | cut -d: -f3); echo \"$USWAP_BENCH_RUNNER|$USWAP_BENCH_BUDGET|$USWAP_BENCH_SWAP|$g|$(cat /sys/fs/cgroup/memory$g/memory.swappiness)\" >> {}",
         log.display()
     );
     let args = [
@@ -563,10 +563,22 @@ fn program_tells_the_program_its_runner() {
     let v = json_of(&args);
     assert_eq!(v["runners"].as_array().unwrap().len(), 4, "{v}");
     let seen = std::fs::read_to_string(&log).unwrap();
-    let want = format!(
-        "plain|||1\nlibrary-zram|16777216|zram:67108864|1\nlibrary-file|16777216|file:{d}:67108864|1\nmemcg|||1\n"
+    let lines: Vec<Vec<&str>> = seen.lines().map(|l| l.split('|').collect()).collect();
+    let got: Vec<[&str; 3]> = lines.iter().map(|f| [f[0], f[1], f[2]]).collect();
+    let file = format!("file:{d}:67108864");
+    assert_eq!(
+        got,
+        [
+            ["plain", "", ""],
+            ["library-zram", "16777216", "zram:67108864"],
+            ["library-file", "16777216", &file],
+            ["memcg", "", ""],
+        ],
+        "{seen}"
     );
-    assert_eq!(seen, want);
+    // Each in a group of its own; memcg's swaps nothing.
+    assert!(lines.iter().all(|f| f[3].starts_with("/uswap-bench-")), "{seen}");
+    assert_eq!(lines[3][4], "0", "{seen}");
     std::fs::remove_file(&log).unwrap();
     assert_clean(dir.path());
 }

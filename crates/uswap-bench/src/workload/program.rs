@@ -318,16 +318,22 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
             program()
         }
     };
-    let kernel_runner = held.is_some() || r == Runner::Memcg;
-    // Every run in a memory group of its own: the kernel's with the
-    // budget as its limit, the others unlimited, measured alike.  Without
-    // the privilege (or the controller) a uswap or plain run goes
-    // unmeasured; a kernel runner cannot.
-    let group = match MemCgroup::create(kernel_runner.then_some(a.budget)) {
+    let limited = held.is_some() || r == Runner::Memcg;
+    // Every run in a memory group of its own: the kernel's (and memcg's)
+    // with the budget as its limit, the others unlimited, measured alike.
+    // Without the privilege (or the controller) a uswap or plain run goes
+    // unmeasured; a limited runner cannot.
+    let group = match MemCgroup::create(limited.then_some(a.budget)) {
         Ok(g) => Some(g),
-        Err(e) if kernel_runner => return Err(e),
+        Err(e) if limited => return Err(e),
         Err(_) => None,
     };
+    // memcg means no swap even where the machine has some on: the group
+    // reclaims file pages only.
+    if let (Runner::Memcg, Some(g)) = (r, &group) {
+        std::fs::write(g.path().join("memory.swappiness"), "0")
+            .with_context(|| format!("{}: setting memory.swappiness", g.path().display()))?;
+    }
     let mut cmd = match &group {
         // The shell joins the group, then becomes the command.
         Some(g) => {
