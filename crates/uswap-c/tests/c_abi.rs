@@ -68,6 +68,19 @@ fn compile(compiler: &str, source: &Path, out: &Path, lib: &Path) {
     );
 }
 
+/// Run a compiled program; it must succeed.  Its standard output.
+fn run_ok(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}\n{text}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
 fn root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
@@ -90,13 +103,7 @@ fn c_and_cpp_programs_page_four_times_their_budget() {
         modes.push("handler");
     }
     for mode in modes {
-        let out = Command::new(&c).args(["128", mode]).output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "{mode}: {text}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let text = run_ok(Command::new(&c).args(["128", mode]));
         assert!(text.contains("every byte read back as written"), "{mode}: {text}");
         assert!(
             text.contains("a forked child read its parent's memory"),
@@ -115,13 +122,7 @@ fn c_and_cpp_programs_page_four_times_their_budget() {
     }
     let cpp = dir.path().join("fill_cpp");
     compile("c++", &Path::new(CRATE).join("tests/fill.cpp"), &cpp, &lib);
-    let out = Command::new(&cpp).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = run_ok(&mut Command::new(&cpp));
     assert!(text.contains("every word read back"), "{text}");
 }
 
@@ -136,12 +137,6 @@ fn the_readme_c_program_runs() {
     std::fs::write(&src, &readme[start..end]).unwrap();
     let exe = dir.path().join("hello");
     compile("cc", &src, &exe, &static_lib());
-    let out = Command::new(&exe).output().unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let text = run_ok(&mut Command::new(&exe));
     assert!(text.contains("pages evicted"), "{text}");
 }

@@ -348,14 +348,22 @@ struct PyRegion {
 }
 
 impl PyRegion {
-    fn with<T>(&self, f: impl FnOnce(&Region) -> PyResult<T>) -> PyResult<T> {
+    /// The region, unless closed.  The clone is taken with the
+    /// interpreter lock held, so no `close` comes between it and what the
+    /// caller does with it under the same lock (an export's count).
+    fn get(&self) -> PyResult<Arc<Region>> {
         let guard = self.region.lock().unwrap_or_else(|p| p.into_inner());
         match guard.as_ref() {
-            Some(r) => f(r),
+            Some(r) => Ok(Arc::clone(r)),
             None => Err(PyValueError::new_err(
                 "this Region is closed (unmapped): map a new one",
             )),
         }
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&Region) -> PyResult<T>) -> PyResult<T> {
+        let r = self.get()?;
+        f(&r)
     }
 }
 
@@ -418,17 +426,7 @@ impl PyRegion {
     #[pyo3(signature = (offset = 0, nbytes = None, write = true))]
     fn pin(slf: Bound<'_, Self>, offset: usize, nbytes: Option<usize>, write: bool) -> PyResult<PyPin> {
         let me = slf.get();
-        let region = {
-            let guard = me.region.lock().unwrap_or_else(|p| p.into_inner());
-            match guard.as_ref() {
-                Some(r) => Arc::clone(r),
-                None => {
-                    return Err(PyValueError::new_err(
-                        "this Region is closed (unmapped): map a new one",
-                    ))
-                }
-            }
-        };
+        let region = me.get()?;
         let n = nbytes.unwrap_or_else(|| region.len().saturating_sub(offset));
         // Touches the pages from this thread (served as the program's own
         // faults), with the interpreter lock held: no close can come
@@ -484,12 +482,7 @@ impl PyRegion {
     /// Called by the interpreter with a `Py_buffer` to fill.
     unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         let me = slf.get();
-        let guard = me.region.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(r) = guard.as_ref() else {
-            return Err(PyValueError::new_err(
-                "this Region is closed (unmapped): map a new one",
-            ));
-        };
+        let r = me.get()?;
         // SAFETY: `view` is the interpreter's to fill; the memory is the
         // region's mapping, alive while this export holds a reference to
         // `slf` (the view's `obj`, set by PyBuffer_FillInfo) and so keeps
