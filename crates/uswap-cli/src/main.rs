@@ -176,9 +176,17 @@ enum BenchCommand {
 
 fn main() {
     let cli = Cli::parse();
+    let name = match &cli.command {
+        Command::Demo(_) => "uswap demo",
+        Command::Run(_) => "uswap run",
+        Command::Stat(_) => "uswap stat",
+        Command::Top(_) => "uswap top",
+        Command::Bench(_) => "uswap bench",
+    };
     if let Err(e) = run(cli) {
-        // One line: what failed, then why (`{:#}` joins the causes).
-        eprintln!("error: {e:#}");
+        // One line, named for the command: what failed, then why (`{:#}`
+        // joins the causes), as the lines the preload library says are.
+        eprintln!("{name}: {e:#}");
         std::process::exit(1);
     }
 }

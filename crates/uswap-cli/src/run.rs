@@ -440,6 +440,12 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let mode = match args.mode {
         RunMode::Auto if uswap::uffd::Uffd::kernel_faults_allowed() => RunMode::Handler,
         RunMode::Auto => RunMode::Sigbus,
+        // Asked for by a user who may not have it: refused here, in one
+        // line (a process of the tree that later runs as another user is
+        // paged in SIGBUS mode instead, by the preload library).
+        RunMode::Handler if !uswap::uffd::Uffd::kernel_faults_allowed() => {
+            bail!("{}", uswap::uffd::UffdError::Permission)
+        }
         m => m,
     };
     name_the_program(&args.program[0])?;
@@ -480,7 +486,10 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         std::fs::File::create(&p).with_context(|| format!("--stats-json {}", p.display()))?;
         cmd.env(uswap_env::STATS_JSON, p);
     }
-    if mode == RunMode::Sigbus && args.syscall_guard == Guard::On {
+    // In handler-thread mode too: a process of the tree that runs as a
+    // user who may not have that mode (a privilege drop, then an exec) is
+    // paged in SIGBUS mode, under the guard, at this layout.
+    if args.syscall_guard == Guard::On {
         let mut random = [0u8; 8];
         rustix::rand::getrandom(&mut random, rustix::rand::GetRandomFlags::empty()).context("getrandom")?;
         let layout =

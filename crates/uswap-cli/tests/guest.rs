@@ -616,6 +616,98 @@ fn the_allocator_behaves_as_glibcs() {
     assert_eq!(String::from_utf8_lossy(&plain), "ok\n");
 }
 
+/// A forked child's signals on its parent's alternate stack, a 64 KiB
+/// mapping in the heap (`programs/altfork.c`): stress-ng's workers died
+/// of SIGSEGV, hundreds a second, because the child, adopting the
+/// instance, dropped every pin, its own thread's on that stack too.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
+fn a_forked_childs_signals_on_a_heap_alternate_stack_are_delivered() {
+    let (out, _) = under_uswap("altfork", &["3", "64"], "16M", Some("ram:512M"), &Mode::all());
+    assert_eq!(String::from_utf8_lossy(&out), "ok\n");
+}
+
+/// The program finds only its own descriptors (`programs/fdlist.c`),
+/// however it looks: readdir of /proc/self/fd and /dev/fd, scandir, the
+/// raw getdents64, fcntl on every number to 64 past its limit; and with
+/// its limit lowered to 29 before an exec, probing to 64 (CPython's
+/// test_subprocess does both).  Before, the userfaultfd, the swap file,
+/// three pidfds and an io_uring were in every list.
+#[test]
+fn the_program_finds_only_its_own_descriptors() {
+    let dir = open_dir(false);
+    let bin = compile("fdlist", dir.path());
+    // At this user's limits, probing up to the limit.  Where the hard
+    // limit leaves uswap no room above the soft one, the soft one is
+    // lowered by 64 to make some: the program sees a limit at most that
+    // much lower.
+    let plain = std::process::Command::new(&bin).arg("0").output().unwrap();
+    let without_limit = |o: &[u8]| -> (String, i64) {
+        let text = String::from_utf8_lossy(o).to_string();
+        let limit = number_after::<i64>(&text, "limit ");
+        (
+            text.lines()
+                .filter(|l| !l.starts_with("limit"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            limit,
+        )
+    };
+    let (want, plain_limit) = without_limit(&plain.stdout);
+    for mode in Mode::all() {
+        let b = bin.to_str().unwrap();
+        let out = uswap_in(mode, &["run", "--budget", "64M", "--", b, "0"], &[]);
+        assert!(
+            out.status.success(),
+            "{mode:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (got, limit) = without_limit(&out.stdout);
+        assert_eq!(got, want, "{mode:?}");
+        assert!(
+            limit <= plain_limit && limit >= plain_limit - 64,
+            "{mode:?}: limit {limit}"
+        );
+    }
+    let lowered = format!("ulimit -Sn 29 && exec {} 35", bin.display());
+    let plain = std::process::Command::new("sh")
+        .args(["-c", &lowered])
+        .output()
+        .unwrap();
+    for mode in Mode::all() {
+        let out = uswap_in(mode, &["run", "--budget", "64M", "--", "sh", "-c", &lowered], &[]);
+        assert!(
+            out.status.success(),
+            "{mode:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&plain.stdout),
+            "{mode:?}: limit lowered to 29"
+        );
+    }
+}
+
+/// `mremap` and `madvise` on mapped memory as the kernel has them
+/// (`programs/remap.c`, 64 MiB through a 16 MiB budget): `MREMAP_FIXED`
+/// to an address found by mapping and unmapping (EINVAL before: stress-ng's
+/// mremap stressor failed), `MREMAP_DONTUNMAP` (the old address came
+/// back), `MADV_POPULATE_*` (EFAULT in SIGBUS mode), `MADV_WIPEONFORK` (a
+/// child read its parent's data), `munmap` of one range twice.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
+fn mremap_and_madvise_behave_as_the_kernels() {
+    let (out, _) = under_uswap("remap", &["64"], "16M", Some("ram:512M"), &Mode::all());
+    assert_eq!(String::from_utf8_lossy(&out), "ok\n");
+}
+
 /// `mlockall(MCL_CURRENT | MCL_FUTURE)` and one `send` of a buffer four
 /// times the budget over a stream socket (`programs/locks.c`): uswap's
 /// memory stays unlocked (mlockall faulted the whole heap region in,

@@ -1,13 +1,13 @@
 //! The program's descriptor calls, kept off uswap's descriptors.
 //!
 //! uswap's descriptors (the userfaultfd, swap files, pidfd, io_uring
-//! rings, a forked child's pipe) sit at a floor near the top of the
-//! program's descriptor limit (`uswap::descriptors`), out of reach of the
-//! lowest-free numbers the kernel gives the program.  What is left is a
-//! program that closes or replaces numbers it never opened: a daemon's
-//! `close_range(3, ~0U, 0)` or `closefrom(3)`, a loop closing every
-//! number up to `sysconf(_SC_OPEN_MAX)`, a `dup2` onto a number it chose.
-//! These calls are interposed here:
+//! rings, a forked child's pipe) sit above the program's soft descriptor
+//! limit (`uswap::descriptors`), out of reach of the numbers the kernel
+//! gives the program and of every number it may probe.  What is left is a
+//! program that lists them (`/proc/self/fd`, `/dev/fd`), or closes or
+//! replaces numbers it never opened: a daemon's `close_range(3, ~0U, 0)`
+//! or `closefrom(3)`, a `dup2` onto a number it chose.  These calls are
+//! interposed here (the listings in `listing.rs`):
 //!
 //! - `close` of one of uswap's fails with `EBADF`, as a number the
 //!   program never opened would (it is not the program's);
@@ -30,21 +30,10 @@ use crate::callers::ours;
 
 use uswap::descriptors::{is_uswaps, uswaps_in, MAX};
 
-/// Move uswap's descriptors out of the way from now on: the floor is 64
-/// under the soft descriptor limit (960 under the usual 1024), half of it
-/// under a limit below 128.
+/// Move uswap's descriptors out of the program's reach from now on:
+/// above its soft descriptor limit (`uswap::descriptors::keep_out_of_reach`).
 pub(crate) fn start() {
-    // SAFETY: reads a limit into a local struct.
-    let soft = unsafe {
-        let mut rl: libc::rlimit = std::mem::zeroed();
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut rl) != 0 {
-            return;
-        }
-        rl.rlim_cur
-    };
-    let soft = soft.min(1 << 20) as c_int;
-    let floor = if soft >= 128 { soft - 64 } else { soft / 2 };
-    uswap::descriptors::keep_above(floor.max(3));
+    uswap::descriptors::keep_out_of_reach();
 }
 
 fn set_errno(e: i32) {
@@ -203,7 +192,7 @@ mod interpose_syscall {
         a5: c_long,
         a6: c_long,
     ) -> c_long {
-        if let Some(r) = raw(nr, [a1, a2, a3]) {
+        if let Some(r) = raw(nr, [a1, a2, a3]).or_else(|| crate::listing::raw(nr, [a1, a2, a3])) {
             return r;
         }
         let f = next!("syscall" as fn(c_long, c_long, c_long, c_long, c_long, c_long, c_long) -> c_long);

@@ -96,6 +96,7 @@ mod interpose {
             if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_malloc(size);
             }
+            program_allocates();
             enomem_if_null(mimalloc(|| mi_malloc(size)))
         }
     }
@@ -107,6 +108,7 @@ mod interpose {
             if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_calloc(n, size);
             }
+            program_allocates();
             enomem_if_null(mimalloc(|| mi_calloc(n, size)))
         }
     }
@@ -201,7 +203,11 @@ mod interpose {
             if to_libc() {
                 return __libc_memalign(align, size);
             }
-            if align > MI_ALIGN_MAX && align.is_power_of_two() {
+            let Some(align) = as_glibc_aligns(align) else {
+                *libc::__errno_location() = libc::EINVAL;
+                return std::ptr::null_mut();
+            };
+            if align > MI_ALIGN_MAX {
                 return big_aligned(align, size);
             }
             enomem_if_null(mimalloc(|| mi_memalign(align, size)))
@@ -216,7 +222,11 @@ mod interpose {
             if to_libc() {
                 return __libc_memalign(align, size);
             }
-            if align > MI_ALIGN_MAX && align.is_power_of_two() {
+            let Some(align) = as_glibc_aligns(align) else {
+                *libc::__errno_location() = libc::EINVAL;
+                return std::ptr::null_mut();
+            };
+            if align > MI_ALIGN_MAX {
                 return big_aligned(align, size);
             }
             enomem_if_null(mimalloc(|| mi_aligned_alloc(align, size)))
@@ -519,6 +529,20 @@ fn enomem_if_null(p: *mut c_void) -> *mut c_void {
 /// slice); past it, it asks the OS, which it may not under `uswap run`.
 const MI_ALIGN_MAX: usize = 64 << 10;
 
+/// The alignment glibc's `memalign` (and, in glibc 2.36, `aligned_alloc`,
+/// its alias) gives for `align`: at least malloc's own 16 bytes, an
+/// alignment that is not a power of two rounded up to the next one
+/// (`memalign(24, n)` is 32-byte aligned there; mimalloc refused it, and
+/// the program got NULL); None past the largest power of two, which
+/// glibc refuses with `EINVAL`.
+fn as_glibc_aligns(align: usize) -> Option<usize> {
+    const MALLOC_ALIGNMENT: usize = 16;
+    if align > usize::MAX / 2 + 1 {
+        return None;
+    }
+    Some(align.max(MALLOC_ALIGNMENT).next_power_of_two())
+}
+
 /// Blocks of an alignment past [`MI_ALIGN_MAX`] (a 2 MiB-aligned buffer
 /// for huge pages, a 1 MiB-aligned arena of another allocator): an
 /// over-allocation of mimalloc's, aligned inside.  Aligned start -> the
@@ -582,6 +606,16 @@ fn realloc_big_aligned(p: *mut c_void, size: usize) -> Option<*mut c_void> {
         std::ptr::copy_nonoverlapping(p.cast::<u8>(), q.cast::<u8>(), have.min(size));
         free_block(p);
         Some(q)
+    }
+}
+
+/// The program allocates, from its own code: a safe point to start
+/// uswap's background threads if the pager wants them
+/// (`uswap::pager::start_wanted_threads`: one load when it does not).
+#[inline]
+fn program_allocates() {
+    if !uswap::pager::in_handler() {
+        uswap::pager::start_wanted_threads();
     }
 }
 

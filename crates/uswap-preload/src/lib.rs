@@ -68,9 +68,11 @@ macro_rules! next {
 #[macro_use]
 mod callers;
 mod calls;
+mod credentials;
 mod descriptors;
 mod guard;
 mod heap;
+mod listing;
 mod maps;
 mod paths;
 mod pins;
@@ -130,6 +132,15 @@ impl Config {
         }
         let mode = match std::env::var(env::MODE).as_deref() {
             Ok("sigbus") => FaultMode::Sigbus,
+            // A process of the run that may not have what handler-thread
+            // mode needs (a program that dropped privileges, `runuser -u
+            // nobody`, `subprocess.run(user=...)`, then exec'd: the
+            // userfaultfd that serves the kernel's faults is root's) is
+            // paged as its user may be, in SIGBUS mode, under the guard
+            // whose layout `uswap run` passes in either mode.
+            Ok("handler") | Err(_) if !uswap::uffd::Uffd::kernel_faults_allowed() && guard.is_some() => {
+                FaultMode::Sigbus
+            }
             Ok("handler") | Err(_) => FaultMode::HandlerThread,
             Ok(other) => return Err(format!("{}={other}: sigbus or handler", env::MODE)),
         };
@@ -231,6 +242,8 @@ fn start(c: Config) -> Result<(), String> {
         // before: a vfork child's execve failed with EFAULT through all
         // of its sixteen tries (guest tests, issue 26).
         .paced_reclaim(false)
+        // A guest starts no thread it does not need (background.rs).
+        .threads_on_need(true)
         .publish(true)
         .group(group);
     // A swap file this creates has no name (uswap creates it unnamed,
@@ -326,6 +339,7 @@ fn start(c: Config) -> Result<(), String> {
         guard::start(g)?;
     }
     maps::hold_across_fork();
+    signals::keep_alt_stack_across_fork();
     signals::start_own_stacks();
     if c.stats && c.root {
         // A descriptor of its own: programs close stderr on the way out

@@ -222,6 +222,39 @@ pub(crate) fn start_own_stacks() {
     give_own_stack();
 }
 
+/// Keep a forking thread's alternate stack pinned in its child: the
+/// child, adopting the instance, drops every pin its parent's threads
+/// held (`uswap::pager`'s fork epoch), this thread's too, though it is
+/// the child's one thread and its stack the one the kernel delivers the
+/// child's signals onto.  Unpinned, it was taken out at the next reclaim,
+/// and the next signal (uswap's own SIGBUS among them) or its return
+/// found no frame: stress-ng's workers, forked from a process whose
+/// 64 KiB alternate stack is a mapping in the heap, died of SIGSEGV
+/// ("bad frame in rt_sigreturn") hundreds of times a second.
+pub(crate) fn keep_alt_stack_across_fork() {
+    extern "C" fn child() {
+        ALT_STACK.with(|a| {
+            let mut a = a.borrow_mut();
+            if a.is_none() {
+                return;
+            }
+            // SAFETY: zeroed is a valid stack_t.
+            let mut cur: libc::stack_t = unsafe { std::mem::zeroed() };
+            // The old guard goes (it lets go of nothing: its pins went
+            // with the parent's epoch); the stack installed is pinned anew.
+            *a = if raw_sigaltstack(None, Some(&mut cur)) && cur.ss_flags & libc::SS_DISABLE == 0 {
+                pin_stack(cur.ss_sp, cur.ss_size)
+            } else {
+                None
+            };
+        });
+    }
+    // Registered after the pager's own handlers (the instance was built
+    // first), so this child handler runs after the adoption.
+    // SAFETY: registers a function with no preconditions.
+    unsafe { libc::pthread_atfork(None, None, Some(child)) };
+}
+
 /// Whether `ss` is this thread's stack of uswap's.
 fn is_own(ss: &libc::stack_t) -> bool {
     ss.ss_flags & libc::SS_DISABLE == 0

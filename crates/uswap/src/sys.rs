@@ -11,7 +11,7 @@
 
 use std::fs::File;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use rustix::ioctl::{self, opcode};
@@ -453,32 +453,92 @@ pub unsafe fn discard_pages(addr: u64, len: usize) -> io::Result<()> {
     unsafe { mm::madvise(addr as *mut _, len, Advice::LinuxDontNeed) }.map_err(io::Error::from)
 }
 
+/// Whether the page at `addr` of this process is in the kernel's own
+/// swap (its page-table entry a swap entry: `/proc/self/pagemap` bit 62),
+/// rather than not there at all.  Raw system calls, nothing allocated: a
+/// fault's copy asks (`Inner::copy`, handler-thread mode).  False when the
+/// map cannot be read.
+pub fn in_kernel_swap(addr: u64) -> bool {
+    const SWAPPED: u64 = 1 << 62;
+    // SAFETY: opens a file of /proc by a constant path, reads one entry
+    // into a local and closes it; no memory of the caller's is touched.
+    unsafe {
+        let fd = libc::syscall(
+            libc::SYS_openat,
+            libc::AT_FDCWD,
+            c"/proc/self/pagemap".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        ) as i32;
+        if fd < 0 {
+            return false;
+        }
+        let mut entry = 0u64;
+        let n = libc::syscall(
+            libc::SYS_pread64,
+            fd,
+            &mut entry as *mut u64,
+            8usize,
+            (addr / PAGE_SIZE as u64) * 8,
+        );
+        libc::syscall(libc::SYS_close, fd);
+        n == 8 && entry & SWAPPED != 0
+    }
+}
+
 /// Most ranges one [`Discarder::discard`] takes: the kernel's `UIO_FASTIOV`
 /// is 8, anything to `IOV_MAX` works; 64 keeps the vector on the stack.
 pub const DISCARD_BATCH: usize = 64;
 
+/// The process's pidfd of itself, for `process_madvise` (-1: none yet,
+/// or none to be had: no pidfds, or refused), shared by every
+/// [`Discarder`] of the process and kept for its life: each used to open
+/// its own, three descriptors an instance, in the program's way.
+static SELF_PIDFD: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(-1);
+
+/// The process [`SELF_PIDFD`] names.  A forked child inherits the
+/// descriptor, which still names its parent: a discard through it would
+/// drop the parent's pages, so none is made unless this is still that
+/// process (the child's adoption points the number at the child,
+/// [`Discarder::reopen_here`]).
+static SELF_PID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+/// [`SELF_PIDFD`], opened now if it is not yet.
+fn self_pidfd() -> Option<RawFd> {
+    use std::sync::atomic::Ordering;
+    let fd = SELF_PIDFD.load(Ordering::Acquire);
+    if fd >= 0 {
+        return Some(fd);
+    }
+    let pid = rustix::process::getpid();
+    let fresh = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()?;
+    let placed = crate::descriptors::place(fresh).into_raw_fd();
+    match SELF_PIDFD.compare_exchange(-1, placed, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => {
+            SELF_PID.store(pid.as_raw_nonzero().get(), Ordering::Release);
+            Some(placed)
+        }
+        Err(theirs) => {
+            // Another thread opened it first: this one goes.
+            crate::descriptors::forget(placed);
+            // SAFETY: the descriptor just made, which nothing else holds.
+            drop(unsafe { OwnedFd::from_raw_fd(placed) });
+            Some(theirs)
+        }
+    }
+}
+
 /// Discards ranges of this process's memory in one system call
-/// (`process_madvise(MADV_DONTNEED)` on a pidfd of our own): one TLB
-/// flush for a batch instead of one per range.
+/// (`process_madvise(MADV_DONTNEED)` on the process's pidfd of itself):
+/// one TLB flush for a batch instead of one per range.
 pub struct Discarder {
-    /// None where the kernel has no pidfds or no `process_madvise`.
-    pidfd: Option<OwnedFd>,
-    /// The process the pidfd names.  A forked child inherits the
-    /// descriptor, which still names its parent: a discard through it
-    /// would drop the parent's pages, so none is made unless this is
-    /// still that process (the child's adoption points it at the child,
-    /// `reopen_here`).
-    pid: std::sync::atomic::AtomicI32,
+    /// Whether the kernel gave a pidfd (and so may take `process_madvise`).
+    on: bool,
 }
 
 impl Discarder {
     pub fn new() -> Discarder {
-        let pid = rustix::process::getpid();
         Discarder {
-            pidfd: rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty())
-                .ok()
-                .map(crate::descriptors::place),
-            pid: std::sync::atomic::AtomicI32::new(pid.as_raw_nonzero().get()),
+            on: self_pidfd().is_some(),
         }
     }
 
@@ -487,11 +547,11 @@ impl Discarder {
     /// false when the kernel did not do it all: the caller discards them
     /// one by one.
     pub fn discard(&self, ranges: impl IntoIterator<Item = (u64, usize)>) -> bool {
-        let Some(pidfd) = &self.pidfd else {
-            return false;
-        };
-        if self.pid.load(std::sync::atomic::Ordering::Relaxed)
-            != rustix::process::getpid().as_raw_nonzero().get()
+        use std::sync::atomic::Ordering;
+        let pidfd = SELF_PIDFD.load(Ordering::Acquire);
+        if !self.on
+            || pidfd < 0
+            || SELF_PID.load(Ordering::Acquire) != rustix::process::getpid().as_raw_nonzero().get()
         {
             return false;
         }
@@ -510,12 +570,13 @@ impl Discarder {
             bytes += len;
         }
         // SAFETY: the iovecs name ranges of our own mappings whose
-        // contents the caller no longer needs; the pidfd is ours.
-        // (Neither rustix nor libc wraps process_madvise.)
+        // contents the caller no longer needs; the pidfd names this
+        // process (checked above).  (Neither rustix nor libc wraps
+        // process_madvise.)
         let done = unsafe {
             libc::syscall(
                 libc::SYS_process_madvise,
-                pidfd.as_raw_fd(),
+                pidfd,
                 iov.as_ptr(),
                 n,
                 libc::MADV_DONTNEED,
@@ -524,29 +585,22 @@ impl Discarder {
         };
         done == bytes as i64
     }
-}
 
-impl Discarder {
     /// In a forked child: the inherited pidfd names the parent, and a
     /// discard through it would drop the parent's pages.  Point the same
-    /// descriptor number at this process.
+    /// descriptor number at this process (once, for every discarder).
     pub fn reopen_here(&self) {
-        let Some(pidfd) = &self.pidfd else {
-            return;
-        };
+        use std::sync::atomic::Ordering;
+        let fd = SELF_PIDFD.load(Ordering::Acquire);
         let pid = rustix::process::getpid();
+        if fd < 0 || SELF_PID.load(Ordering::Acquire) == pid.as_raw_nonzero().get() {
+            return;
+        }
         // Without a pidfd of our own, discards stay refused here (the
         // pid check), and callers discard range by range.
         let mine = rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty());
-        let ok = mine.as_ref().is_ok_and(|m| {
-            // SAFETY: replaces the descriptor this value owns with a
-            // duplicate of a fresh one (closed as `mine` drops).
-            unsafe { libc::dup3(m.as_raw_fd(), pidfd.as_raw_fd(), libc::O_CLOEXEC) >= 0 }
-        });
-        if ok {
-            crate::descriptors::remember(pidfd.as_raw_fd());
-            self.pid
-                .store(pid.as_raw_nonzero().get(), std::sync::atomic::Ordering::Relaxed);
+        if mine.is_ok_and(|m| crate::descriptors::dup_onto(m.as_raw_fd(), fd).is_ok()) {
+            SELF_PID.store(pid.as_raw_nonzero().get(), Ordering::Release);
         }
     }
 }

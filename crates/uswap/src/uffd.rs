@@ -369,16 +369,12 @@ impl Uffd {
             Reach::KernelFaults
         };
         let fresh = Self::open_reaching(self.wanted, self.nonblocking, reach)?;
-        // SAFETY: replaces the descriptor this value owns with a duplicate
-        // of the fresh one (which closes as `fresh` drops), close-on-exec.
-        if unsafe { libc::dup3(fresh.raw_fd(), self.fd.as_raw_fd(), libc::O_CLOEXEC) } < 0 {
-            return Err(UffdError::Ioctl {
-                op: "dup3",
-                errno: errno(),
-            });
-        }
-        crate::descriptors::remember(self.fd.as_raw_fd());
-        Ok(())
+        // The descriptor this value owns replaced by a duplicate of the
+        // fresh one (which closes as `fresh` drops), close-on-exec.
+        crate::descriptors::dup_onto(fresh.raw_fd(), self.fd.as_raw_fd()).map_err(|e| UffdError::Ioctl {
+            op: "dup3",
+            errno: e.raw_os_error().unwrap_or(libc::EBADF),
+        })
     }
 
     /// A new descriptor, and whether it is user-mode only: the syscall,

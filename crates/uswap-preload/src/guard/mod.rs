@@ -283,7 +283,14 @@ extern "C" fn on_sigsys(sig: c_int, info: *mut libc::siginfo_t, ctx: *mut c_void
         // Around the guard's own work only (not the program's handler in
         // `pass_on`, which may leave by `siglongjmp`).
         let _scope = uswap::pager::HandlerScope::enter();
-        uc.uc_mcontext.gregs[libc::REG_RAX as usize] = serve(nr, args, &mask);
+        uc.uc_mcontext.gregs[libc::REG_RAX as usize] = if uswap::pager::on_uswap_thread() {
+            // One of uswap's threads, made to repeat a call of the
+            // program's (glibc's credential broadcast): it cannot bring
+            // a page in (it blocks SIGBUS), so the call goes as it is.
+            call_unmasked(nr, args, &mask)
+        } else {
+            serve(nr, args, &mask)
+        };
     }
     // SAFETY: as above.
     unsafe { *libc::__errno_location() = errno };

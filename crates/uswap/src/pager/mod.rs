@@ -75,7 +75,7 @@ pub use crate::uffd::UffdError;
 pub use api::builder::SwapBuilder;
 pub use api::error::PagerError;
 pub use api::region::{Pinned, PinnedShared, Region};
-pub use api::swap::Swap;
+pub use api::swap::{start_wanted_threads, Swap};
 pub use entry::sigbus::FaultMode;
 pub use instance::overrun::{Overrun, OverrunError};
 pub use instance::regions::MAX_REGIONS;
@@ -83,7 +83,9 @@ pub use instance::regions::MAX_REGIONS;
 // the pager's side of the program's signals.  The `internal` feature.
 #[cfg(feature = "internal")]
 #[doc(hidden)]
-pub use instance::signals::{in_handler, program_sigmask, starting_a_thread, HandlerScope, NEVER_BLOCKED};
+pub use instance::signals::{
+    in_handler, on_uswap_thread, program_sigmask, starting_a_thread, HandlerScope, NEVER_BLOCKED,
+};
 
 /// For a library that interposes `sigaction` on a program (`uswap run`):
 /// `sigaction(SIGBUS, new, old)` as the program sees it while uswap's

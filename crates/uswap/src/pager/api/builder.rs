@@ -53,6 +53,7 @@ pub struct SwapBuilder {
     switches: Switches,
     lru_batch: LruBatch,
     background: bool,
+    threads_on_need: bool,
     readahead: bool,
     per_page_evict: bool,
     paced_reclaim: bool,
@@ -91,6 +92,7 @@ impl Default for SwapBuilder {
             switches: Switches::DEFAULT,
             lru_batch: LruBatch::default(),
             background: true,
+            threads_on_need: false,
             readahead: true,
             per_page_evict: false,
             paced_reclaim: true,
@@ -165,6 +167,21 @@ impl SwapBuilder {
     /// page of before the seed).
     pub fn lru_batch(mut self, b: LruBatch) -> Self {
         self.lru_batch = b;
+        self
+    }
+
+    /// Start the background threads (the reclaimer; the prefetcher of a
+    /// swap file) only when first needed, not at build (default off):
+    /// a process that never nears its budget runs no thread of uswap's.
+    /// `uswap run` turns it on, where uswap is a guest in the program's
+    /// process (a runtime counts its threads: CPython warns at every
+    /// `fork` of a process with more than one).  Until they start, faults
+    /// reclaim for themselves; they start at the first safe point after
+    /// the need (a fault in the program's own code, an allocation, a
+    /// handler thread's turn).  Handler threads always start at build:
+    /// every fault needs them.
+    pub fn threads_on_need(mut self, on: bool) -> Self {
+        self.threads_on_need = on;
         self
     }
 
@@ -533,6 +550,7 @@ impl SwapBuilder {
                 },
                 reclaimer: self.background,
                 watching: self.mode == FaultMode::Sigbus,
+                on_need: self.threads_on_need,
             },
             ids: max_pages,
             max_mapped: max_user,
@@ -583,6 +601,7 @@ impl SwapBuilder {
                 (_, true) => 2,
             },
         });
+        inner.background().set_me(Arc::downgrade(&inner));
         if self.mode == FaultMode::Sigbus {
             sigbus::install();
         }

@@ -258,6 +258,7 @@ impl Region {
             region: self,
             first,
             last,
+            epoch: inner.pin_epoch(),
         })
     }
 
@@ -305,11 +306,14 @@ pub struct Pinned<'a> {
     region: &'a Region,
     first: usize,
     last: usize,
+    /// The instance's pin epoch when taken: a forked child that adopted
+    /// the instance since has dropped these pins already.
+    epoch: u32,
 }
 
 impl Drop for Pinned<'_> {
     fn drop(&mut self) {
-        unpin(self.region, self.first, self.last);
+        unpin(self.region, self.first, self.last, self.epoch);
     }
 }
 
@@ -321,16 +325,24 @@ pub struct PinnedShared {
     region: Arc<Region>,
     first: usize,
     last: usize,
+    epoch: u32,
 }
 
 impl Drop for PinnedShared {
     fn drop(&mut self) {
-        unpin(&self.region, self.first, self.last);
+        unpin(&self.region, self.first, self.last, self.epoch);
     }
 }
 
-/// Let go of one pin on each of pages `first..last` of `region`.
-fn unpin(region: &Region, first: usize, last: usize) {
+/// Let go of one pin on each of pages `first..last` of `region`, taken
+/// in pin epoch `epoch`.  A pin of an earlier epoch is a forked child's
+/// copy of one its parent took: the child dropped its count when it
+/// adopted the instance, and taking it off again would take another
+/// holder's (or wrap the count, pinning the page for good).
+fn unpin(region: &Region, first: usize, last: usize, epoch: u32) {
+    if region.inner.pin_epoch() != epoch {
+        return;
+    }
     for p in first..last {
         region.inner.pins()[region.id_base as usize + p].fetch_sub(1, Ordering::Release);
     }
@@ -345,13 +357,14 @@ impl Region {
         write: bool,
     ) -> Result<PinnedShared, PagerError> {
         let pinned = self.pin(offset, bytes, write)?;
-        let (first, last) = (pinned.first, pinned.last);
+        let (first, last, epoch) = (pinned.first, pinned.last, pinned.epoch);
         // The pins are handed over to the shared guard, which lets them go.
         std::mem::forget(pinned);
         Ok(PinnedShared {
             region: Arc::clone(self),
             first,
             last,
+            epoch,
         })
     }
 }

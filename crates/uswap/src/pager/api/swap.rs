@@ -7,6 +7,7 @@ use crate::pager::api::error::PagerError;
 use crate::pager::api::region::Region;
 use crate::pager::entry::sigbus;
 use crate::pager::entry::sigbus::FaultMode;
+use crate::pager::entry::threads;
 use crate::pager::instance::addrs;
 use crate::pager::instance::frames::Mapping;
 use crate::pager::instance::gate;
@@ -219,6 +220,13 @@ impl Swap {
             )));
         }
         self.inner.budget().set(pages);
+        // A budget cut below what is resident is the reclaimer's to meet
+        // now, not at its next look: awake it, or have it started.
+        if self.inner.budget().resident() > self.inner.budget().low() {
+            self.inner.background().want();
+            threads::start_wanted(&self.inner);
+            self.inner.background().kick();
+        }
         self.inner.counters().levels.budget.set(pages as u64);
         self.inner
             .registry()
@@ -292,6 +300,18 @@ impl Drop for Swap {
             for t in threads {
                 t.join();
             }
+        }
+    }
+}
+
+/// Start every instance's background threads that wait for their first
+/// need (`SwapBuilder::threads_on_need`), from a safe point the pager
+/// cannot see: `uswap run`'s `malloc` and `mmap`, called by the program's
+/// own code, outside any handler of uswap's.  One load when none waits.
+pub fn start_wanted_threads() {
+    if crate::pager::instance::background::any_wanted() {
+        for inner in crate::pager::entry::fork::live_instances() {
+            threads::start_wanted(&inner);
         }
     }
 }

@@ -80,6 +80,16 @@ fn instances() -> Vec<Arc<Inner>> {
     list.iter().filter_map(Weak::upgrade).collect()
 }
 
+/// The instances of this process, for a caller that must not wait: none
+/// while another thread registers one (the list's lock is held briefly,
+/// and this may be called from an allocation anywhere).
+pub(crate) fn live_instances() -> Vec<Arc<Inner>> {
+    let Ok(list) = INSTANCES.try_lock() else {
+        return Vec::new();
+    };
+    list.iter().filter_map(Weak::upgrade).collect()
+}
+
 /// The pipe of the fork being made: the child keeps its write end open
 /// for as long as it may read its parent's slots; the parent sees the end
 /// of it.  -1 when none.
@@ -138,8 +148,12 @@ extern "C" fn parent() {
         // them the process's own first (batch.rs, `unshare`).
         inner.note_fork();
         inner.reports().pinned.store(true, Ordering::Relaxed);
-        if inner.has_file_device() {
-            inner.backing().hold.activate(r);
+        // The reclaimer frees the held slots once the child is done:
+        // started now if it waits for its first need (a fork's handler is
+        // a safe point), where any slot is held.
+        if inner.has_file_device() && inner.backing().hold.activate(r) {
+            inner.background().want();
+            threads::start_wanted(&inner);
         }
     }
     for fd in [r, w] {
@@ -192,6 +206,10 @@ extern "C" fn child() {
 /// Take over an inherited instance in a forked child.
 fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
     inner.serve_this_process();
+    // The pins below are dropped; guards taken before this let go of
+    // nothing (the forking thread's among them: a pin it still needs,
+    // its alternate stack's, it takes again after this).
+    inner.new_pin_epoch();
     inner.uffd().reopen_here().map_err(|e| e.to_string())?;
     inner.discarder().reopen_here();
     inner.frames().staging.reopen_here();

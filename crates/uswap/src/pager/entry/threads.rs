@@ -29,7 +29,8 @@ const PAGE: u64 = PAGE_SIZE as u64;
 
 /// Start an instance's threads (`Inner::spawn`); a forked child calls
 /// this again, its parent's threads being absent there: their handles are
-/// forgotten, not joined or detached.
+/// forgotten, not joined or detached.  Handler threads start now; the
+/// background ones too, unless they start on need (`background.rs`).
 pub(crate) fn start_threads(inner: &Arc<Inner>) {
     let mut threads = inner.threads().lock();
     std::mem::forget(std::mem::take(&mut *threads));
@@ -37,12 +38,35 @@ pub(crate) fn start_threads(inner: &Arc<Inner>) {
     for _ in 0..inner.spawn().handlers {
         threads.push(spawn_handler(weak.clone()));
     }
+    inner.background().reset(inner.spawn().on_need);
+    if !inner.spawn().on_need {
+        start_background(inner, &mut threads);
+    }
+}
+
+/// The prefetcher (a swap file's readahead) and the reclaimer.
+fn start_background(inner: &Arc<Inner>, threads: &mut Vec<UswapThread>) {
+    let weak = Arc::downgrade(inner);
     if inner.prefetch().on {
         threads.push(spawn_prefetcher(weak.clone()));
     }
     if inner.spawn().reclaimer {
         threads.push(spawn_reclaimer(weak, inner.spawn().watching));
     }
+}
+
+/// Start the background threads if they are wanted and not started: at a
+/// safe point (`background.rs` lists them), in the process the instance
+/// serves (a vfork child shares its memory and must start nothing).
+pub(crate) fn start_wanted(inner: &Inner) {
+    if !inner.background().wanted() || !inner.same_process() || !inner.background().take_start() {
+        return;
+    }
+    let Some(me) = inner.background().me() else {
+        return;
+    };
+    let mut threads = inner.threads().lock();
+    start_background(&me, &mut threads);
 }
 
 /// How long a handler thread keeps reading after its last event before it
@@ -129,6 +153,9 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
                 let _ = inner.uffd().wake(at, len);
             }
             inner.registry().stall_end();
+            // A handler thread is a safe point: no program lock is held
+            // here, and this is no signal handler.
+            start_wanted(&inner);
             // The spin counts from the end of the last service.
             last = crate::sys::monotonic_ns();
         }
@@ -139,6 +166,12 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
 pub(crate) fn spawn_prefetcher(weak: Weak<Inner>) -> UswapThread {
     signals::spawn("uswap-readahead", move || readahead::prefetcher(weak))
 }
+
+/// The longest an idle reclaimer sleeps: the levels it publishes, the
+/// domain's share it takes, the forked children whose slots it frees and
+/// the signal set-up it watches are looked at this often when nothing
+/// else wakes it.
+const IDLE_SLEEP: Duration = Duration::from_millis(100);
 
 /// The background reclaimer: keeps resident pages under the low watermark,
 /// and, in SIGBUS mode, watches the process's signal set-up.
@@ -226,8 +259,15 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             // batch waits to be full) go now.
             inner.frames().staging.flush_retired();
             drop(inside);
+            // Asleep until a fault past the low watermark (or a new
+            // budget) kicks it, or the next look at the levels, the
+            // domain, the forked children and the signal set-up.  It
+            // slept a millisecond at a time once, a thousand wake-ups a
+            // second in an idle process.
+            inner
+                .background()
+                .sleep(IDLE_SLEEP, || inner.budget().resident() > inner.budget().low());
             drop(inner);
-            std::thread::sleep(Duration::from_millis(1));
         }
     })
 }

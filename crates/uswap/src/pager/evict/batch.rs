@@ -491,17 +491,19 @@ fn stage_run(
 /// and one a device has pinned for writing is the process's own already
 /// (the kernel unshares before it pins), stays refused by the next move,
 /// and is reported then.
+///
+/// In handler-thread mode a page that is gone would be a userfault that
+/// waits for a handler thread, this one perhaps (a fault's direct
+/// reclaim): only the runs of pages that are there are unshared
+/// (`Inner::for_present_runs`); the rest are faults of the program's own.
 fn unshare(inner: &Inner, addr: u64, len: u64) {
     inner.counters().evict_unshared.inc();
-    // SAFETY: advice on pages of a region, which leaves their contents
-    // as they are (a write fault that writes nothing).
-    let _ = unsafe {
-        rustix::mm::madvise(
-            addr as *mut _,
-            len as usize,
-            rustix::mm::Advice::LinuxPopulateWrite,
-        )
-    };
+    inner.for_present_runs(addr, len, |at, n| {
+        // SAFETY: advice on pages of a region, which leaves their contents
+        // as they are (a write fault that writes nothing).
+        let _ =
+            unsafe { rustix::mm::madvise(at as *mut _, n as usize, rustix::mm::Advice::LinuxPopulateWrite) };
+    });
 }
 
 /// A dirty page is in its staging frame now, cached under slot `e`; the

@@ -77,6 +77,7 @@ pub(crate) const SLACK: usize = BATCH;
 pub(crate) fn make_room(inner: &Inner) -> Room {
     let b = &inner.budget();
     let resident = b.resident();
+    need_background(inner, resident);
     if resident < b.limit() + b.slack() {
         // Within a batch of the budget, not from the low watermark: the
         // pace keeps the program's memory where the budget puts it (from
@@ -133,9 +134,46 @@ fn pace(inner: &Inner) {
     evict_batch(inner, BATCH, BATCH, &mut done);
 }
 
+/// Faults between two publications of the levels and two looks at the
+/// domain's share, while no reclaimer does it.
+const TICK: u32 = 64;
+
+/// What a fault tells the background: past the low watermark the
+/// reclaimer is kicked awake, or wanted where it has not started
+/// (`background.rs`); while it has not, the faults publish the levels and
+/// the domain's share every [`TICK`] of them, as its loop would.
+#[inline]
+fn need_background(inner: &Inner, resident: usize) {
+    let bg = inner.background();
+    if bg.running() {
+        if resident >= inner.budget().low() {
+            bg.kick();
+        }
+        return;
+    }
+    if resident >= inner.budget().low() || inner.backing().hold.waiting() {
+        bg.want();
+    }
+    if bg.tick(TICK) {
+        inner.publish_levels(resident, false);
+        if let Some(m) = inner.member() {
+            let devices = &inner.backing().devices;
+            let ram = devices.iter().map(|d| d.ram_pages()).sum();
+            let store = devices.iter().map(|d| d.store_pages()).sum();
+            m.publish(resident, inner.counters().faults.get(), ram, store);
+            if let Some(share) = m.share() {
+                if share != inner.budget().limit() {
+                    inner.budget().share(share);
+                }
+            }
+        }
+    }
+}
+
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
 pub(crate) fn make_room_for(inner: &Inner, n: usize) -> Room {
     let resident = inner.budget().resident();
+    need_background(inner, resident + n);
     if resident + n <= inner.budget().limit() + inner.budget().slack() {
         return Room::default();
     }
@@ -229,7 +267,8 @@ fn hold_to_bound(inner: &Inner, n: usize) {
         // the budget, as it waits for writeback (a debug build's child
         // ran 50% past its budget meanwhile).
         let mut waited = 0;
-        while inner.spawn().reclaimer
+        while inner.background().running()
+            && inner.spawn().reclaimer
             && inner.backing().closed.load(Ordering::Acquire)
             && inner.backing().layerable.load(Ordering::Relaxed)
             && waited < PATIENCE_MS

@@ -255,7 +255,13 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
     // window itself and hands the prefetcher the window after it, to be
     // read while the program uses what is in already.  (Zero fills and
     // reads from RAM cost less than the hand-over: done here, whole.)
-    let prefetch = from_file && inner.prefetch().on && window >= 4;
+    // Handed over only to a prefetcher that runs; one that starts on need
+    // is wanted now (until then this thread reads the whole window).
+    let handed = from_file && inner.prefetch().on && window >= 4;
+    if handed && !inner.background().running() {
+        inner.background().want();
+    }
+    let prefetch = handed && inner.background().running();
     let sync = if prefetch { window / 4 } else { window };
     // Only a window that grew from faults in order: a first touch's
     // window fills fresh memory, far below the budget or not at all.

@@ -94,9 +94,16 @@ impl Hold {
 
     /// After the fork, in the parent: hold the snapshot's slots until the
     /// end of pipe `read_end` (a duplicate is kept) closes.
-    pub(crate) fn activate(&self, read_end: i32) {
+    /// Returns whether any slot is held (a parent that never swapped to
+    /// its files holds none, and needs no reclaimer to let them go).
+    pub(crate) fn activate(&self, read_end: i32) -> bool {
         let mut s = self.state.lock();
         let pending = std::mem::take(&mut s.pending);
+        let holds = pending.iter().any(|&w| w != 0);
+        if !holds {
+            // Nothing on the files the child could read: no hold at all.
+            return false;
+        }
         if read_end < 0 {
             // No pipe (out of descriptors): the child's end cannot be
             // seen, so these slots stay held for the process's life.
@@ -118,6 +125,13 @@ impl Hold {
             *b |= p;
         }
         self.active.store(true, Ordering::Release);
+        holds
+    }
+
+    /// Whether slots wait for a child: the reclaimer frees them once it
+    /// is done.
+    pub(crate) fn waiting(&self) -> bool {
+        self.active.load(Ordering::Relaxed)
     }
 
     /// In a child: the holds of its parent are not its own.

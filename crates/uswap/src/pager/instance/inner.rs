@@ -47,6 +47,13 @@ pub(crate) struct Inner {
     /// each with a SeqCst fence between (`pinned`): one of the two sees
     /// the other.
     pins: Box<[AtomicU32]>,
+    /// Which process's pins `pins` counts: bumped by a forked child as it
+    /// adopts the instance, when it drops the pins its parent's threads
+    /// held (they are not in the child to let go of them).  A pin let go
+    /// under another epoch than the one it was taken in is not counted
+    /// again (`Region::pin`'s guard): the child's count of it went with
+    /// the rest.
+    pin_epoch: AtomicU32,
     /// Page ids: free ranges and pages mapped; only map and unmap touch
     /// them.
     ids: StatMutex<PageIds>,
@@ -95,6 +102,8 @@ pub(crate) struct Inner {
     threads: StatMutex<Vec<crate::pager::instance::signals::UswapThread>>,
     /// What threads to start (at build, and again in a forked child).
     spawn: Spawn,
+    /// Whether the background threads run, are wanted, or not yet.
+    background: crate::pager::instance::background::Background,
     /// Which once-only lines have been said.
     reports: Reports,
     /// This process has forked since the instance was built: a page
@@ -182,6 +191,9 @@ pub(crate) struct Spawn {
     pub reclaimer: bool,
     /// The reclaimer watches signal set-up (SIGBUS mode).
     pub watching: bool,
+    /// The reclaimer and prefetcher start when first needed, not at build
+    /// (`background.rs`).
+    pub on_need: bool,
 }
 
 /// Writeback's pause after transient write errors.
@@ -242,9 +254,11 @@ impl Inner {
             states: p.states,
             addrs: p.addrs,
             pins: p.pins,
+            pin_epoch: AtomicU32::new(0),
             // SAFETY: getpid has no preconditions.
             pid: std::sync::atomic::AtomicI32::new(unsafe { libc::getpid() }),
             threads: StatMutex::new(Vec::new(), p.registry.lock_site(LockId::THREADS)),
+            background: crate::pager::instance::background::Background::new(p.spawn.on_need),
             spawn: p.spawn,
             ids: StatMutex::new(
                 PageIds {
@@ -306,6 +320,16 @@ impl Inner {
     #[inline]
     pub fn pins(&self) -> &[AtomicU32] {
         &self.pins
+    }
+    /// The epoch pins are counted in now (see the field).
+    #[inline]
+    pub fn pin_epoch(&self) -> u32 {
+        self.pin_epoch.load(Ordering::Acquire)
+    }
+    /// A forked child, before it drops its parent's pins: pins taken
+    /// before this are no longer counted.
+    pub fn new_pin_epoch(&self) {
+        self.pin_epoch.fetch_add(1, Ordering::AcqRel);
     }
     #[inline]
     pub fn frames(&self) -> &Frames {
@@ -397,6 +421,11 @@ impl Inner {
     #[inline]
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+    /// The background threads' state.
+    #[inline]
+    pub fn background(&self) -> &crate::pager::instance::background::Background {
+        &self.background
     }
     /// The instance's threads, joined by the `Swap`'s drop.
     pub fn threads(&self) -> &StatMutex<Vec<crate::pager::instance::signals::UswapThread>> {

@@ -11,6 +11,7 @@
 //! [`Inner`]: inner::Inner
 
 pub(crate) mod addrs;
+pub(crate) mod background;
 pub(crate) mod budget;
 pub(crate) mod counters;
 pub(crate) mod frames;

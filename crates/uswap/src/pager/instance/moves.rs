@@ -2,6 +2,7 @@
 //! and copies (`UFFDIO_COPY`) both the fault and the reclaim paths make,
 //! with what they do on a failure, and the test hooks that inject one.
 
+use crate::pager::instance::frames::Mapping;
 #[cfg(test)]
 use crate::pager::instance::inject::Inject;
 use crate::pager::instance::inner::Inner;
@@ -140,6 +141,8 @@ impl Inner {
     /// end, write-protected when `wp`; wakes the threads waiting there.
     /// On failure, how far it got and why.
     pub fn copy(&self, dst: u64, src: *const u8, len: u64, wp: bool) -> Result<(), (u64, UffdError)> {
+        let whole = len;
+        let len = self.present_prefix(src as u64, len);
         let mut done = 0;
         while done < len {
             // SAFETY: the pager copies only into missing pages it holds
@@ -160,7 +163,109 @@ impl Inner {
                 Err(e) => return Err((done, e)),
             }
         }
+        if len < whole {
+            // As the kernel refuses it where faults are not waited for.
+            return Err((
+                len,
+                UffdError::Ioctl {
+                    op: "UFFDIO_COPY",
+                    errno: libc::EFAULT,
+                },
+            ));
+        }
         Ok(())
+    }
+
+    /// How much of the copy source `[src, src + len)` is there to be read
+    /// without a fault on the userfaultfd.
+    ///
+    /// In handler-thread mode the kernel's read of a source page that is
+    /// not there (a sealed region page being staged, or a staging frame
+    /// moved back, that is gone) is a userfault, which waits for a handler
+    /// thread to serve it: a handler thread making the copy itself (a
+    /// fault's direct reclaim) waits for ever, and any other copier waits
+    /// on the claim it holds (a Redis server in handler mode hung so, its
+    /// only handler thread in `UFFDIO_COPY`).  In SIGBUS mode the same read
+    /// fails the copy with `EFAULT`, which every caller takes for a page
+    /// the program dropped.  So in handler-thread mode the pages are looked
+    /// at first (`mincore`, no fault), and the copy stops at the first one
+    /// that is not there; a page the kernel's own swap holds is there (the
+    /// read brings it in without a userfault), told apart by
+    /// `/proc/self/pagemap`.  uswap's bounce frames and page of zeros are
+    /// always there and are not looked at.
+    fn present_prefix(&self, src: u64, len: u64) -> u64 {
+        if self.uffd().user_mode_only() || self.own_populated(src, len) {
+            return len;
+        }
+        let mut prefix = None;
+        self.walk_presence(src, len, |addr, there| {
+            if !there && prefix.is_none() {
+                prefix = Some(addr.saturating_sub(src).min(len));
+            }
+            prefix.is_none()
+        });
+        prefix.unwrap_or(len)
+    }
+
+    /// Call `f(start, len)` for each run of pages of `[addr, addr + len)`
+    /// (page aligned) that is there; in SIGBUS mode, once for all of it
+    /// (a page that is not fails there with `EFAULT`, no userfault).  See
+    /// `present_prefix` for why handler-thread mode looks first.
+    pub fn for_present_runs(&self, addr: u64, len: u64, mut f: impl FnMut(u64, u64)) {
+        if self.uffd().user_mode_only() {
+            f(addr, len);
+            return;
+        }
+        let page = PAGE_SIZE as u64;
+        let mut run: Option<u64> = None;
+        self.walk_presence(addr, len, |at, there| {
+            match (run, there) {
+                (None, true) => run = Some(at),
+                (Some(start), false) => {
+                    f(start, at - start);
+                    run = None;
+                }
+                _ => {}
+            }
+            true
+        });
+        if let Some(start) = run {
+            f(start, (addr + len).next_multiple_of(page) - start);
+        }
+    }
+
+    /// `see(page address, whether it is there)` for each page of `[addr,
+    /// addr + len)` while it returns true: `mincore` (no fault), and for a
+    /// page it says is out, `/proc/self/pagemap` (in the kernel's own swap
+    /// counts as there: reading it is no userfault).  Nothing allocated.
+    fn walk_presence(&self, addr: u64, len: u64, mut see: impl FnMut(u64, bool) -> bool) {
+        const MOST: usize = 512;
+        let page = PAGE_SIZE as u64;
+        let first = addr & !(page - 1);
+        let end = (addr + len).next_multiple_of(page);
+        let mut at = first;
+        while at < end {
+            let pages = (((end - at) / page) as usize).min(MOST);
+            let mut vec = [0u8; MOST];
+            // SAFETY: mincore reads the page tables of a range of ours
+            // into a buffer of `pages` bytes; it touches no page.
+            let rc = unsafe { libc::mincore(at as *mut libc::c_void, pages * PAGE_SIZE, vec.as_mut_ptr()) };
+            for (i, &v) in vec[..pages].iter().enumerate() {
+                let p = at + i as u64 * page;
+                let there = rc != 0 || v & 1 != 0 || crate::sys::in_kernel_swap(p);
+                if !see(p, there) {
+                    return;
+                }
+            }
+            at += pages as u64 * page;
+        }
+    }
+
+    /// Whether `[src, src + len)` lies in uswap's bounce frames or its
+    /// page of zeros, populated at build and never dropped.
+    fn own_populated(&self, src: u64, len: u64) -> bool {
+        let inside = |m: &Mapping| src >= m.addr() && src + len <= m.addr() + m.len() as u64;
+        inside(self.frames().bounce.mapping()) || inside(&self.frames().zero)
     }
 
     /// Install a page of zeros at `page` (missing there).

@@ -291,7 +291,12 @@ const STACK: usize = 2 << 20;
 
 /// Spawn a uswap thread with every signal blocked from its first
 /// instruction (a new thread inherits its creator's mask, so the creator
-/// blocks them around the spawn), on a stack of uswap's own.
+/// blocks them around the spawn), on a stack of uswap's own.  All but
+/// SIGSYS: a system call is trapped there only when it names heap memory,
+/// which uswap's threads never do of their own accord but may be made to
+/// by glibc (a credential change makes every thread repeat the program's
+/// call, arguments and all), and a trap on a thread that blocks SIGSYS
+/// ends the process; the guard's handler makes such a call as it is.
 ///
 /// Why not `std::thread`: glibc gives a new thread a stack from its cache
 /// of stacks of threads that ended, and clears the thread-local storage
@@ -325,6 +330,8 @@ pub(crate) fn spawn<F: FnOnce() + Send + 'static>(name: &'static str, f: F) -> U
             // without its thread.
             std::process::abort();
         }
+        // Counted again on the way out, for glibc's own decrement.
+        live_threads::count();
         std::ptr::null_mut()
     }
     // SAFETY: sigfillset on a local set; pthread_sigmask on this thread;
@@ -335,6 +342,7 @@ pub(crate) fn spawn<F: FnOnce() + Send + 'static>(name: &'static str, f: F) -> U
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
+        libc::sigdelset(&mut all, libc::SIGSYS);
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
         libc::pthread_attr_init(&mut attr);
         libc::pthread_attr_setstack(&mut attr, stack.as_ptr().add(crate::PAGE_SIZE).cast(), STACK);
@@ -350,9 +358,62 @@ pub(crate) fn spawn<F: FnOnce() + Send + 'static>(name: &'static str, f: F) -> U
             drop(Box::from_raw(arg.cast::<Box<dyn FnOnce() + Send>>()));
             fail(&std::io::Error::from_raw_os_error(rc).to_string());
         }
+        live_threads::uncount();
         UswapThread {
             id,
             stack: Some(stack),
+        }
+    }
+}
+
+/// glibc's count of the process's live threads, which uswap's threads
+/// stay out of.
+///
+/// glibc ends the process when its last thread ends: the thread whose
+/// return (or `pthread_exit`, the main thread's too) takes the count
+/// `__nptl_nthreads` to zero calls `exit(0)`.  Counted, uswap's threads
+/// kept a process alive after the program's last thread was gone: a
+/// child forked from a thread other than the main one, returning from
+/// that thread, stayed with a zombie leader and uswap's threads, and its
+/// parent waited for it forever (CPython's test_threading); a signal sent
+/// to it stayed pending, every thread left blocking it.  Out of the count,
+/// the program's last thread ends the process, as it would without
+/// uswap: its threads go with the process (`exit_group`).
+///
+/// The count is glibc's private symbol, the one its debugger interface
+/// reads (`libthread_db`), changed with the atomic operations glibc uses
+/// on it.  Where it is not found (another C library), uswap's threads are
+/// counted as before.
+mod live_threads {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::OnceLock;
+
+    fn counter() -> Option<&'static AtomicU32> {
+        static AT: OnceLock<usize> = OnceLock::new();
+        let at = *AT.get_or_init(|| {
+            // SAFETY: a symbol lookup with a C string.
+            unsafe { libc::dlsym(libc::RTLD_DEFAULT, c"__nptl_nthreads".as_ptr()) as usize }
+        });
+        // SAFETY: glibc's `unsigned int __nptl_nthreads`, static data that
+        // lives as long as the process, only ever changed atomically.
+        (at != 0).then(|| unsafe { AtomicU32::from_ptr(at as *mut u32) })
+    }
+
+    /// A thread of uswap's just made (`pthread_create` counted it): out
+    /// of the count.  Its creator is a thread of the program's, counted,
+    /// so this never takes the count to zero.
+    pub(super) fn uncount() {
+        if let Some(c) = counter() {
+            c.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+
+    /// A thread of uswap's ending: counted again, for the decrement glibc
+    /// makes as it ends (which, if the program's threads are gone, ends
+    /// the process, as it should).
+    pub(super) fn count() {
+        if let Some(c) = counter() {
+            c.fetch_add(1, Ordering::SeqCst);
         }
     }
 }
@@ -385,6 +446,13 @@ pub(crate) fn forget_threads() {
     for t in &THREADS {
         t.store(0, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// Whether the calling thread is one of uswap's own.
+#[cfg_attr(not(feature = "internal"), allow(dead_code))]
+pub fn on_uswap_thread() -> bool {
+    // SAFETY: gettid has no preconditions.
+    is_uswap_thread(unsafe { libc::gettid() })
 }
 
 /// Whether thread `tid` of this process is one of uswap's own.

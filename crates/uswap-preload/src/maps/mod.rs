@@ -31,14 +31,17 @@
 //!
 //! On memory served so: `munmap` discards the pages (they read as zeros,
 //! their memory and slots go back) and frees the block once all of it was
-//! unmapped; `mremap` shrinks in place (the tail discarded) or, allowed to
-//! move, moves into a new block (copied, the old one unmapped), and
-//! refuses to grow in place (ENOMEM, as the kernel does where the next
-//! pages are taken); `madvise(MADV_DONTNEED | MADV_FREE)` discards; other
-//! advice reaches the kernel. `madvise(MADV_DONTNEED)`
-//! on heap memory that `malloc` gave (a program trimming its own
-//! allocator's memory) discards too: the kernel's call would miss the
-//! pages uswap holds.
+//! unmapped (kept a while first, in case the program asks for that
+//! address again: `table.rs`'s quarantine); `mremap` shrinks in place
+//! (the tail discarded) or, allowed to move, moves into a new block, to
+//! the address asked (`MREMAP_FIXED`), or leaves the old range empty
+//! (`MREMAP_DONTUNMAP`), and refuses to grow in place (ENOMEM, as the
+//! kernel does where the next pages are taken); `madvise` advice that
+//! changes what memory holds is carried out by uswap (`MADV_DONTNEED`
+//! discards, `MADV_WIPEONFORK` wipes in a forked child), the rest reaches
+//! the kernel. `madvise(MADV_DONTNEED)` on heap memory that `malloc` gave
+//! (a program trimming its own allocator's memory) discards too: the
+//! kernel's call would miss the pages uswap holds.
 //!
 //! What the program does to memory served so outlives none of it: a
 //! block it changed the protection of (`mprotect`: a guard page under a
@@ -55,7 +58,6 @@
 //! glibc's allocator (`heap::to_libc`: uswap's own, and in SIGBUS mode
 //! threads that block SIGBUS).
 
-use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::Mutex;
 
@@ -66,24 +68,25 @@ use crate::running::RUNNING;
 
 const PAGE: usize = uswap::PAGE_SIZE;
 
-/// A block served as a mapping.
-#[derive(Clone, Copy, Debug)]
-struct Served {
-    len: usize,
-    /// Bytes unmapped so far: the block is freed once all of it is.
-    unmapped: usize,
-    /// The program changed its protection or mapped something over it:
-    /// put back fresh as it is unmapped.
-    altered: bool,
+mod table;
+
+use table::Table;
+
+/// Blocks served as mappings (`table.rs`), under a lock: `mmap` and
+/// `munmap` are not hot paths.  Its memory is glibc's (as all of this
+/// library's).
+static SERVED: Mutex<Table> = Mutex::new(Table::new());
+
+fn served() -> std::sync::MutexGuard<'static, Table> {
+    SERVED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Blocks served as mappings, by start.  A `BTreeMap` (allocated by
-/// glibc's malloc, as all of this library's memory) under a lock: `mmap`
-/// and `munmap` are not hot paths.
-static SERVED: Mutex<BTreeMap<usize, Served>> = Mutex::new(BTreeMap::new());
-
-fn served() -> std::sync::MutexGuard<'static, BTreeMap<usize, Served>> {
-    SERVED.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+/// Give blocks back to mimalloc (taken out of the table, outside its lock).
+fn free_blocks(starts: Vec<usize>) {
+    for s in starts {
+        // SAFETY: a block `serve` allocated, out of the table, unmapped.
+        unsafe { mimalloc(|| mi_free(s as *mut c_void)) };
+    }
 }
 
 /// Mark what of `[a, a + len)` is served as altered; what is not (memory
@@ -92,12 +95,8 @@ fn alter(a: usize, len: usize, protect: bool) {
     let end = a.saturating_add(len);
     let mut map = served();
     let mut covered = false;
-    // Blocks do not overlap: walking down from `end`, the first that ends
-    // at or before `a` is the last to look at (not every block below).
-    for (&s, b) in map.range_mut(..end).rev() {
-        if s + b.len <= a {
-            break;
-        }
+    for s in map.overlapping(a, end) {
+        let b = map.get_mut(s).expect("listed above");
         b.altered = true;
         covered |= s <= a && s + b.len >= end;
     }
@@ -109,24 +108,43 @@ fn alter(a: usize, len: usize, protect: bool) {
 
 /// The lock of `SERVED`, held across a fork by the forking thread, so
 /// that a child never inherits it held by a thread it does not have.
-static FORK_GUARD: std::sync::atomic::AtomicPtr<std::sync::MutexGuard<'static, BTreeMap<usize, Served>>> =
+static FORK_GUARD: std::sync::atomic::AtomicPtr<std::sync::MutexGuard<'static, Table>> =
     std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
 
-/// Take `SERVED`'s lock before every fork, let go after it on both sides.
+/// Take `SERVED`'s lock before every fork, let go after it on both sides;
+/// in the child, first wipe what the program asked to be
+/// (`MADV_WIPEONFORK`).  Also sizes the quarantine: a sixteenth of the
+/// heap's address space.
 pub(crate) fn hold_across_fork() {
+    if let Some((base, end, _)) = heap() {
+        served().set_quarantine_cap((end - base) / 16);
+    }
     extern "C" fn prepare() {
         let g = Box::new(served());
         FORK_GUARD.store(Box::into_raw(g), std::sync::atomic::Ordering::Relaxed);
     }
-    extern "C" fn after() {
+    fn release() -> Option<Box<std::sync::MutexGuard<'static, Table>>> {
         let g = FORK_GUARD.swap(std::ptr::null_mut(), std::sync::atomic::Ordering::Relaxed);
-        if !g.is_null() {
-            // SAFETY: the guard `prepare` boxed, taken back once.
-            drop(unsafe { Box::from_raw(g) });
+        // SAFETY: the guard `prepare` boxed, taken back once.
+        (!g.is_null()).then(|| unsafe { Box::from_raw(g) })
+    }
+    extern "C" fn parent() {
+        drop(release());
+    }
+    extern "C" fn child() {
+        let Some(g) = release() else {
+            return;
+        };
+        let wipes = g.wipes();
+        drop(g);
+        if let Some((base, _, r)) = heap() {
+            for (lo, hi) in wipes {
+                discard(r, base, lo, hi - lo);
+            }
         }
     }
     // SAFETY: registers functions with no preconditions.
-    unsafe { libc::pthread_atfork(Some(prepare), Some(after), Some(after)) };
+    unsafe { libc::pthread_atfork(Some(prepare), Some(parent), Some(child)) };
 }
 
 fn set_errno(e: i32) {
@@ -150,12 +168,6 @@ fn discard(r: &crate::running::Running, base: usize, addr: usize, len: usize) {
         // an mlock'd range, which keeps its contents, as the kernel does.
         let _ = r.region.discard(lo - base, hi - lo);
     }
-}
-
-/// The served block holding `addr`, if any: (start, length).
-fn block_of(map: &BTreeMap<usize, Served>, addr: usize) -> Option<(usize, usize)> {
-    let (&start, b) = map.range(..=addr).next_back()?;
-    (addr < start + b.len).then_some((start, b.len))
 }
 
 /// The mappings `/proc/self/maps` lists: (start, end, its line).
@@ -209,10 +221,17 @@ fn servable(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32) -> bo
     fd == -1
         && len > 0
         && ((addr.is_null() && prot == libc::PROT_READ | libc::PROT_WRITE) || prot == libc::PROT_NONE)
-        && flags & !libc::MAP_NORESERVE == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
+        && flags & !IGNORED_FLAGS == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS
         && !in_mimalloc()
         && !to_libc()
 }
+
+/// Flags a served mapping does without: `MAP_NORESERVE` (the heap's
+/// memory is committed as it is touched anyway) and `MAP_POPULATE` (pages
+/// asked in at once; served memory comes in at its first touch, and a
+/// mapping larger than the budget could not all be in: stress-ng's
+/// mremap stressor maps 256 MiB so, which went to the kernel unpaged).
+const IGNORED_FLAGS: i32 = libc::MAP_NORESERVE | libc::MAP_POPULATE;
 
 /// Whether a fixed mapping is one done in place over a served block:
 /// private anonymous memory, readable and writable or inaccessible (a
@@ -223,21 +242,30 @@ fn in_place(addr: *mut c_void, len: usize, prot: i32, flags: i32, fd: i32) -> bo
         && len > 0
         && (addr as usize).is_multiple_of(PAGE)
         && (prot == libc::PROT_READ | libc::PROT_WRITE || prot == libc::PROT_NONE)
-        && flags & !libc::MAP_NORESERVE == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED
+        && flags & !IGNORED_FLAGS == libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED
         && !in_mimalloc()
         && !to_libc()
 }
 
 /// Serve a mapping of `len` bytes from the heap: a zeroed, page-aligned
 /// block, inaccessible when `prot` is `PROT_NONE`; None when the heap has
-/// no room.
+/// no room (after the quarantine has given back what it held).
 fn serve(len: usize, prot: i32) -> Option<*mut c_void> {
     let (base, _, r) = heap()?;
     let len = len.next_multiple_of(PAGE);
     // SAFETY: an allocation call.
-    let p = unsafe { mimalloc(|| mi_malloc_aligned(len, PAGE)) };
+    let mut p = unsafe { mimalloc(|| mi_malloc_aligned(len, PAGE)) };
     if p.is_null() {
-        return None;
+        let held = served().trim(0, 0);
+        if held.is_empty() {
+            return None;
+        }
+        free_blocks(held);
+        // SAFETY: as above.
+        p = unsafe { mimalloc(|| mi_malloc_aligned(len, PAGE)) };
+        if p.is_null() {
+            return None;
+        }
     }
     // A fresh mapping reads as zeros; a reused block may not.
     discard(r, base, p as usize, len);
@@ -249,32 +277,26 @@ fn serve(len: usize, prot: i32) -> Option<*mut c_void> {
         unsafe { mimalloc(|| mi_free(p)) };
         return None;
     }
-    served().insert(
-        p as usize,
-        Served {
-            len,
-            unmapped: 0,
-            altered,
-        },
-    );
+    served().insert(p as usize, len, altered);
     Some(p)
 }
 
-/// A fixed private anonymous mapping over part of one served block, done
-/// in place: the pages discarded (they read as zeros, their slots go
-/// back), then given `prot`.  False when the range is not wholly inside
-/// one served block still mapped (the kernel's mapping then replaces what
-/// is there).
+/// A fixed private anonymous mapping over part of one served block
+/// (mapped now, or unmapped and still held by the quarantine), done in
+/// place: the pages discarded (they read as zeros, their slots go back),
+/// then given `prot`, and counted as mapped.  False when the range is not
+/// wholly inside one served block (the kernel's mapping then replaces
+/// what is there).
 fn map_in_place(addr: usize, len: usize, prot: i32) -> bool {
     let Some((base, _, r)) = heap() else {
         return false;
     };
     let len = len.next_multiple_of(PAGE);
     let mut map = served();
-    let Some((start, blen)) = block_of(&map, addr) else {
+    let Some(start) = map.block_of(addr) else {
         return false;
     };
-    if addr + len > start + blen {
+    if addr + len > start + map.get(start).expect("found above").len {
         return false;
     }
     // Discarded first: the pages are zero by the time they are
@@ -285,10 +307,72 @@ fn map_in_place(addr: usize, len: usize, prot: i32) -> bool {
     if unsafe { libc::syscall(libc::SYS_mprotect, addr, len, prot) } != 0 {
         return false;
     }
+    map.map(start, addr, addr + len);
     if prot != libc::PROT_READ | libc::PROT_WRITE {
-        map.get_mut(&start).expect("found above").altered = true;
+        map.get_mut(start).expect("found above").altered = true;
     }
     true
+}
+
+/// Unmap `[lo, hi)` (page aligned) of the served blocks it covers: each
+/// piece put back fresh (an altered block) or discarded, then counted
+/// unmapped; blocks with nothing mapped left go to the quarantine.  Heap
+/// memory no block covers (malloc's) is left alone.
+fn unmap_served(r: &crate::running::Running, base: usize, lo: usize, hi: usize) {
+    let mut map = served();
+    let mut freed = Vec::new();
+    for start in map.overlapping(lo, hi) {
+        let b = map.get(start).expect("listed above");
+        let (a, e) = (lo.max(start), hi.min(start + b.len));
+        if b.altered {
+            // Back to fresh region memory: the program's protection and
+            // anything it mapped there go.
+            if r.region.restore(a - base, e - a).is_err() {
+                discard(r, base, a, e - a);
+            }
+        } else {
+            discard(r, base, a, e - a);
+        }
+        freed.extend(map.unmap(start, a, e));
+    }
+    drop(map);
+    free_blocks(freed);
+}
+
+/// `mremap`'s `MREMAP_FIXED` target `[to, to + len)`, made ready to take
+/// the moved pages: inside one served block (mapped, or held by the
+/// quarantine: an address the program found by mapping and unmapping),
+/// discarded and counted mapped; wholly outside the heap, a fresh kernel
+/// mapping (unpaged, as any mapping there).  Err: an errno, when the
+/// target is heap memory no block holds (malloc's: the kernel would
+/// clobber it).
+fn fixed_target(to: usize, len: usize) -> Result<(), i32> {
+    let (base, end, _) = heap().ok_or(libc::EINVAL)?;
+    if to + len <= base || to >= end {
+        // SAFETY: a fixed private anonymous mapping outside the heap, at
+        // an address the program chose for its memory.
+        let p = unsafe {
+            sys_mmap(
+                to as *mut c_void,
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        return if p == libc::MAP_FAILED {
+            Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::ENOMEM))
+        } else {
+            Ok(())
+        };
+    }
+    if map_in_place(to, len, libc::PROT_READ | libc::PROT_WRITE) {
+        return Ok(());
+    }
+    Err(libc::EINVAL)
 }
 
 /// The interposed calls.  Their callers are C programs: each function's
@@ -322,10 +406,21 @@ mod interpose {
                     let (lo, hi) = (a.max(base), a.saturating_add(len).min(end));
                     discard(r, base, lo, hi - lo);
                     alter(lo, hi - lo, false);
+                    // The new mapping holds its place in a served block
+                    // (one the quarantine held among them) until unmapped.
+                    let mut map = served();
+                    for start in map.overlapping(lo, hi) {
+                        map.map(start, lo, hi);
+                    }
                 }
             }
         }
         if servable(addr, len, prot, flags, fd) {
+            // The program maps memory of its own: a safe point to start
+            // uswap's background threads, as its `malloc` is (heap.rs).
+            if !uswap::pager::in_handler() {
+                uswap::pager::start_wanted_threads();
+            }
             if let Some(p) = serve(len, prot) {
                 return p;
             }
@@ -361,31 +456,17 @@ mod interpose {
         let a = addr as usize;
         if let Some((base, end, r)) = heap() {
             if a >= base && a < end && !in_mimalloc() {
-                let mut map = served();
-                let Some((start, blen)) = block_of(&map, a) else {
+                if !a.is_multiple_of(PAGE) || len == 0 {
+                    set_errno(libc::EINVAL);
+                    return -1;
+                }
+                let hi = a.saturating_add(len).next_multiple_of(PAGE).min(end);
+                if served().block_of(a).is_none() {
                     // Heap memory malloc gave: not the program's to unmap.
                     set_errno(libc::EINVAL);
                     return -1;
-                };
-                let hi = (a + len).min(start + blen);
-                let entry = map.get_mut(&start).expect("found above");
-                if entry.altered {
-                    // Back to fresh region memory: the program's
-                    // protection and anything it mapped there go.
-                    let (lo, top) = (a / PAGE * PAGE, hi.next_multiple_of(PAGE));
-                    if r.region.restore(lo - base, top - lo).is_err() {
-                        discard(r, base, a, hi - a);
-                    }
-                } else {
-                    discard(r, base, a, hi - a);
                 }
-                entry.unmapped += hi - a;
-                if entry.unmapped >= blen {
-                    map.remove(&start);
-                    drop(map);
-                    // SAFETY: a block `serve` allocated, unmapped whole.
-                    unsafe { mimalloc(|| mi_free(start as *mut c_void)) };
-                }
+                unmap_served(r, base, a, hi);
                 return 0;
             }
         }
@@ -396,6 +477,14 @@ mod interpose {
     /// `mremap(2)`.  Variadic in C (the new address comes only with
     /// `MREMAP_FIXED`); on x86-64 the fifth argument is in its register
     /// either way, read only when that flag says it was passed.
+    ///
+    /// On a served block, as the kernel on private anonymous memory:
+    /// shrinking unmaps the tail in place; growing moves (`MREMAP_MAYMOVE`)
+    /// into a new block, or is refused (`ENOMEM`: the next pages are
+    /// taken); `MREMAP_FIXED` moves to the address asked (a served block
+    /// or the quarantine's, or outside the heap), `MREMAP_DONTUNMAP`
+    /// leaves the old range mapped and empty.  A move copies the bytes
+    /// (one served block to another: both are the region's).
     #[no_mangle]
     pub unsafe extern "C" fn mremap(
         old: *mut c_void,
@@ -405,40 +494,75 @@ mod interpose {
         new_addr: *mut c_void,
     ) -> *mut c_void {
         let a = old as usize;
-        if let Some((base, end, _)) = heap() {
+        if let Some((base, end, r)) = heap() {
             if a >= base && a < end && !in_mimalloc() {
-                let (known, altered) = {
-                    let map = served();
-                    let b = block_of(&map, a).filter(|&(start, blen)| start == a && old_len <= blen);
-                    (b.is_some(), b.is_some_and(|(start, _)| map[&start].altered))
+                let fail = |e| {
+                    set_errno(e);
+                    libc::MAP_FAILED
                 };
-                if !known || flags & libc::MREMAP_FIXED != 0 || new_len == 0 {
-                    set_errno(libc::EINVAL);
-                    return libc::MAP_FAILED;
+                let known = {
+                    let map = served();
+                    map.block_of(a).map(|s| {
+                        let b = map.get(s).expect("found above");
+                        (a + old_len <= s + b.len, b.altered)
+                    })
+                };
+                let (fixed, dontunmap) = (
+                    flags & libc::MREMAP_FIXED != 0,
+                    flags & libc::MREMAP_DONTUNMAP != 0,
+                );
+                let may_move = flags & libc::MREMAP_MAYMOVE != 0;
+                let known_flags = libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP;
+                let Some((true, altered)) = known else {
+                    return fail(libc::EINVAL);
+                };
+                if flags & !known_flags != 0
+                    || !a.is_multiple_of(PAGE)
+                    || new_len == 0
+                    || ((fixed || dontunmap) && !may_move)
+                    || (dontunmap && old_len != new_len)
+                {
+                    return fail(libc::EINVAL);
                 }
                 let (old_pages, new_pages) = (old_len.next_multiple_of(PAGE), new_len.next_multiple_of(PAGE));
-                if new_pages <= old_pages {
+                if !fixed && !dontunmap && new_pages <= old_pages {
                     // Shrink in place: the tail is unmapped.
-                    // SAFETY: the tail of a served block.
-                    unsafe { munmap((a + new_pages) as *mut c_void, old_pages - new_pages) };
+                    if new_pages < old_pages {
+                        unmap_served(r, base, a + new_pages, a + old_pages);
+                    }
                     return old;
                 }
-                // Growing by a move copies the contents, which a block with
-                // inaccessible parts (a reservation) would not give up.
-                if flags & libc::MREMAP_MAYMOVE == 0 || altered {
-                    set_errno(libc::ENOMEM);
-                    return libc::MAP_FAILED;
+                // Every other case moves, copying the bytes, which a block
+                // with inaccessible parts (a reservation) would not give up.
+                if !may_move || altered {
+                    return fail(libc::ENOMEM);
                 }
-                let Some(p) = serve(new_pages, libc::PROT_READ | libc::PROT_WRITE) else {
-                    set_errno(libc::ENOMEM);
-                    return libc::MAP_FAILED;
+                let to = if fixed {
+                    let n = new_addr as usize;
+                    if !n.is_multiple_of(PAGE) || (n < a + old_pages && a < n + new_pages) {
+                        // Unaligned, or overlapping the old range.
+                        return fail(libc::EINVAL);
+                    }
+                    if let Err(e) = fixed_target(n, new_pages) {
+                        return fail(e);
+                    }
+                    n
+                } else {
+                    match serve(new_pages, libc::PROT_READ | libc::PROT_WRITE) {
+                        Some(p) => p as usize,
+                        None => return fail(libc::ENOMEM),
+                    }
                 };
-                // SAFETY: two served blocks, the new one at least as long.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(old as *const u8, p as *mut u8, old_len);
-                    munmap(old, old_pages);
+                // SAFETY: the old range, mapped and readable (checked
+                // above), and the target made ready for `new_pages`.
+                unsafe { std::ptr::copy_nonoverlapping(a as *const u8, to as *mut u8, old_len.min(new_len)) };
+                if dontunmap {
+                    // The old range stays, empty: its next touch reads zeros.
+                    discard(r, base, a, old_pages);
+                } else {
+                    unmap_served(r, base, a, a + old_pages);
                 }
-                return p;
+                return to as *mut c_void;
             }
         }
         // SAFETY: the caller's request, to the kernel.
@@ -539,23 +663,60 @@ mod interpose {
         rc
     }
 
-    /// `madvise(2)`.
+    /// `madvise(2)`.  On the heap, advice that changes what the memory
+    /// holds is uswap's to carry out, since the kernel's would reach
+    /// neither the pages uswap holds out nor its record of those it has
+    /// in: `MADV_DONTNEED`, `MADV_DONTNEED_LOCKED` and `MADV_FREE` discard;
+    /// `MADV_WIPEONFORK` is remembered and done in a forked child
+    /// (`KEEPONFORK` forgets it); `MADV_DONTFORK` and `MADV_DOFORK` are
+    /// uswap's already (a child keeps the heap; its copy is not the
+    /// program's concern); `MADV_POPULATE_READ` and `_WRITE` succeed as
+    /// they are (a fault brings a page in when it is touched; the
+    /// kernel's would fail with `EFAULT` on a page that is out).  Advice
+    /// about placement and access (`MADV_SEQUENTIAL`, `MADV_HUGEPAGE`,
+    /// `MADV_COLD`, `MADV_DONTDUMP`, ...) reaches the kernel.
     #[no_mangle]
     pub unsafe extern "C" fn madvise(addr: *mut c_void, len: usize, advice: i32) -> i32 {
+        /// `MADV_DONTNEED_LOCKED` (Linux 5.18), not in every libc crate.
+        const DONTNEED_LOCKED: i32 = 24;
         let a = addr as usize;
         if let Some((base, end, r)) = heap() {
             if a >= base && a < end && !in_mimalloc() {
-                if advice == libc::MADV_DONTNEED || advice == libc::MADV_FREE {
-                    if !a.is_multiple_of(PAGE) {
-                        set_errno(libc::EINVAL);
-                        return -1;
-                    }
-                    discard(r, base, a, len.min(end - a));
-                    return 0;
+                if !a.is_multiple_of(PAGE) {
+                    set_errno(libc::EINVAL);
+                    return -1;
                 }
-                if advice == libc::MADV_DONTFORK || advice == libc::MADV_DOFORK {
-                    // The heap's fork behaviour is uswap's.
-                    return 0;
+                let hi = a.saturating_add(len).next_multiple_of(PAGE).min(end);
+                match advice {
+                    libc::MADV_DONTNEED | libc::MADV_FREE | DONTNEED_LOCKED => {
+                        discard(r, base, a, hi - a);
+                        return 0;
+                    }
+                    libc::MADV_DONTFORK
+                    | libc::MADV_DOFORK
+                    | libc::MADV_POPULATE_READ
+                    | libc::MADV_POPULATE_WRITE => return 0,
+                    libc::MADV_WIPEONFORK | libc::MADV_KEEPONFORK => {
+                        let mut map = served();
+                        let starts = map.overlapping(a, hi);
+                        if starts.is_empty() {
+                            // Memory malloc gave: not a private mapping of
+                            // the program's own, as the kernel requires.
+                            set_errno(libc::EINVAL);
+                            return -1;
+                        }
+                        for s in starts {
+                            let b = map.get_mut(s).expect("listed above");
+                            let (lo, e) = (a.max(s), hi.min(s + b.len));
+                            if advice == libc::MADV_WIPEONFORK {
+                                b.wipe.insert(lo, e);
+                            } else {
+                                b.wipe.remove(lo, e);
+                            }
+                        }
+                        return 0;
+                    }
+                    _ => {}
                 }
             }
         }
