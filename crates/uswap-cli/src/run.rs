@@ -68,11 +68,15 @@ pub struct RunArgs {
     /// of the export unless `size=SIZE`), or a tier
     /// `zram:SIZE[:CODEC],file:PATH:SIZE` or `zram:SIZE[:CODEC],nbd://...`
     /// (the store's oldest pages go to the file or export when it holds
-    /// SIZE).  Repeat for several.  Default: a file in $TMPDIR (or /var/tmp) of eight times
-    /// the budget, at most half the free space there, made unnamed in
-    /// that directory.  The heap holds the
-    /// budget and the swap space together (and a little more, for the
-    /// allocator's fragmentation); past that, malloc fails.
+    /// SIZE).  Repeat for several.  `file:DIR` with no size: a file in
+    /// DIR that grows as pages go out.  Default: such a file in $TMPDIR
+    /// (or /var/tmp), made unnamed there, sparse, its blocks allocated
+    /// 2 MiB at a time as it is written, up to the free space there less
+    /// a reserve kept free (a tenth of it, at least 1 GiB, at most half): no multiple of
+    /// the budget caps it; when the disk has no more room, one line says
+    /// so and the pages wait in memory.  The heap holds the budget and the
+    /// swap space together (and a little more, for the allocator's
+    /// fragmentation); past that, malloc fails.
     #[arg(long = "swap")]
     pub swap: Vec<String>,
     /// Who serves faults.  `handler`: uswap's threads, which serve the
@@ -269,11 +273,11 @@ fn memory_backed(path: &Path) -> Option<&'static str> {
     }
 }
 
-/// The default swap device: a file in $TMPDIR (else /var/tmp), eight
-/// times the budget, at most half the free space there.  A directory on
-/// tmpfs (a swap file there would be memory) is passed over for /var/tmp;
-/// where that is memory too, a compressed store of four times the budget
-/// (its memory counts against the budget).
+/// The default swap device: a file in $TMPDIR (else /var/tmp) that
+/// grows as pages go out ([`growing_file`]).  A directory on tmpfs (a
+/// swap file there would be memory) is passed over for /var/tmp; where
+/// that is memory too, a compressed store of four times the budget (its
+/// memory counts against the budget).
 fn default_swap(budget: u64) -> anyhow::Result<(String, u64)> {
     let dir = std::env::var_os("TMPDIR")
         .map(PathBuf::from)
@@ -282,17 +286,33 @@ fn default_swap(budget: u64) -> anyhow::Result<(String, u64)> {
     if memory_backed(&dir).is_some() {
         return device_line(&format!("zram:{}", 4 * budget));
     }
+    growing_file(&dir)
+}
+
+/// The most swap a file that grows may hold: what uswap run's heap holds
+/// less room for the budget.
+const GROWING_MOST: u64 = 1 << 40;
+
+/// A swap file in directory `dir` with no size given: made there with no
+/// name (nothing another user put there can stand in its way), sparse,
+/// and allocated as pages go out (`:grow`), up to what its file system can
+/// spare: the free space now less a reserve kept free (a tenth of it, at
+/// least 1 GiB, at most half), at most 1 TiB.  No multiple of the budget caps it, as
+/// none caps kernel swap in a memory cgroup.
+fn growing_file(dir: &Path) -> anyhow::Result<(String, u64)> {
     let page = uswap::PAGE_SIZE as u64;
-    let bytes = (8 * budget).min(free_space(&dir)? / 2) / page * page;
+    let free = free_space(dir)?;
+    let reserve = uswap::io::reserve_for(free);
+    let bytes = free.saturating_sub(reserve).min(GROWING_MOST) / page * page;
     if bytes < 1 << 20 {
         bail!(
-            "{}: not enough free space for a swap file; free some, or give --swap file:PATH:SIZE elsewhere",
-            dir.display()
+            "{}: {} MiB free, less the {} MiB kept in reserve, leaves no room for a swap file; free some, or give --swap file:PATH:SIZE elsewhere",
+            dir.display(),
+            free >> 20,
+            reserve >> 20
         );
     }
-    // The directory itself: the file is made there with no name, so that
-    // nothing another user put there can stand in its way.
-    device_line(&format!("file:{}:{bytes}", dir.display()))
+    device_line(&format!("file:{}:{bytes}:grow", dir.display()))
 }
 
 /// Where `program` is: itself with a slash, else the first executable of
@@ -395,7 +415,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         swap_bytes += b;
     }
     for spec in &args.swap {
-        let (line, b) = device_line(spec)?;
+        // `file:DIR` with no size: a file there that grows, as the default.
+        let (line, b) = match spec.strip_prefix("file:").map(Path::new) {
+            Some(dir) if dir.is_dir() => growing_file(dir)?,
+            _ => device_line(spec)?,
+        };
         lines.push(line);
         swap_bytes += b;
     }

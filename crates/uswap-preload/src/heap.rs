@@ -97,7 +97,7 @@ mod interpose {
                 return __libc_malloc(size);
             }
             program_allocates();
-            enomem_if_null(mimalloc(|| mi_malloc(size)))
+            enomem_if_null(or_more(|| mi_malloc(size)))
         }
     }
 
@@ -109,7 +109,7 @@ mod interpose {
                 return __libc_calloc(n, size);
             }
             program_allocates();
-            enomem_if_null(mimalloc(|| mi_calloc(n, size)))
+            enomem_if_null(or_more(|| mi_calloc(n, size)))
         }
     }
 
@@ -129,7 +129,7 @@ mod interpose {
             if let Some(q) = realloc_big_aligned(p, size) {
                 return q;
             }
-            enomem_if_null(mimalloc(|| mi_realloc(p, size)))
+            enomem_if_null(or_more(|| mi_realloc(p, size)))
         }
     }
 
@@ -156,7 +156,7 @@ mod interpose {
                 .and_then(|bytes| realloc_big_aligned(p, bytes))
             {
                 Some(q) => q,
-                None => enomem_if_null(mimalloc(|| mi_reallocarray(p, n, size))),
+                None => enomem_if_null(or_more(|| mi_reallocarray(p, n, size))),
             }
         }
     }
@@ -191,7 +191,11 @@ mod interpose {
                 *out = p;
                 return 0;
             }
-            mimalloc(|| mi_posix_memalign(out, align, size))
+            let mut rc = mimalloc(|| mi_posix_memalign(out, align, size));
+            while rc == libc::ENOMEM && give_more(GIVEN.load(Ordering::Acquire)) {
+                rc = mimalloc(|| mi_posix_memalign(out, align, size));
+            }
+            rc
         }
     }
 
@@ -210,7 +214,7 @@ mod interpose {
             if align > MI_ALIGN_MAX {
                 return big_aligned(align, size);
             }
-            enomem_if_null(mimalloc(|| mi_memalign(align, size)))
+            enomem_if_null(or_more(|| mi_memalign(align, size)))
         }
     }
 
@@ -229,7 +233,7 @@ mod interpose {
             if align > MI_ALIGN_MAX {
                 return big_aligned(align, size);
             }
-            enomem_if_null(mimalloc(|| mi_aligned_alloc(align, size)))
+            enomem_if_null(or_more(|| mi_aligned_alloc(align, size)))
         }
     }
 
@@ -241,7 +245,7 @@ mod interpose {
             if to_libc() {
                 return __libc_valloc(size);
             }
-            mimalloc(|| mi_valloc(size))
+            or_more(|| mi_valloc(size))
         }
     }
 
@@ -253,7 +257,7 @@ mod interpose {
             if to_libc() {
                 return __libc_pvalloc(size);
             }
-            mimalloc(|| mi_pvalloc(size))
+            or_more(|| mi_pvalloc(size))
         }
     }
 
@@ -280,6 +284,90 @@ mod interpose {
 /// near the largest block the heap gives (`malloc`, a mapping or a
 /// runtime's reservation): 12 GiB less the arena's metadata.
 pub(crate) const ARENA_PIECE: usize = 12 << 30;
+
+/// The heap region, and how much of it mimalloc has been given: it is
+/// handed over an arena at a time, as allocations need it, not whole at
+/// start.  mimalloc initialises an arena's metadata when given it, about
+/// 1.2 MiB of the region per 12 GiB arena, resident, and the heap is as
+/// large as the budget and the swap together: with a default swap that
+/// grows up to what the disk can spare (tens of GiB), every process of a
+/// tree held 10 MiB more for arenas it never used, and took longer to
+/// start.
+static HEAP_AT: AtomicUsize = AtomicUsize::new(0);
+static HEAP_LEN: AtomicUsize = AtomicUsize::new(0);
+static GIVEN: AtomicUsize = AtomicUsize::new(0);
+/// Held while an arena is handed over (one at a time).
+static GIVING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Hand `[at, at + n)` of the region to mimalloc as an arena (committed,
+/// zero: uswap serves its faults).
+fn give(at: usize, n: usize) -> Result<(), String> {
+    // SAFETY: a piece of the heap region, ours for the life of the
+    // process (RUNNING is never dropped), mapped and zero, given once.
+    let managed = mimalloc(|| unsafe {
+        libmimalloc_sys::mi_manage_os_memory_ex(
+            at as *mut c_void,
+            n,
+            true,
+            false,
+            true,
+            -1,
+            false,
+            std::ptr::null_mut(),
+        )
+    });
+    if managed {
+        Ok(())
+    } else {
+        Err(format!(
+            "mimalloc refused {n} bytes at {at:#x} of the heap region as an arena"
+        ))
+    }
+}
+
+/// Give mimalloc the heap region `[start, start + len)`'s first arena.
+pub(crate) fn give_first(start: *mut u8, len: usize) -> Result<(), String> {
+    HEAP_AT.store(start as usize, Ordering::Relaxed);
+    HEAP_LEN.store(len, Ordering::Relaxed);
+    let n = ARENA_PIECE.min(len);
+    give(start as usize, n)?;
+    GIVEN.store(n, Ordering::Release);
+    Ok(())
+}
+
+/// An allocation found no room after mimalloc had been given `since`
+/// bytes of the region: give it the next arena, unless another thread did
+/// meanwhile.  False when the whole region is mimalloc's already (the
+/// heap is full, as memory is under kernel swap).
+fn give_more(since: usize) -> bool {
+    let _one = GIVING.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let given = GIVEN.load(Ordering::Acquire);
+    if given > since {
+        return true;
+    }
+    let len = HEAP_LEN.load(Ordering::Relaxed);
+    if given >= len {
+        return false;
+    }
+    let n = ARENA_PIECE.min(len - given);
+    if give(HEAP_AT.load(Ordering::Relaxed) + given, n).is_err() {
+        return false;
+    }
+    GIVEN.store(given + n, Ordering::Release);
+    true
+}
+
+/// `alloc`, a call into mimalloc that answers null without room, tried
+/// again while the region has arenas left to give.
+pub(crate) fn or_more(alloc: impl Fn() -> *mut c_void) -> *mut c_void {
+    loop {
+        let since = GIVEN.load(Ordering::Acquire);
+        let p = mimalloc(&alloc);
+        if !p.is_null() || !give_more(since) {
+            return p;
+        }
+    }
+}
 
 // mimalloc v3's option numbers (`mi_option_t` in mimalloc.h).
 pub(crate) const MI_OPTION_PURGE_DELAY: i32 = 15;
@@ -563,7 +651,7 @@ fn big_aligned(align: usize, size: usize) -> *mut c_void {
         return enomem_if_null(std::ptr::null_mut());
     };
     // SAFETY: an allocation call.
-    let p = unsafe { mimalloc(|| mi_malloc(total)) };
+    let p = or_more(|| unsafe { mi_malloc(total) });
     if p.is_null() {
         return enomem_if_null(p);
     }
@@ -599,7 +687,7 @@ fn realloc_big_aligned(p: *mut c_void, size: usize) -> Option<*mut c_void> {
     // bytes copied (the smaller of the two sizes), the old one freed.
     unsafe {
         let have = mimalloc(|| mi_malloc_usable_size(base as *const c_void)) - (p as usize - base);
-        let q = mimalloc(|| mi_malloc(size));
+        let q = or_more(|| mi_malloc(size));
         if q.is_null() {
             return Some(enomem_if_null(q));
         }

@@ -42,7 +42,7 @@ use std::ffi::c_void;
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::OnceLock;
 
-use libmimalloc_sys::{mi_manage_os_memory_ex, mi_option_set};
+use libmimalloc_sys::mi_option_set;
 use uswap::pager::{FaultMode, Swap, SwapDeviceSpec};
 use uswap::run_env as env;
 
@@ -305,33 +305,9 @@ fn start(c: Config) -> Result<(), String> {
     heap::mimalloc(|| unsafe {
         mi_option_set(MI_OPTION_ARENA_MAX_OBJECT_SIZE, (heap::ARENA_PIECE >> 10) as _)
     });
-    // In arenas of at most ARENA_PIECE each: mimalloc keeps an arena's
-    // metadata in its first slices and refuses an arena whose metadata
-    // would pass a block's largest size (about 16 GiB of arena).
-    let piece = heap::ARENA_PIECE;
-    let mut at = 0;
-    while at < len {
-        let n = piece.min(len - at);
-        // SAFETY: as above, for this piece of the region.
-        let managed = heap::mimalloc(|| unsafe {
-            mi_manage_os_memory_ex(
-                start.cast::<u8>().add(at).cast(),
-                n,
-                true,
-                false,
-                true,
-                -1,
-                false,
-                std::ptr::null_mut(),
-            )
-        });
-        if !managed {
-            return Err(format!(
-                "mimalloc refused {n} bytes at {at} of the heap region of {len} bytes as an arena"
-            ));
-        }
-        at += n;
-    }
+    // The first arena now, the rest of the region as allocations need it
+    // (heap.rs, `give_more`).
+    heap::give_first(start.cast(), len)?;
     // SAFETY: an option setter.
     heap::mimalloc(|| unsafe { mi_option_set(MI_OPTION_DISALLOW_OS_ALLOC, 1) });
     pins::start(c.mode, c.budget as usize);

@@ -3,8 +3,11 @@
 //!
 //! ```text
 //! ram:SIZE                         pages kept whole in memory
-//! file:PATH:SIZE[:plain]           a swap file (created private if missing),
-//!                                  encrypted unless `:plain`
+//! file:PATH:SIZE[:grow][:plain]    a swap file (created private if missing),
+//!                                  encrypted unless `:plain`; one it creates
+//!                                  with `:grow` is allocated as it is
+//!                                  written, up to SIZE, keeping the file
+//!                                  system's reserve free
 //! zram:SIZE[:lz4|zstd[:LEVEL]]     compressed in memory, at most SIZE of it
 //! zram:SIZE[:CODEC],file:PATH:SIZE a tier: the store's oldest pages go to
 //!                                  the file when it holds SIZE
@@ -34,7 +37,7 @@ use crate::PAGE_SIZE;
 
 /// What the grammar says, for error messages.
 const GRAMMAR: &str =
-    "ram:SIZE, file:PATH:SIZE[:plain], zram:SIZE[:lz4|zstd[:LEVEL]], nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH, or a tier zram:SIZE[:CODEC],file:PATH:SIZE[:plain] or zram:SIZE[:CODEC],nbd...";
+    "ram:SIZE, file:PATH:SIZE[:grow][:plain], zram:SIZE[:lz4|zstd[:LEVEL]], nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH, or a tier zram:SIZE[:CODEC],file:PATH:SIZE[:plain] or zram:SIZE[:CODEC],nbd...";
 
 /// A swap spec that does not parse: one line, naming the spec, what is
 /// wrong with it and what to write instead.
@@ -113,11 +116,19 @@ fn file(spec: &str, rest: &str) -> Result<FileOptions, SpecError> {
         Some(r) => (r, false),
         None => (rest, true),
     };
+    let (rest, grow) = match rest.strip_suffix(":grow") {
+        Some(r) => (r, true),
+        None => (rest, false),
+    };
     let (path, bytes) = rest
         .rsplit_once(':')
         .filter(|(p, _)| !p.is_empty())
         .ok_or_else(|| SpecError::File { spec: spec.into() })?;
-    Ok(FileOptions::new(PathBuf::from(path), size(spec, bytes)? / PAGE_SIZE as u64).encrypt(encrypt))
+    Ok(
+        FileOptions::new(PathBuf::from(path), size(spec, bytes)? / PAGE_SIZE as u64)
+            .encrypt(encrypt)
+            .grow(grow),
+    )
 }
 
 fn zram(spec: &str, rest: &str) -> Result<CompressedOptions, SpecError> {
@@ -338,6 +349,9 @@ impl std::fmt::Display for SwapDeviceSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let file = |f: &mut std::fmt::Formatter<'_>, o: &FileOptions| {
             write!(f, "file:{}:{}", o.path().display(), o.slots() * PAGE_SIZE as u64)?;
+            if o.grows() {
+                f.write_str(":grow")?;
+            }
             if !o.encrypts() {
                 f.write_str(":plain")?;
             }
@@ -383,6 +397,10 @@ mod tests {
             SwapDeviceSpec::file(FileOptions::new("/var/tmp/a.swap", 1 << 20).encrypt(false))
         );
         assert!(parse("file:/x:1G").is_ok_and(|d| d.to_string() == "file:/x:1073741824"));
+        assert!(
+            parse("file:/x:1G:grow:plain").is_ok_and(|d| d.to_string() == "file:/x:1073741824:grow:plain")
+        );
+        assert!(parse("file:/x:1G:grow").is_ok_and(|d| d.to_string() == "file:/x:1073741824:grow"));
         assert_eq!(
             parse("zram:1G").unwrap(),
             SwapDeviceSpec::compressed(CompressedOptions::new(1 << 30))

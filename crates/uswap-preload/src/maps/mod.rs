@@ -254,7 +254,7 @@ fn serve(len: usize, prot: i32) -> Option<*mut c_void> {
     let (base, _, r) = heap()?;
     let len = len.next_multiple_of(PAGE);
     // SAFETY: an allocation call.
-    let mut p = unsafe { mimalloc(|| mi_malloc_aligned(len, PAGE)) };
+    let mut p = crate::heap::or_more(|| unsafe { mi_malloc_aligned(len, PAGE) });
     if p.is_null() {
         let held = served().trim(0, 0);
         if held.is_empty() {

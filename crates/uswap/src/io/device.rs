@@ -85,6 +85,23 @@ pub trait PageStore: Send + Sync {
         0
     }
     /// The map from slot to backing, for a store that has one.
+    /// Whether a backing of the store grows as it is written
+    /// (`growth.rs`): the swap space then takes freed clusters first.
+    fn grows(&self) -> bool {
+        false
+    }
+
+    /// Bytes its growing backings have allocated so far.
+    fn grown(&self) -> u64 {
+        0
+    }
+
+    /// Whether a growing backing found no room at its last try: the
+    /// slots past what it holds cannot be written now.
+    fn cannot_grow(&self) -> bool {
+        false
+    }
+
     fn extent_map(&self) -> Option<&ExtentMap> {
         None
     }
@@ -290,6 +307,21 @@ impl IoDevice {
     /// Whether some pages may be in a file (see [`PageStore::has_file`]).
     pub fn has_file(&self) -> bool {
         self.store.has_file()
+    }
+
+    /// Whether a backing grows as it is written (see [`PageStore::grows`]).
+    pub fn grows(&self) -> bool {
+        self.store.grows()
+    }
+
+    /// Bytes its growing backings have allocated (see [`PageStore::grown`]).
+    pub fn grown(&self) -> u64 {
+        self.store.grown()
+    }
+
+    /// Whether it cannot grow now (see [`PageStore::cannot_grow`]).
+    pub fn cannot_grow(&self) -> bool {
+        self.store.cannot_grow()
     }
 
     /// Whether a page read back from slot `offset` should leave the device

@@ -108,7 +108,7 @@ pub enum IoError {
         slots: u64,
     },
     /// A write failed (or an error was injected there).
-    #[error("write of swap slot {offset} failed: {source}; the swap backing is failing, check the kernel log (dmesg) and the disk")]
+    #[error("write of swap slot {offset} failed: {source}{}", write_advice(source))]
     Write {
         /// The slot.
         offset: u64,
@@ -229,5 +229,15 @@ impl IoError {
                     | libc::ETIMEDOUT
             )
         )
+    }
+}
+
+/// What a failed write says to do: a swap file that has no room to grow
+/// is no failing disk.
+fn write_advice(source: &io::Error) -> &'static str {
+    if source.kind() == io::ErrorKind::StorageFull {
+        ""
+    } else {
+        "; the swap backing is failing, check the kernel log (dmesg) and the disk"
     }
 }

@@ -35,6 +35,7 @@ use super::backing::{self, Access, Backing, ExtentSource};
 use super::crypt::{self, Sealer};
 use super::device::{BackendKind, IoDevice, PageStore};
 use super::error::IoError;
+use super::growth::Growth;
 use super::options::FileOptions;
 use crate::extent::ExtentMap;
 use crate::extent::ExtentMapKind;
@@ -58,6 +59,9 @@ pub(crate) struct FileStore {
     /// How many forks down this process is (0: the device's maker); its
     /// own layer is `layers[depth - 1]`.
     pub depth: AtomicUsize,
+    /// Per backing: the chunks allocated of a file that grows as it is
+    /// written (`growth.rs`); None for one preallocated whole.
+    pub growth: Vec<Option<Growth>>,
 }
 
 /// How many forks down a child still gets files of its own; below it a
@@ -74,6 +78,9 @@ pub(crate) struct Layer {
     /// Bit per slot: allocated to this layer's process (`allocated`) and
     /// so written here if written at all.  Never cleared.
     written: Box<[AtomicU64]>,
+    /// Per backing: its chunks allocated.  A layer always grows as it is
+    /// written: as long as its base, it holds only what its child wrote.
+    growth: Vec<Growth>,
 }
 
 impl Layer {
@@ -112,7 +119,7 @@ impl Place<'_> {
 /// once.  Preallocated to `len` bytes, so no swap-out ever needs the
 /// filesystem to allocate; `O_DIRECT` set on it when `direct`.  Locked as
 /// an existing backing is (`flock`), though nothing else can reach it.
-pub(crate) fn create_private(path: &Path, len: u64, direct: bool) -> Result<Backing, IoError> {
+pub(crate) fn create_private(path: &Path, len: u64, direct: bool, grow: bool) -> Result<Backing, IoError> {
     let create_err = |source| IoError::Create {
         path: path.to_path_buf(),
         source,
@@ -150,13 +157,18 @@ pub(crate) fn create_private(path: &Path, len: u64, direct: bool) -> Result<Back
             "size does not fit off_t",
         ))
     })?;
-    loop {
-        // SAFETY: plain syscall wrapper on a descriptor we hold open.
-        let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_off) };
-        match rc {
-            0 => break,
-            libc::EINTR => continue,
-            e => return Err(create_err(io::Error::from_raw_os_error(e))),
+    if grow {
+        // Sparse: allocated a chunk at a time as it is written (growth.rs).
+        file.set_len(len).map_err(create_err)?;
+    } else {
+        loop {
+            // SAFETY: plain syscall wrapper on a descriptor we hold open.
+            let rc = unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len_off) };
+            match rc {
+                0 => break,
+                libc::EINTR => continue,
+                e => return Err(create_err(io::Error::from_raw_os_error(e))),
+            }
         }
     }
     if direct {
@@ -197,7 +209,28 @@ impl FileStore {
             sealer,
             layers: Default::default(),
             depth: AtomicUsize::new(0),
+            growth: Vec::new(),
         }
+    }
+
+    /// The growth of backing `backing` of `place`, if it grows.
+    fn growth_of<'a>(&'a self, place: &Place<'a>, backing: usize) -> Option<&'a Growth> {
+        match place {
+            Place::Base => self.growth.get(backing)?.as_ref(),
+            Place::Layer(_, l) => l.growth.get(backing),
+        }
+    }
+
+    /// Bytes allocated so far to this process's files that grow.
+    fn grown_bytes(&self) -> u64 {
+        let base: u64 = self.growth.iter().flatten().map(Growth::allocated).sum();
+        let layers: u64 = self
+            .layers
+            .iter()
+            .filter_map(|l| l.get())
+            .flat_map(|l| l.growth.iter().map(Growth::allocated))
+            .sum();
+        base + layers
     }
 
     /// Where this process writes: its layer, or the base at depth 0.
@@ -248,7 +281,7 @@ impl FileStore {
         offset: u64,
         pages: u64,
         place: impl Fn(u64) -> Place<'a>,
-        mut io: impl FnMut(&File, u64, std::ops::Range<usize>, Place<'a>) -> Result<(), (usize, RunError)>,
+        mut io: impl FnMut(&File, usize, u64, std::ops::Range<usize>, Place<'a>) -> Result<(), (usize, RunError)>,
     ) -> Result<(), (u64, RunError)> {
         let end = offset + pages;
         let mut slot = offset;
@@ -266,7 +299,7 @@ impl FileStore {
             }
             let from = ((slot - offset) * PAGE) as usize;
             let to = from + (n * PAGE) as usize;
-            io(&self.files_of(&at)[backing as usize], pos, from..to, at)
+            io(&self.files_of(&at)[backing as usize], backing as usize, pos, from..to, at)
                 .map_err(|(done, e)| (slot + (done / PAGE_SIZE) as u64, e))?;
             slot += n;
         }
@@ -310,7 +343,12 @@ impl FileStore {
             offset,
             pages,
             |_| to,
-            |file, pos, range, _| write_all_at(file, &buf[range], pos),
+            |file, backing, pos, range, at| {
+                if let Some(g) = self.growth_of(&at, backing) {
+                    g.ensure(file, pos, range.len() as u64).map_err(|e| (0, RunError::Io(e)))?;
+                }
+                write_all_at(file, &buf[range], pos)
+            },
         )
         .map_err(|(slot, e)| match e {
             RunError::Io(source) => IoError::Write { offset: slot, source },
@@ -360,7 +398,7 @@ impl PageStore for FileStore {
             offset,
             pages,
             |slot| self.reader(slot),
-            |file, pos, range, at| {
+            |file, _, pos, range, at| {
                 let slot = offset + (range.start / PAGE_SIZE) as u64;
                 let part = &mut buf[range];
                 read_exact_at(file, part, pos)?;
@@ -416,11 +454,25 @@ impl PageStore for FileStore {
         let Ok(to) = self.begin_write(offset, pages) else {
             return false;
         };
+        // Every chunk the write needs allocated first: a file that cannot
+        // grow takes the write the slow way, which says why it fails.
+        let grown = self.for_each_run(
+            offset,
+            pages,
+            |_| to,
+            |file, backing, pos, range, at| match self.growth_of(&at, backing) {
+                Some(g) => g.ensure(file, pos, range.len() as u64).map_err(|e| (0, RunError::Io(e))),
+                None => Ok(()),
+            },
+        );
+        if grown.is_err() {
+            return false;
+        }
         let all = self.for_each_run(
             offset,
             pages,
             |_| to,
-            |file, pos, range, _| {
+            |file, _, pos, range, _| {
                 piece(file.as_raw_fd(), pos, range);
                 Ok(())
             },
@@ -431,6 +483,20 @@ impl PageStore for FileStore {
 
     fn extent_map(&self) -> Option<&ExtentMap> {
         Some(&self.map)
+    }
+
+    fn grows(&self) -> bool {
+        self.growth.iter().any(Option::is_some)
+    }
+
+    fn grown(&self) -> u64 {
+        self.grown_bytes()
+    }
+
+    fn cannot_grow(&self) -> bool {
+        let base = self.growth.iter().flatten().any(Growth::stopped);
+        let layers = self.layers.iter().filter_map(|l| l.get()).any(|l| l.growth.iter().any(Growth::stopped));
+        base || layers
     }
 
     /// Whether slot `slot` is this process's own: always at depth 0; in a
@@ -470,6 +536,7 @@ impl PageStore for FileStore {
             return Ok(());
         }
         let mut files = Vec::with_capacity(self.files.len());
+        let mut growth = Vec::with_capacity(self.files.len());
         for (f, path) in self.files.iter().zip(&self.paths) {
             let len = f.metadata().map_err(|source| IoError::Open {
                 path: path.clone(),
@@ -480,7 +547,13 @@ impl PageStore for FileStore {
             // Beside the base (its directory): a name for an instant only
             // where the file system has no O_TMPFILE.
             let at = path.with_file_name(format!("uswap-child-{}.swap", std::process::id()));
-            files.push(create_private(&at, len.len(), direct)?.file);
+            let file = create_private(&at, len.len(), direct, true)?.file;
+            let free = super::growth::free_now(&file).map_err(|source| IoError::Open {
+                path: at.clone(),
+                source,
+            })?;
+            growth.push(Growth::new(len.len(), super::growth::reserve_for(free))?);
+            files.push(file);
         }
         let sealer = match &self.sealer {
             Some(_) => Some(Sealer::new(slots)?),
@@ -491,6 +564,7 @@ impl PageStore for FileStore {
             files,
             sealer,
             written,
+            growth,
         }));
         Ok(())
     }
@@ -543,13 +617,13 @@ impl IoDevice {
         match std::fs::symlink_metadata(path) {
             Ok(m) if m.is_dir() => {
                 // A directory: a file of our own in it, with no name.
-                let backing = create_private(&path.join("uswap.swap"), need, opts.direct)?;
-                IoDevice::map_file(opts, need, backing, registry)
+                let backing = create_private(&path.join("uswap.swap"), need, opts.direct, opts.grow)?;
+                IoDevice::map_file(opts, need, backing, opts.grow, registry)
             }
             Ok(_) => IoDevice::open_file(opts, need, registry),
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                let backing = create_private(path, need, opts.direct)?;
-                IoDevice::map_file(opts, need, backing, registry)
+                let backing = create_private(path, need, opts.direct, opts.grow)?;
+                IoDevice::map_file(opts, need, backing, opts.grow, registry)
             }
             Err(e) => Err(IoError::Open {
                 path: path.clone(),
@@ -589,17 +663,28 @@ impl IoDevice {
                 });
             }
         }
-        IoDevice::map_file(opts, need, backing, registry)
+        IoDevice::map_file(opts, need, backing, false, registry)
     }
 
     /// A file device over the one open backing of `opts`: one whole
-    /// extent of `need` bytes, or the file's FIEMAP extents.
+    /// extent of `need` bytes, or the file's FIEMAP extents.  A backing
+    /// uswap made sparse (`grow`) is allocated as it is written.
     fn map_file(
         opts: &FileOptions,
         need: u64,
         backing: Backing,
+        grow: bool,
         registry: &Registry,
     ) -> Result<IoDevice, IoError> {
+        let growth = if grow {
+            let free = super::growth::free_now(&backing.file).map_err(|source| IoError::Open {
+                path: backing.path.clone(),
+                source,
+            })?;
+            Some(Growth::new(need, super::growth::reserve_for(free))?)
+        } else {
+            None
+        };
         let path = opts.path.clone();
         let source = if opts.fiemap {
             ExtentSource::Fiemap { path }
@@ -615,6 +700,7 @@ impl IoDevice {
             &[source],
             opts.extent_kind,
             opts.encrypt,
+            vec![growth],
             registry,
         )
     }
@@ -629,6 +715,7 @@ impl IoDevice {
         sources: &[ExtentSource],
         kind: ExtentMapKind,
         encrypt: bool,
+        growth: Vec<Option<Growth>>,
         registry: &Registry,
     ) -> Result<IoDevice, IoError> {
         let (map, _infos) = backing::map_backings(kind, sources, &backings)?;
@@ -647,10 +734,8 @@ impl IoDevice {
             None
         };
         let (paths, files) = backings.into_iter().map(|b| (b.path, b.file)).unzip();
-        Ok(IoDevice::with_store(
-            slots,
-            Box::new(FileStore::new(paths, files, map, sealer)),
-            registry,
-        ))
+        let mut store = FileStore::new(paths, files, map, sealer);
+        store.growth = growth;
+        Ok(IoDevice::with_store(slots, Box::new(store), registry))
     }
 }

@@ -50,6 +50,7 @@ mod crypt;
 mod device;
 mod error;
 mod file;
+mod growth;
 pub mod nbd;
 mod options;
 mod ram;
@@ -62,6 +63,7 @@ pub use device::{BackendKind, IoDevice, PageStore};
 #[cfg(test)]
 pub use device::{IoOp, ANY_SLOT};
 pub use error::IoError;
+pub use growth::reserve_for;
 pub use options::{CompressedOptions, FileOptions};
 pub use uring::{WriteJob, WriteRing};
 

@@ -22,6 +22,7 @@ pub struct FileOptions {
     pub(crate) fiemap: bool,
     pub(crate) extent_kind: ExtentMapKind,
     pub(crate) encrypt: bool,
+    pub(crate) grow: bool,
 }
 
 impl FileOptions {
@@ -36,6 +37,7 @@ impl FileOptions {
             fiemap: false,
             extent_kind: ExtentMapKind::Tree,
             encrypt: true,
+            grow: false,
         }
     }
 
@@ -94,6 +96,23 @@ impl FileOptions {
     /// Whether pages are encrypted ([`FileOptions::encrypt`]).
     pub fn encrypts(&self) -> bool {
         self.encrypt
+    }
+
+    /// A file this device creates grows as it is written (default
+    /// `false`: preallocated whole at start): `slots` is then its most,
+    /// and its blocks are allocated 2 MiB at a time before the first
+    /// write there, while its file system keeps a reserve free (a tenth of
+    /// what was free at start, at least 1 GiB, at most half); past that, writes fail
+    /// with `ENOSPC` and the pages wait in memory.  An existing file or
+    /// block device is used as it is.
+    pub fn grow(mut self, on: bool) -> Self {
+        self.grow = on;
+        self
+    }
+
+    /// Whether a file this device creates grows ([`FileOptions::grow`]).
+    pub fn grows(&self) -> bool {
+        self.grow
     }
 }
 

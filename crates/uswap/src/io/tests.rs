@@ -475,7 +475,7 @@ fn runs_split_across_backings() {
         },
     ];
     // Plaintext: the files' bytes are checked below.
-    let dev = IoDevice::from_backings(14, backings, &sources, ExtentMapKind::Tree, false, &reg).unwrap();
+    let dev = IoDevice::from_backings(14, backings, &sources, ExtentMapKind::Tree, false, vec![None, None], &reg).unwrap();
     assert_eq!(dev.extent_map().unwrap().len(), 2);
     let mut model = vec![None; 14];
     let mut buf = AlignedBuf::new(14);

@@ -42,6 +42,10 @@ impl ListId {
 pub struct ClusterLists {
     lists: IndexLists<4>,
     on: Box<[ListId]>,
+    /// A cluster that becomes free goes to the head of the free list, not
+    /// its tail (a device that grows: `SlotDeviceConfig::grows`), so that
+    /// the clusters never used stay behind, in index order.
+    freed_first: bool,
 }
 
 impl ClusterLists {
@@ -51,6 +55,7 @@ impl ClusterLists {
         let mut l = ClusterLists {
             lists: IndexLists::new(n as usize),
             on: vec![ListId::Free; n as usize].into_boxed_slice(),
+            freed_first: false,
         };
         for c in 0..n {
             l.lists.push_tail(ListId::Free as usize, c);
@@ -84,11 +89,23 @@ impl ClusterLists {
         self.on[c as usize] = to;
     }
 
-    /// Move `c` to `to` unless it is already on it (keeps its position).
+    /// Clusters freed from now on are taken again before the rest.
+    pub fn set_freed_first(&mut self, on: bool) {
+        self.freed_first = on;
+    }
+
+    /// Move `c` to `to` unless it is already on it (keeps its position):
+    /// to the tail, or, freed on a device that grows, to the head.
     #[inline]
     pub fn move_to(&mut self, c: u32, to: ListId) {
         if self.on[c as usize] != to {
-            self.move_tail(c, to);
+            if to == ListId::Free && self.freed_first {
+                self.lists.unlink(self.on[c as usize] as usize, c);
+                self.lists.push_head(to as usize, c);
+                self.on[c as usize] = to;
+            } else {
+                self.move_tail(c, to);
+            }
         }
     }
 

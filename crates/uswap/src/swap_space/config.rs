@@ -79,6 +79,11 @@ pub struct SlotDeviceConfig {
     pub priority: i32,
     /// Rotational (one shared scan base, sequential runs) or solid-state.
     pub rotational: bool,
+    /// Its backing is allocated as slots are first written (a swap file
+    /// that grows): clusters freed are taken again first, then partly used
+    /// ones, and a cluster never used only when there is neither, so that
+    /// the backing's written part stays as small as the use allows.
+    pub grows: bool,
 }
 
 impl SlotDeviceConfig {
@@ -88,6 +93,7 @@ impl SlotDeviceConfig {
             slots,
             priority: 0,
             rotational: false,
+            grows: false,
         }
     }
 
@@ -100,6 +106,12 @@ impl SlotDeviceConfig {
     /// Mark the device rotational.
     pub fn rotational(mut self, rotational: bool) -> Self {
         self.rotational = rotational;
+        self
+    }
+
+    /// Mark the device as one whose backing grows as it is written.
+    pub fn grows(mut self, grows: bool) -> Self {
+        self.grows = grows;
         self
     }
 }

@@ -91,6 +91,9 @@ pub(super) struct DeviceInner {
     /// CPUs work in different swap-cache trunks.
     pub(super) cluster_next_cpu: Box<[u64]>,
     pub(super) rng: u64,
+    /// A device that grows: the first cluster never used (the backing is
+    /// written below it only).
+    pub(super) fresh: u32,
 }
 
 /// Why a put of a slot's count did or did not free it.
@@ -112,6 +115,8 @@ pub struct SlotDevice {
     pub(super) index: u16,
     pub(super) priority: i32,
     pub(super) rotational: bool,
+    /// The backing grows as it is written (`SlotDeviceConfig::grows`).
+    pub(super) grows: bool,
     /// Slots the device has, header included (`si->max`).
     pub(super) max: u64,
     /// Usable slots: `max` less the header (`si->pages`).
@@ -161,6 +166,7 @@ impl SlotDevice {
             counts[(off / CLUSTER_SLOTS) as usize] += 1;
         }
         let mut lists = ClusterLists::new(nr_clusters as u32);
+        lists.set_freed_first(cfg.grows);
         for (c, &n) in counts.iter().enumerate() {
             if n as u64 == CLUSTER_SLOTS {
                 lists.move_to(c as u32, ListId::Full);
@@ -201,11 +207,13 @@ impl SlotDevice {
             percpu_cluster: vec![PercpuCluster::default(); cpus].into_boxed_slice(),
             cluster_next_cpu,
             rng,
+            fresh: 0,
         };
         Ok(SlotDevice {
             index,
             priority: cfg.priority,
             rotational: cfg.rotational,
+            grows: cfg.grows,
             max,
             pages,
             switches,

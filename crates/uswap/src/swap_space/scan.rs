@@ -40,6 +40,19 @@ impl SlotDevice {
         si.cluster_next_cpu[cpu] = next;
     }
 
+    /// Whether a partly used cluster no CPU works through is on the
+    /// nonfull or frag lists (with the nonfull lists switched on): a
+    /// device that grows takes one before a cluster never used.
+    fn has_partly_used(&self, si: &DeviceInner) -> bool {
+        self.switches.nonfull_clusters
+            && si
+                .lists
+                .iter(ListId::Nonfull)
+                .chain(si.lists.iter(ListId::Frag))
+                .take(FRAG_TRIES)
+                .any(|c| !si.percpu_cluster.iter().any(|p| p.index == Some(c)))
+    }
+
     /// `scan_swap_map_try_ssd_cluster`: the next free slot of this CPU's
     /// current cluster, taking a new cluster when it is used up.  Returns
     /// `None` when the CPU has no cluster and none can be had: then the
@@ -47,7 +60,15 @@ impl SlotDevice {
     fn try_ssd_cluster(&self, si: &mut DeviceInner, cpu: usize) -> Option<u64> {
         loop {
             if si.percpu_cluster[cpu].index.is_none() {
-                let c = if let Some(c) = si.lists.head(ListId::Free) {
+                // A device that grows takes a freed cluster (they are at
+                // the head of the free list), then a partly used one, and
+                // a cluster never used (which grows its backing) last.
+                let free = si
+                    .lists
+                    .head(ListId::Free)
+                    .filter(|&c| !self.grows || c < si.fresh || !self.has_partly_used(si));
+                let c = if let Some(c) = free {
+                    si.fresh = si.fresh.max(c + 1);
                     c
                 } else if self.switches.nonfull_clusters {
                     // Kernel 6.12: prefer a partly used cluster that no CPU
@@ -67,6 +88,10 @@ impl SlotDevice {
                         .take(FRAG_TRIES)
                         .find(|&c| !owned(c))?;
                     si.lists.move_tail(c, ListId::Frag);
+                    c
+                } else if let Some(c) = si.lists.head(ListId::Free) {
+                    // Growing, without the nonfull lists: a fresh one.
+                    si.fresh = si.fresh.max(c + 1);
                     c
                 } else {
                     return None;
@@ -289,6 +314,7 @@ impl SlotDevice {
     pub(crate) fn alloc_cluster(&self) -> Option<SwapEntry> {
         let mut si = self.inner.lock();
         let c = si.lists.head(ListId::Free)?;
+        si.fresh = si.fresh.max(c + 1);
         let base = c as u64 * CLUSTER_SLOTS;
         {
             let mut cl = self.clusters[c as usize].lock();

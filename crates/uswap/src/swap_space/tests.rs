@@ -536,8 +536,8 @@ fn run_model(devs: &[SlotDeviceConfig], sw: Switches, ops: &[Op]) -> Result<(), 
 
 fn devices() -> impl Strategy<Value = Vec<SlotDeviceConfig>> {
     prop::collection::vec(
-        ((2u64..5 * CLUSTER_SLOTS), 0i32..3, any::<bool>())
-            .prop_map(|(n, p, r)| SlotDeviceConfig::new(n).priority(p).rotational(r)),
+        ((2u64..5 * CLUSTER_SLOTS), 0i32..3, any::<bool>(), any::<bool>())
+            .prop_map(|(n, p, r, g)| SlotDeviceConfig::new(n).priority(p).rotational(r).grows(g)),
         1..4,
     )
 }
@@ -550,6 +550,35 @@ proptest! {
         for sw in Switches::all() {
             run_model(&devs, sw, &ops)?;
         }
+    }
+}
+
+/// A device whose backing grows as it is written takes a cluster never
+/// used only when no freed or partly used one is left: filled, half
+/// freed, filled again, the slots handed out stay in the clusters used
+/// before; a device that does not grow moves on to fresh ones.
+#[test]
+fn a_growing_device_takes_freed_clusters_before_fresh_ones() {
+    for grows in [true, false] {
+        let s = space(&[SlotDeviceConfig::new(64 * CLUSTER_SLOTS).grows(grows)], Switches::DEFAULT, 1);
+        let first: Vec<SwapEntry> = (0..8 * CLUSTER_SLOTS).map(|_| s.alloc().unwrap()).collect();
+        let highest = first.iter().map(|e| e.offset()).max().unwrap();
+        // Free every other cluster's slots whole, and half of the others.
+        for (i, e) in first.iter().enumerate() {
+            let cluster = e.offset() / CLUSTER_SLOTS;
+            if cluster % 2 == 0 || i % 2 == 0 {
+                s.free(*e).unwrap();
+            }
+        }
+        s.drain_slot_caches();
+        let again: Vec<SwapEntry> = (0..4 * CLUSTER_SLOTS).map(|_| s.alloc().unwrap()).collect();
+        let past = again.iter().filter(|e| e.offset() > highest + CLUSTER_SLOTS).count();
+        if grows {
+            assert_eq!(past, 0, "a growing device took {past} slots of fresh clusters");
+        } else {
+            assert!(past > 0, "the fifo free list moves on to fresh clusters");
+        }
+        s.check_invariants().unwrap();
     }
 }
 

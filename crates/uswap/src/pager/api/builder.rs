@@ -427,7 +427,11 @@ impl SwapBuilder {
                 }
                 SwapDeviceSpec::Remote { target, priority } => (IoDevice::nbd(target, &registry)?, *priority),
             };
-            space = space.device(SlotDeviceConfig::new(dev.slots()).priority(prio));
+            space = space.device(
+                SlotDeviceConfig::new(dev.slots())
+                    .priority(prio)
+                    .grows(dev.grows()),
+            );
             devices.push(dev);
         }
         let space = space.build(&registry)?;

@@ -289,9 +289,12 @@ fn hold_to_bound(inner: &Inner, n: usize) {
     // for a reason of uswap's own while swap is free (shared with a
     // forked child, which `UFFDIO_MOVE` refuses; pinned) are not the
     // program's overrun: the kernel could swap them, so no kill.
-    let over = || {
-        b.resident() + n > b.limit().saturating_add(b.max_overrun()) && space.nr_free() < UNIT_PAGES as u64
-    };
+    // A swap file that can grow no further (its file system at its
+    // reserve) is as full as one without free slots: what it cannot take
+    // waits in memory, up to the bound.
+    let full =
+        || space.nr_free() < UNIT_PAGES as u64 || inner.backing().devices.iter().any(|d| d.cannot_grow());
+    let over = || b.resident() + n > b.limit().saturating_add(b.max_overrun()) && full();
     let mut tries = 0;
     let mut waited = 0;
     while tries < TRIES && waited < PATIENCE_MS {
@@ -323,13 +326,16 @@ fn hold_to_bound(inner: &Inner, n: usize) {
     inner
         .registry()
         .event(crate::stats::EventKind::OomKill, b.resident() as u64);
+    let why = if inner.backing().devices.iter().any(|d| d.cannot_grow()) {
+        "the swap file can grow no further: its file system is at its reserve".to_string()
+    } else {
+        format!("{} of {} swap slots free", space.nr_free(), space.total_slots())
+    };
     report::line(format_args!(
-        "uswap: out of memory: {} pages resident, past the budget of {} pages and its overrun of {}, and nothing can be evicted ({} of {} swap slots free); killing the process, as a memory cgroup would: raise the budget, add swap, or allow an unbounded overrun",
+        "uswap: out of memory: {} pages resident, past the budget of {} pages and its overrun of {}, and nothing can be evicted ({why}); killing the process, as a memory cgroup would: raise the budget, add swap (or room for it), or allow an unbounded overrun",
         b.resident(),
         b.limit(),
         b.max_overrun(),
-        space.nr_free(),
-        space.total_slots(),
     ));
     // SAFETY: kill and getpid have no memory-safety preconditions; this
     // process ends here.

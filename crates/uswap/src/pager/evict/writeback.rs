@@ -164,9 +164,11 @@ pub(crate) fn writeback_failed(inner: &Inner, err: &IoError) {
             crate::stats::EventKind::WritebackPaused,
             err.errno().unwrap_or(0) as u64,
         );
-        report::line(format_args!(
-            "uswap: swap writes fail for now ({err}); writeback pauses (1 ms, doubling to 1 s while it goes on) and the pages wait in memory"
-        ));
+        if !b.said.swap(true, Ordering::Relaxed) {
+            report::line(format_args!(
+                "uswap: swap writes fail for now ({err}); writeback pauses (1 ms, doubling to 1 s while it goes on) and the pages wait in memory"
+            ));
+        }
     }
 }
 

@@ -203,6 +203,10 @@ pub(crate) struct Backoff {
     pub hold_until: AtomicU64,
     /// The current pause; 0 while writes work.
     pub backoff_ns: AtomicU64,
+    /// The pause has been said (once a process: writes that fail now and
+    /// then, a swap file that cannot grow among ones that can, would
+    /// otherwise say it at every turn).
+    pub said: AtomicBool,
 }
 
 /// One-line reports said once per instance.
