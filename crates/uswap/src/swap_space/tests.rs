@@ -566,7 +566,7 @@ fn a_growing_device_takes_freed_clusters_before_fresh_ones() {
         // Free every other cluster's slots whole, and half of the others.
         for (i, e) in first.iter().enumerate() {
             let cluster = e.offset() / CLUSTER_SLOTS;
-            if cluster % 2 == 0 || i % 2 == 0 {
+            if cluster.is_multiple_of(2) || i.is_multiple_of(2) {
                 s.free(*e).unwrap();
             }
         }
