@@ -128,6 +128,14 @@ struct Slot {
     /// Which claim holds it: a process that held it before (an image
     /// before an `exec`, whose `Member` may yet be dropped) has another.
     claim: AtomicU64,
+    /// Pages of its resident ones staged (in frames outside its heap):
+    /// published, for the count at each page's share.
+    staged: AtomicU64,
+    /// Its heap, the largest region of its instance `[lo, hi)` (0, 0: none
+    /// yet): published, and left out of its other memory when the arbiter
+    /// counts that at its share (`charge::anon_pages_outside`).
+    heap_lo: AtomicU64,
+    heap_hi: AtomicU64,
 }
 
 #[repr(C)]
@@ -163,14 +171,9 @@ fn shared(map: &SharedMapping) -> &Shared {
     unsafe { &*(map.as_ptr() as *const Shared) }
 }
 
-/// A process's anonymous resident pages: `/proc/PID/statm`'s resident
-/// less its shared (file and shmem) pages.
-fn anon_pages(pid: i32) -> Option<u64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
-    let mut f = text.split_whitespace().skip(1).map(|v| v.parse::<u64>().ok());
-    let (resident, shared) = (f.next()??, f.next()??);
-    Some(resident.saturating_sub(shared))
-}
+mod charge;
+
+use charge::{anon_pages, anon_pages_outside};
 
 /// A process's membership of a domain (`SwapBuilder::domain`).
 pub struct Member {
@@ -179,6 +182,8 @@ pub struct Member {
     slot: AtomicUsize,
     /// Its claim's number, which its slot holds while it is its.
     claim: AtomicU64,
+    /// Its heap `[lo, hi)` as published (`publish_heap`).
+    heap: (AtomicU64, AtomicU64),
 }
 
 impl Member {
@@ -217,6 +222,7 @@ impl Member {
             map,
             slot: AtomicUsize::new(usize::MAX),
             claim: AtomicU64::new(0),
+            heap: (AtomicU64::new(0), AtomicU64::new(0)),
         };
         m.claim()?;
         Ok(m)
@@ -251,6 +257,10 @@ impl Member {
                 s.other.store(0, Ordering::Relaxed);
                 s.ram.store(0, Ordering::Relaxed);
                 s.store.store(0, Ordering::Relaxed);
+                s.staged.store(0, Ordering::Relaxed);
+                // A forked child maps its parent's heap where it was.
+                s.heap_lo.store(self.heap.0.load(Ordering::Relaxed), Ordering::Relaxed);
+                s.heap_hi.store(self.heap.1.load(Ordering::Relaxed), Ordering::Relaxed);
                 s.start.store(start, Ordering::Release);
                 self.slot.store(i, Ordering::Relaxed);
                 return Ok(());
@@ -276,12 +286,27 @@ impl Member {
 
     /// Say what this member's instance holds: resident pages, faults
     /// served, pages its RAM devices and its compressed stores hold.
-    pub(crate) fn publish(&self, resident: usize, faults: u64, ram: u64, store: u64) {
+    pub(crate) fn publish(&self, resident: usize, staged: usize, faults: u64, ram: u64, store: u64) {
         if let Some(s) = self.mine() {
             s.resident.store(resident as u64, Ordering::Relaxed);
+            s.staged.store(staged as u64, Ordering::Relaxed);
             s.faults.store(faults, Ordering::Relaxed);
             s.ram.store(ram, Ordering::Relaxed);
             s.store.store(store, Ordering::Relaxed);
+        }
+    }
+
+    /// Say where this member's heap is (its instance's largest region):
+    /// kept for the slot a forked child takes.
+    pub(crate) fn publish_heap(&self, lo: u64, hi: u64) {
+        if hi - lo <= self.heap.1.load(Ordering::Relaxed) - self.heap.0.load(Ordering::Relaxed) {
+            return;
+        }
+        self.heap.0.store(lo, Ordering::Relaxed);
+        self.heap.1.store(hi, Ordering::Relaxed);
+        if let Some(s) = self.mine() {
+            s.heap_lo.store(lo, Ordering::Relaxed);
+            s.heap_hi.store(hi, Ordering::Relaxed);
         }
     }
 
@@ -576,11 +601,34 @@ impl Arbiter {
         // child's, a pool of workers', would tip a tree of small
         // processes over: a worker of Python's Pool killed holding its
         // queue's lock hung the pool).
-        let other: u64 = demand.iter().map(|d| d.other).sum();
+        let mut other: u64 = demand.iter().map(|d| d.other).sum();
         let bound = self
             .budget_pages()
             .saturating_add(self.overrun)
             .saturating_add(OOM_SLACK);
+        if other > bound {
+            // Past the bound by `statm`, which counts a page a fork shares
+            // in every process that maps it: confirmed at each page's
+            // share (`charge::anon_pages_outside`) before the clock runs.
+            other = idx
+                .iter()
+                .map(|&i| {
+                    let slot = &s.slots[i];
+                    let pid = slot.pid.load(Ordering::Relaxed);
+                    let (lo, hi) = (slot.heap_lo.load(Ordering::Relaxed), slot.heap_hi.load(Ordering::Relaxed));
+                    // Staged pages are counted as resident already.
+                    let mut uncharged = slot.ram.load(Ordering::Relaxed) + slot.staged.load(Ordering::Relaxed);
+                    if self.store_outside {
+                        uncharged += slot.store.load(Ordering::Relaxed);
+                    }
+                    match anon_pages_outside(pid, lo, hi) {
+                        Some(shared) if hi > lo => shared.saturating_sub(uncharged),
+                        // No heap said, or gone meanwhile: as statm had it.
+                        _ => slot.other.load(Ordering::Relaxed),
+                    }
+                })
+                .sum();
+        }
         let verdict = if other > bound {
             let since = *self.over_since.get_or_insert(now);
             let largest = idx

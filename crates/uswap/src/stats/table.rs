@@ -262,6 +262,8 @@ counters! {
     evict_copies EVICT_COPIES Pages;
     /// Runs of pages a fork had shared, made the process's own before eviction.
     evict_unshared EVICT_UNSHARED Events;
+    /// Pages a fork had shared, copied out in place and their mapping dropped.
+    evict_shared EVICT_SHARED Pages;
     /// Swap-ins retried after a failed read.
     swapin_retries SWAPIN_RETRIES Events;
     /// Pages read ahead with a swap-in.

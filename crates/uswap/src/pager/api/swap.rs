@@ -149,6 +149,11 @@ impl Swap {
             return Err(PagerError::TooManyRegions);
         };
         inner.add_user();
+        if let Some(m) = inner.member() {
+            // Its largest region is its heap, left out of what the
+            // domain's arbiter counts as its other memory.
+            m.publish_heap(map.addr(), map.addr() + map.len() as u64);
+        }
         Ok(Region {
             inner: inner.clone(),
             map,

@@ -173,6 +173,9 @@ pub(crate) fn spawn_prefetcher(weak: Weak<Inner>) -> UswapThread {
 /// else wakes it.
 const IDLE_SLEEP: Duration = Duration::from_millis(100);
 
+/// The reclaimer's pause over the low watermark when a pass took nothing.
+const STUCK_SLEEP: Duration = Duration::from_millis(1);
+
 /// The background reclaimer: keeps resident pages under the low watermark,
 /// and, in SIGBUS mode, watches the process's signal set-up.
 pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread {
@@ -243,30 +246,44 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                 let devices = &inner.backing().devices;
                 let ram = devices.iter().map(|d| d.ram_pages()).sum();
                 let store = devices.iter().map(|d| d.store_pages()).sum();
-                m.publish(resident, inner.counters().faults.get(), ram, store);
+                m.publish(
+                    resident,
+                    inner.budget().staged(),
+                    inner.counters().faults.get(),
+                    ram,
+                    store,
+                );
                 if let Some(share) = m.share() {
                     if share != inner.budget().limit() {
                         inner.budget().share(share);
                     }
                 }
             }
-            if resident > inner.budget().low()
-                && reclaim::reclaim(&inner, resident - inner.budget().low(), ring.as_mut()) > 0
-            {
+            let over = resident > inner.budget().low();
+            if over && reclaim::reclaim(&inner, resident - inner.budget().low(), ring.as_mut()) > 0 {
                 continue;
             }
             // Idle: the frames written back and not yet discarded (a
             // batch waits to be full) go now.
             inner.frames().staging.flush_retired();
             drop(inside);
-            // Asleep until a fault past the low watermark (or a new
-            // budget) kicks it, or the next look at the levels, the
-            // domain, the forked children and the signal set-up.  It
-            // slept a millisecond at a time once, a thousand wake-ups a
-            // second in an idle process.
+            if over {
+                // Over the low watermark with nothing to take (pinned,
+                // shared, unevictable, writeback paused): a millisecond
+                // before the next look, deaf to kicks, which would come
+                // with every fault and find nothing either.
+                drop(inner);
+                std::thread::sleep(STUCK_SLEEP);
+                continue;
+            }
+            // Asleep until a fault past the wake mark (or a new budget)
+            // kicks it, or the next look at the levels, the domain, the
+            // forked children and the signal set-up.  It slept a
+            // millisecond at a time once, a thousand wake-ups a second in
+            // an idle process.
             inner
                 .background()
-                .sleep(IDLE_SLEEP, || inner.budget().resident() > inner.budget().low());
+                .sleep(IDLE_SLEEP, || inner.budget().resident() >= inner.budget().wake());
             drop(inner);
         }
     })

@@ -451,9 +451,15 @@ fn stage_run(
         }
         let claim_s = claims[idx[s] as usize].as_ref().expect("claimed");
         if err.errno() == Some(libc::EBUSY) && !claim_s.found().is_sealed() && inner.shared_after_fork() {
-            // Shared since a fork (see `unshare`): the rest of the run is
-            // made this process's own again and comes back next pass.
-            for j in s..m {
+            // Shared since a fork: the rest of the run goes out in place,
+            // into the frames and slots it has (`stage_shared`), or, where
+            // that fails, is made this process's own and comes back next
+            // pass (`unshare`).
+            let rest = s..m;
+            if stage_shared(inner, ids, claims, idx, rest.clone(), f0, &slots) {
+                return;
+            }
+            for j in rest {
                 inner.backing().swap_cache.delete(slots[j]);
                 inner.free_slot(slots[j]);
                 pool.put(frame(j));
@@ -472,6 +478,67 @@ fn stage_run(
         out.settle(ids[idx[s] as usize], how);
         s += 1;
     }
+}
+
+/// Stage the claimed victims `idx[run]` (neighbours, in order, a slot
+/// each in `slots` and frames from `f0` on, cached already) where they
+/// are, though a fork shares them with another process: `UFFDIO_MOVE`
+/// refuses a page that is not this process's alone.
+///
+/// A forked child holds every page its parent had resident at the fork,
+/// shared, and so does the parent: made each process's own first (the
+/// write fault `unshare` takes), each such page was copied by the kernel
+/// before it could go out, a copy that then moved out (two flushes).  The
+/// kernel swaps such a page out in place, writing it once and dropping
+/// each mapping; so does this, in this process: the run is
+/// write-protected (a write to it now waits on the claims), copied into
+/// its staging frames (`UFFDIO_COPY`), and this process's mapping dropped
+/// in one `process_madvise` (one flush), the other process's copy left as
+/// it is.  Returns false, nothing changed but the write protection (a
+/// wake-up, no state), when the protection, the copy or the drop fails:
+/// the caller unshares as before.
+#[allow(clippy::too_many_arguments)]
+fn stage_shared(
+    inner: &Inner,
+    ids: &[u32],
+    claims: &mut [Option<PageClaim<'_>>; BATCH],
+    idx: &[u8],
+    run: std::ops::Range<usize>,
+    f0: u32,
+    slots: &[SwapEntry; BATCH],
+) -> bool {
+    let pool = &inner.frames().staging;
+    let n = run.len() as u64;
+    let at = inner.addrs().get(ids[idx[run.start] as usize]);
+    let to = pool.addr(f0 + run.start as u32);
+    let wp = inner.uffd().writeprotect(at, n * PAGE, true, false);
+    if wp.is_err() || inner.copy(to, at as *const u8, n * PAGE, false).is_err() {
+        if wp.is_ok() {
+            let _ = inner.uffd().writeprotect(at, n * PAGE, false, true);
+        }
+        return false;
+    }
+    if !inner
+        .discarder()
+        .discard(std::iter::once((at, (n * PAGE) as usize)))
+    {
+        // SAFETY: the claimed pages of this run, whose contents are in
+        // their frames now; nothing writes them while the claims are held
+        // (write-protected above).
+        if unsafe { sys::discard_pages(at, (n * PAGE) as usize) }.is_err() {
+            // Still there, unchanged (the copies in the frames are dropped
+            // by the caller with the frames).
+            let _ = inner.uffd().writeprotect(at, n * PAGE, false, true);
+            return false;
+        }
+    }
+    for j in run.clone() {
+        inner.counters().evict_copies.inc();
+        inner.counters().evict_shared.inc();
+        staged(inner, claims[idx[j] as usize].take().expect("claimed"), slots[j]);
+    }
+    enqueue_run(inner, run.map(|j| (ids[idx[j] as usize], slots[j])));
+    true
 }
 
 /// Make the dirty pages `[addr, addr + len)` (unclaimed) this process's

@@ -138,15 +138,15 @@ fn pace(inner: &Inner) {
 /// domain's share, while no reclaimer does it.
 const TICK: u32 = 64;
 
-/// What a fault tells the background: past the low watermark the
-/// reclaimer is kicked awake, or wanted where it has not started
+/// What a fault tells the background: past the wake mark (`Budget::wake`)
+/// the reclaimer is kicked awake, or wanted where it has not started
 /// (`background.rs`); while it has not, the faults publish the levels and
 /// the domain's share every [`TICK`] of them, as its loop would.
 #[inline]
 fn need_background(inner: &Inner, resident: usize) {
     let bg = inner.background();
     if bg.running() {
-        if resident >= inner.budget().low() {
+        if resident >= inner.budget().wake() {
             bg.kick();
         }
         return;
@@ -160,7 +160,13 @@ fn need_background(inner: &Inner, resident: usize) {
             let devices = &inner.backing().devices;
             let ram = devices.iter().map(|d| d.ram_pages()).sum();
             let store = devices.iter().map(|d| d.store_pages()).sum();
-            m.publish(resident, inner.counters().faults.get(), ram, store);
+            m.publish(
+                resident,
+                inner.budget().staged(),
+                inner.counters().faults.get(),
+                ram,
+                store,
+            );
             if let Some(share) = m.share() {
                 if share != inner.budget().limit() {
                     inner.budget().share(share);

@@ -149,7 +149,7 @@ impl Background {
         self.sleeping.store(false, Ordering::Relaxed);
     }
 
-    /// Wake the reclaimer if it sleeps: a fault past the low watermark,
+    /// Wake the reclaimer if it sleeps: a fault past the wake mark,
     /// a new budget.  Allocation-free; a system call only when it sleeps.
     #[inline]
     pub fn kick(&self) {

@@ -20,6 +20,12 @@ pub(crate) struct Budget {
     slack: AtomicUsize,
     /// The background reclaimer's target: resident pages down to this.
     low: AtomicUsize,
+    /// Where a fault wakes the sleeping reclaimer: halfway from `low` to
+    /// `limit`.  Woken at `low` itself, it would take a page or two a pass
+    /// (as many as the faults put over) and write them back a run of one
+    /// or two; woken here, it takes half the gap at least, in batches, as
+    /// kswapd, woken at the low watermark, reclaims up to the high one.
+    wake: AtomicUsize,
     /// How far past `limit` faults may take the resident set when nothing
     /// can be evicted, before the process is killed (`overrun.rs`);
     /// `usize::MAX`: no bound.
@@ -53,6 +59,7 @@ impl Budget {
             limit: AtomicUsize::new(0),
             slack: AtomicUsize::new(0),
             low: AtomicUsize::new(0),
+            wake: AtomicUsize::new(0),
             max_overrun: AtomicUsize::new(0),
             overrun,
             slack_max,
@@ -78,8 +85,9 @@ impl Budget {
     pub fn share(&self, limit: usize) {
         self.slack
             .store(self.slack_max.min(limit / 16), Ordering::Relaxed);
-        self.low
-            .store(limit - (limit / 16).max(32).min(limit / 2), Ordering::Relaxed);
+        let low = limit - (limit / 16).max(32).min(limit / 2);
+        self.low.store(low, Ordering::Relaxed);
+        self.wake.store(low + (limit - low) / 2, Ordering::Relaxed);
         self.limit.store(limit, Ordering::Release);
     }
 
@@ -93,6 +101,10 @@ impl Budget {
 
     pub fn low(&self) -> usize {
         self.low.load(Ordering::Relaxed)
+    }
+
+    pub fn wake(&self) -> usize {
+        self.wake.load(Ordering::Relaxed)
     }
 
     pub fn max_overrun(&self) -> usize {

@@ -56,6 +56,7 @@ pub(crate) struct Counters {
     /// Runs of pages a fork had shared, made the process's own again
     /// before their eviction (batch.rs, `unshare`).
     pub evict_unshared: Arc<Counter>,
+    pub evict_shared: Arc<Counter>,
     pub swapin_retries: Arc<Counter>,
     pub readahead: Arc<Counter>,
     pub fault_around: Arc<Counter>,
@@ -126,6 +127,7 @@ impl Counters {
             swapout_retries: r.counter(CounterId::SWAPOUT_RETRIES),
             evict_copies: r.counter(CounterId::EVICT_COPIES),
             evict_unshared: r.counter(CounterId::EVICT_UNSHARED),
+            evict_shared: r.counter(CounterId::EVICT_SHARED),
             swapin_retries: r.counter(CounterId::SWAPIN_RETRIES),
             readahead: r.counter(CounterId::READAHEAD),
             fault_around: r.counter(CounterId::FAULT_AROUND),
