@@ -269,7 +269,7 @@ fn bad_input_gets_one_line() {
         (&["run", "--budget", "100K", "--", "true"], "at least 1M"),
         (
             &["run", "--swap", "disk:1G", "--", "true"],
-            "a swap device is ram:SIZE, file:PATH:SIZE[:plain], zram:SIZE",
+            "a swap device is ram:SIZE, file:PATH:SIZE[:grow][:plain] (or file:DIR, a file there that grows), zram:SIZE",
         ),
         (
             &["run", "--swap", "zram:1G:zstd:99", "--", "true"],

@@ -219,6 +219,52 @@ fn python_multiprocessing_forkserver() {
     tree_within_budget(&script, 40, &[], dir.path());
 }
 
+/// Python's multiprocessing with `fork` (the default start method on
+/// Linux before 3.14), its workers reading the parent's 100 MB list, whose
+/// last part the parent read just before the fork: resident there, and
+/// shared with both workers, which must evict it to read the rest.  A
+/// worker took `UFFDIO_MOVE`'s refusal of a shared page for a pin (only a
+/// parent knew it had forked), and kept such pages as unevictable, two
+/// million refusals a run; at a 48 MiB budget, with a random walk over
+/// the list, a worker held 65 MiB and was killed, and the pool hung.
+/// Now each process writes its share of a shared page out in place.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a whole program paged at 3x its budget: run in the release pass (CI runs both)"
+)]
+fn python_multiprocessing_fork_reads_the_parents_data() {
+    let dir = open_dir(true);
+    std::fs::write(dir.path().join("pool.py"), FORK_POOL).unwrap();
+    let script = format!("{PYTHON} pool.py");
+    for (mode, err) in Mode::all()
+        .into_iter()
+        .zip(tree_within_budget(&script, 32, &[], dir.path()))
+    {
+        for n in err.split("unevictable_pages ").skip(1) {
+            let n: u64 = n.split_whitespace().next().unwrap().parse().unwrap();
+            assert_eq!(
+                n, 0,
+                "{mode:?}: a process kept shared pages as unevictable: {err}"
+            );
+        }
+        assert_eq!(stat(&err, "unevictable"), 0, "{mode:?}: {err}");
+    }
+}
+
+const FORK_POOL: &str = r#"
+import hashlib, multiprocessing as mp
+data = [i * 7 for i in range(2_500_000)]
+def work(k):
+    return sum(data[k * 250_000:(k + 1) * 250_000]) % 1000003
+if __name__ == "__main__":
+    print("tail", sum(data[-1_000_000:]) % 1000003)
+    mp.set_start_method("fork")
+    with mp.Pool(2) as p:
+        got = p.map(work, range(10))
+    print("fork", hashlib.sha256(repr(got).encode()).hexdigest())
+"#;
+
 /// `uswap run` ends as the program does (its status, its signal), passes
 /// on the signals sent to it, and a program started by the program is
 /// paged (its statistics are its own, not printed; the program's are).

@@ -399,7 +399,7 @@ fn print_stats() {
          faults {} (zero fills {}, swap-ins {}, swap-cache hits {}, write-protect {}), {:.3} s serving them; \
          pages read ahead {}, zero pages filled around {}\n  \
          evictions {} (clean drops {}, written {}, zero pages {}); swap IO: {:.1} MiB written, {:.1} MiB read\n  \
-         resident now {:.1} MiB, at most {:.1} MiB; direct reclaim {}, over budget {}; unevictable {}, unshared after a fork {}\n  \
+         resident now {:.1} MiB, at most {:.1} MiB; direct reclaim {}, over budget {}; unevictable {}; shared with a fork: written in place {}, unshared {}\n  \
          stalled in uswap {:.3} s (some thread), {:.3} s (every thread); fault latency p50 <= {:.1} us, p99 <= {:.1} us, max band {:.1} us\n",
         r.budget as f64 / (1 << 20) as f64,
         mib(r.swap.budget_pages() as u64),
@@ -428,6 +428,7 @@ fn print_stats() {
         c.direct_reclaim,
         c.budget_overrun,
         c.unevictable,
+        c.evict_shared,
         c.evict_unshared,
         st.pressure.some.total_us as f64 / 1e6,
         st.pressure.full.total_us as f64 / 1e6,

@@ -37,7 +37,7 @@ use crate::PAGE_SIZE;
 
 /// What the grammar says, for error messages.
 const GRAMMAR: &str =
-    "ram:SIZE, file:PATH:SIZE[:grow][:plain], zram:SIZE[:lz4|zstd[:LEVEL]], nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH, or a tier zram:SIZE[:CODEC],file:PATH:SIZE[:plain] or zram:SIZE[:CODEC],nbd...";
+    "ram:SIZE, file:PATH:SIZE[:grow][:plain] (or file:DIR, a file there that grows), zram:SIZE[:lz4|zstd[:LEVEL]], nbd://HOST[:PORT]/EXPORT, nbd+unix:///EXPORT?socket=PATH, or a tier zram:SIZE[:CODEC],file:PATH:SIZE[:plain] or zram:SIZE[:CODEC],nbd...";
 
 /// A swap spec that does not parse: one line, naming the spec, what is
 /// wrong with it and what to write instead.

@@ -206,6 +206,11 @@ extern "C" fn child() {
 /// Take over an inherited instance in a forked child.
 fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
     inner.serve_this_process();
+    // Every page resident at the fork is shared with the parent, in the
+    // child as in the parent (where `parent()` says so after the fork,
+    // too late for this copy of the flag): `UFFDIO_MOVE`'s EBUSY on one
+    // is the sharing, not a pin (`batch.rs`'s `stage_shared`).
+    inner.note_fork();
     // The pins below are dropped; guards taken before this let go of
     // nothing (the forking thread's among them: a pin it still needs,
     // its alternate stack's, it takes again after this).
