@@ -1,6 +1,7 @@
 //! The `uswap` command line.
 
 mod cgroup;
+mod debug;
 mod demo;
 mod run;
 mod supervisor;
@@ -77,6 +78,22 @@ enum Command {
     /// its budget, swapped, store ratio, faults per second and pressure,
     /// refreshed every second; `s` changes the sort, `q` quits.
     Top(watch::top::TopArgs),
+    /// gdb attached to a paged program, its swapped memory brought in.
+    ///
+    /// `uswap gdb PID -- -batch -ex 'x/4gx ADDR'`.  A debugger's reads
+    /// (/proc/PID/mem, ptrace, process_vm_readv) fail on a page uswap has
+    /// out ("Cannot access memory"), in either fault mode: this asks the
+    /// process to bring everything in and hold it there, its budget open,
+    /// while gdb runs, then to return to its budget.  The same user as the
+    /// process, or root.
+    Gdb(debug::GdbArgs),
+    /// A core file of a paged program, with its swapped memory: gcore run
+    /// while the process holds everything in (see `uswap gdb`).
+    ///
+    /// A paged program killed by a signal that dumps core writes a whole
+    /// core file by itself (uswap brings its memory in first, within
+    /// RLIMIT_CORE); this is for one that runs.
+    Gcore(debug::GcoreArgs),
     /// Benchmarks of the core, one per seed experiment.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -181,6 +198,8 @@ fn main() {
         Command::Run(_) => "uswap run",
         Command::Stat(_) => "uswap stat",
         Command::Top(_) => "uswap top",
+        Command::Gdb(_) => "uswap gdb",
+        Command::Gcore(_) => "uswap gcore",
         Command::Bench(_) => "uswap bench",
     };
     if let Err(e) = run(cli) {
@@ -197,6 +216,8 @@ fn run(cli: Cli) -> Result<()> {
         Command::Run(a) => run::run(&a),
         Command::Stat(a) => watch::stat::run(&a),
         Command::Top(a) => watch::top::run(&a),
+        Command::Gdb(a) => debug::gdb(&a),
+        Command::Gcore(a) => debug::gcore(&a),
         Command::Bench(b) => match b {
             BenchCommand::Alloc(a) => micro::alloc::run(&a),
             BenchCommand::Extent(a) => micro::extent::run(&a),

@@ -69,12 +69,13 @@ pub struct RunArgs {
     /// `zram:SIZE[:CODEC],file:PATH:SIZE` or `zram:SIZE[:CODEC],nbd://...`
     /// (the store's oldest pages go to the file or export when it holds
     /// SIZE).  Repeat for several.  `file:DIR` with no size: a file in
-    /// DIR that grows as pages go out.  Default: such a file in $TMPDIR
-    /// (or /var/tmp), made unnamed there, sparse, its blocks allocated
-    /// 2 MiB at a time as it is written, up to the free space there less
-    /// a reserve kept free (a tenth of it, at least 1 GiB, at most half): no multiple of
-    /// the budget caps it; when the disk has no more room, one line says
-    /// so and the pages wait in memory.  The heap holds the budget and the
+    /// DIR that grows as pages go out, up to the free space there less a
+    /// reserve kept free (a tenth of it, at least 1 GiB, at most half).
+    /// Default: such a file in $TMPDIR (or /var/tmp), made unnamed there,
+    /// sparse, its blocks allocated 2 MiB at a time as it is written, up
+    /// to 64 times the budget (at least 16 GiB) or that free space, the
+    /// less of the two; when the disk has no more room, one line says so
+    /// and the pages wait in memory.  The heap holds the budget and the
     /// swap space together (and a little more, for the allocator's
     /// fragmentation); past that, malloc fails.
     #[arg(long = "swap")]
@@ -286,24 +287,34 @@ fn default_swap(budget: u64) -> anyhow::Result<(String, u64)> {
     if memory_backed(&dir).is_some() {
         return device_line(&format!("zram:{}", 4 * budget));
     }
-    growing_file(&dir)
+    growing_file(&dir, DEFAULT_MOST.max(DEFAULT_TIMES * budget))
 }
 
 /// The most swap a file that grows may hold: what uswap run's heap holds
 /// less room for the budget.
 const GROWING_MOST: u64 = 1 << 40;
 
+/// The default swap file grows to 64 times the budget, at least 16 GiB,
+/// and no further than its file system can spare.  Not a limit a program
+/// meets in use (kernel swap in a memory cgroup has none; the 8 times of
+/// before killed a 100 MB dict at 16 MiB) but one on the metadata every
+/// process of a tree keeps for it: a cluster's lock and list links per 2
+/// MiB of swap, written when the device is made (56 GiB, a disk's free
+/// space, cost each process 1.4 MiB, and a `make -j2` tree of a dozen
+/// past its bound).  `--swap file:DIR` grows to all the disk can spare.
+const DEFAULT_MOST: u64 = 16 << 30;
+const DEFAULT_TIMES: u64 = 64;
+
 /// A swap file in directory `dir` with no size given: made there with no
 /// name (nothing another user put there can stand in its way), sparse,
 /// and allocated as pages go out (`:grow`), up to what its file system can
 /// spare: the free space now less a reserve kept free (a tenth of it, at
-/// least 1 GiB, at most half), at most 1 TiB.  No multiple of the budget caps it, as
-/// none caps kernel swap in a memory cgroup.
-fn growing_file(dir: &Path) -> anyhow::Result<(String, u64)> {
+/// least 1 GiB, at most half), at most `most`.
+fn growing_file(dir: &Path, most: u64) -> anyhow::Result<(String, u64)> {
     let page = uswap::PAGE_SIZE as u64;
     let free = free_space(dir)?;
     let reserve = uswap::io::reserve_for(free);
-    let bytes = free.saturating_sub(reserve).min(GROWING_MOST) / page * page;
+    let bytes = free.saturating_sub(reserve).min(most) / page * page;
     if bytes < 1 << 20 {
         bail!(
             "{}: {} MiB free, less the {} MiB kept in reserve, leaves no room for a swap file; free some, or give --swap file:PATH:SIZE elsewhere",
@@ -417,7 +428,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     for spec in &args.swap {
         // `file:DIR` with no size: a file there that grows, as the default.
         let (line, b) = match spec.strip_prefix("file:").map(Path::new) {
-            Some(dir) if dir.is_dir() => growing_file(dir)?,
+            Some(dir) if dir.is_dir() => growing_file(dir, GROWING_MOST)?,
             _ => device_line(spec)?,
         };
         lines.push(line);

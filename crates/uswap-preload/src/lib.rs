@@ -68,6 +68,7 @@ macro_rules! next {
 #[macro_use]
 mod callers;
 mod calls;
+mod core_dump;
 mod credentials;
 mod descriptors;
 mod guard;
@@ -317,6 +318,7 @@ fn start(c: Config) -> Result<(), String> {
     maps::hold_across_fork();
     signals::keep_alt_stack_across_fork();
     signals::start_own_stacks();
+    core_dump::start();
     if c.stats && c.root {
         // A descriptor of its own: programs close stderr on the way out
         // (GNU tools' `close_stdout`, an atexit handler that runs before

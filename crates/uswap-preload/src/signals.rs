@@ -320,6 +320,10 @@ mod interpose {
                 return 0;
             }
         }
+        // SAFETY: as above.
+        if crate::core_dump::program_action(sig, unsafe { act.as_ref() }, unsafe { old.as_mut() }) {
+            return 0;
+        }
         let f = next!("sigaction" as fn(c_int, *const libc::sigaction, *mut libc::sigaction) -> c_int);
         // SAFETY: the C contract: `act` is null or valid.
         let Some(act) = (unsafe { act.as_ref() }) else {
@@ -498,7 +502,7 @@ mod interpose {
     /// stays installed).
     #[no_mangle]
     pub unsafe extern "C" fn signal(sig: c_int, handler: sighandler_t) -> sighandler_t {
-        if sig == libc::SIGBUS || sig == libc::SIGSYS {
+        if sig == libc::SIGBUS || sig == libc::SIGSYS || crate::core_dump::DUMPING.contains(&sig) {
             // SAFETY: zeroed is a valid sigaction (empty mask).
             let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
             new.sa_sigaction = handler;
@@ -507,8 +511,10 @@ mod interpose {
             let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
             let kept = if sig == libc::SIGBUS {
                 program_sigbus_action(Some(&new), Some(&mut old))
-            } else {
+            } else if sig == libc::SIGSYS {
                 crate::guard::program_action(Some(&new), Some(&mut old))
+            } else {
+                crate::core_dump::program_action(sig, Some(&new), Some(&mut old))
             };
             if kept {
                 return old.sa_sigaction;

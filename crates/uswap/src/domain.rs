@@ -95,6 +95,12 @@ struct Header {
     budget: AtomicU64,
     /// The last claim's number (see `Slot::claim`).
     claims: AtomicU64,
+    /// What a member the arbiter has not seen yet may hold (0: the whole
+    /// budget, before the arbiter's first look): the budget less what the
+    /// tree holds.  A process just started (a compiler `make` runs, a
+    /// spawned pool worker) took the whole budget until its first share,
+    /// a tenth of a second of allocation past the tree's bound.
+    newcomer: AtomicU64,
 }
 
 /// One member.  `pid` is the slot's lock: a process takes a free slot by
@@ -136,6 +142,10 @@ struct Slot {
     /// counts that at its share (`charge::anon_pages_outside`).
     heap_lo: AtomicU64,
     heap_hi: AtomicU64,
+    /// 1 while no reclaimer of its runs (its threads start on need):
+    /// it keeps what it holds, whatever its share, until it faults past
+    /// its low watermark again.  Published with the levels.
+    fixed: AtomicU64,
 }
 
 #[repr(C)]
@@ -258,6 +268,7 @@ impl Member {
                 s.ram.store(0, Ordering::Relaxed);
                 s.store.store(0, Ordering::Relaxed);
                 s.staged.store(0, Ordering::Relaxed);
+                s.fixed.store(1, Ordering::Relaxed);
                 // A forked child maps its parent's heap where it was.
                 s.heap_lo.store(self.heap.0.load(Ordering::Relaxed), Ordering::Relaxed);
                 s.heap_hi.store(self.heap.1.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -286,8 +297,12 @@ impl Member {
 
     /// Say what this member's instance holds: resident pages, faults
     /// served, pages its RAM devices and its compressed stores hold.
-    pub(crate) fn publish(&self, resident: usize, staged: usize, faults: u64, ram: u64, store: u64) {
+    /// `reclaims`: a reclaimer of its runs, which takes its resident
+    /// pages down to a share cut below them (else they stay: `Demand`'s
+    /// `fixed`).
+    pub(crate) fn publish(&self, resident: usize, staged: usize, faults: u64, ram: u64, store: u64, reclaims: bool) {
         if let Some(s) = self.mine() {
+            s.fixed.store(u64::from(!reclaims), Ordering::Relaxed);
             s.resident.store(resident as u64, Ordering::Relaxed);
             s.staged.store(staged as u64, Ordering::Relaxed);
             s.faults.store(faults, Ordering::Relaxed);
@@ -313,6 +328,11 @@ impl Member {
     /// This member's share in pages, once the arbiter has given one.
     pub(crate) fn share(&self) -> Option<usize> {
         let l = self.mine()?.limit.load(Ordering::Relaxed);
+        let l = if l != 0 {
+            l
+        } else {
+            self.shared().header.newcomer.load(Ordering::Relaxed)
+        };
         (l != 0).then_some(l.max(MIN_SHARE) as usize)
     }
 
@@ -354,11 +374,20 @@ pub struct Demand {
     pub other: u64,
     /// Whether it took a fault lately.
     pub active: bool,
+    /// Whether it keeps what it holds whatever its share (no reclaimer of
+    /// its runs: an idle process whose threads start on need).
+    pub fixed: bool,
 }
 
 impl Demand {
     fn charged(&self) -> u64 {
         self.resident + self.other
+    }
+
+    /// Whether nothing takes its pages out now: no reclaimer of its
+    /// runs, and it takes no faults (which would reclaim).
+    fn kept(&self) -> bool {
+        self.fixed && !self.active
     }
 
     fn weight(&self) -> u64 {
@@ -386,6 +415,27 @@ pub fn shares(budget: u64, members: &[Demand]) -> Vec<u64> {
         return members
             .iter()
             .map(|m| (m.resident + room).max(MIN_SHARE))
+            .collect();
+    }
+    // Past the budget, a member that cannot reclaim now (`fixed`, and
+    // idle: one that faults reclaims at its own faults) keeps what it
+    // holds, and the others divide what it leaves: a share cut under an
+    // idle process's pages that nothing takes out would leave the tree
+    // over its budget by them (a pool's parent, idle while its workers
+    // run, held 11 MiB of a 40 MiB tree that way).
+    if members.iter().any(Demand::kept) {
+        let held: u64 = members.iter().filter(|m| m.kept()).map(Demand::charged).sum();
+        let rest: Vec<Demand> = members.iter().filter(|m| !m.kept()).copied().collect();
+        let mut theirs = shares(budget.saturating_sub(held), &rest).into_iter();
+        return members
+            .iter()
+            .map(|m| {
+                if m.kept() {
+                    m.resident.max(MIN_SHARE)
+                } else {
+                    theirs.next().expect("a share for each")
+                }
+            })
             .collect();
     }
     let filled = |level: u64| -> u64 {
@@ -589,6 +639,7 @@ impl Arbiter {
             }
             idx.push(i);
             demand.push(Demand {
+                fixed: slot.fixed.load(Ordering::Relaxed) != 0,
                 resident,
                 other: slot.other.load(Ordering::Relaxed),
                 active: now.duration_since(seen.active_at) < IDLE_AFTER,
@@ -655,6 +706,9 @@ impl Arbiter {
         for (i, share) in idx.into_iter().zip(shares(self.budget_pages(), &demand)) {
             s.slots[i].limit.store(share, Ordering::Relaxed);
         }
+        s.header
+            .newcomer
+            .store(self.budget_pages().saturating_sub(total).max(MIN_SHARE), Ordering::Relaxed);
         verdict
     }
 

@@ -6,6 +6,7 @@ fn demand() -> impl Strategy<Value = Demand> {
         resident,
         other,
         active,
+        fixed: false,
     })
 }
 
@@ -75,11 +76,13 @@ fn one_idle_member_gives_way_to_an_active_one() {
         resident: 60_000,
         other: 0,
         active: false,
+        fixed: false,
     };
     let active = Demand {
         resident: 60_000,
         other: 1_000,
         active: true,
+        fixed: false,
     };
     let s = shares(100_000, &[idle, active]);
     // The level L: min(60000, L) + min(61000, 8 L) = 100000 at L = 39000
@@ -96,7 +99,7 @@ fn members_join_publish_get_shares_and_leave() {
     let a = Member::join(&arb.env_value()).unwrap();
     assert_eq!(a.budget_pages(), arb.budget_pages());
     assert_eq!(a.share(), None, "no share before the arbiter's first tick");
-    a.publish(10, 0, 5, 0, 0);
+    a.publish(10, 0, 5, 0, 0, true);
     arb.tick(Instant::now());
     let m = arb.members();
     assert_eq!(m.len(), 1);
@@ -245,7 +248,7 @@ fn a_compressed_store_is_charged_unless_left_outside_the_budget() {
         let a = Member::join(&arb.env_value()).unwrap();
         // All this process's anonymous memory (64 MiB and more) said to
         // be its compressed store's.
-        a.publish(0, 0, 1, 0, 1 << 40);
+        a.publish(0, 0, 1, 0, 1 << 40, true);
         arb.tick(Instant::now());
         let other = arb.members()[0].other;
         if outside {
@@ -274,22 +277,22 @@ fn a_tree_over_its_bound_names_its_largest_member() {
     let a = Member::join(&arb.env_value()).unwrap();
     let t0 = Instant::now();
     // Under the bound: nothing, however long.
-    a.publish(0, 0, 1, NO_OTHER, 0);
+    a.publish(0, 0, 1, NO_OTHER, 0, true);
     assert_eq!(arb.tick(t0), None);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 2), None);
     // Over it by resident pages alone: never named.
     let over = (pages + pages / 10 + OOM_SLACK) as usize * 4;
-    a.publish(over, 0, 2, NO_OTHER, 0);
+    a.publish(over, 0, 2, NO_OTHER, 0, true);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 3), None);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 6), None, "resident pages alone");
     // Over it by memory uswap does not page: named after OOM_AFTER.
-    a.publish(0, 0, 3, 0, 0);
+    a.publish(0, 0, 3, 0, 0, true);
     let t1 = t0 + OOM_AFTER * 7;
     assert_eq!(arb.tick(t1), None, "over for an instant");
     // Back under in time: the clock starts again.
-    a.publish(0, 0, 4, NO_OTHER, 0);
+    a.publish(0, 0, 4, NO_OTHER, 0, true);
     assert_eq!(arb.tick(t1 + OOM_AFTER / 2), None);
-    a.publish(0, 0, 5, 0, 0);
+    a.publish(0, 0, 5, 0, 0, true);
     assert_eq!(arb.tick(t1 + OOM_AFTER), None, "over again, from now");
     let v = arb.tick(t1 + OOM_AFTER * 2).expect("over for OOM_AFTER");
     assert_eq!(v.pid, std::process::id() as i32);
@@ -301,9 +304,37 @@ fn a_tree_over_its_bound_names_its_largest_member() {
     // Unbounded: never named.
     let mut free = Arbiter::create(budget).unwrap();
     let b = Member::join(&free.env_value()).unwrap();
-    b.publish(0, 0, 1, 0, 0);
+    b.publish(0, 0, 1, 0, 0, true);
     assert_eq!(free.tick(t0), None);
     assert_eq!(free.tick(t0 + OOM_AFTER * 10), None);
     drop((a, b));
     assert_eq!(ballast[12345], 1);
+}
+
+/// Past the budget, a member that cannot reclaim (`fixed`: no reclaimer
+/// of its runs) keeps what it holds, and the others divide the rest:
+/// the shares with it still fill the budget, not the budget plus it.
+#[test]
+fn a_member_that_cannot_reclaim_keeps_its_pages_and_the_rest_divide_what_is_left() {
+    let parent = Demand {
+        resident: 3_000,
+        other: 0,
+        active: false,
+        fixed: true,
+    };
+    let worker = Demand {
+        resident: 6_000,
+        other: 500,
+        active: true,
+        fixed: false,
+    };
+    let s = shares(10_000, &[parent, worker, worker]);
+    assert_eq!(s[0], 3_000, "it keeps what it holds");
+    // The workers: 7,000 pages between them, 3,500 charged each, 500 of
+    // it their other memory (to the level's step: 8 pages, their weight).
+    assert!(s[1] == s[2] && (2_992..=3_000).contains(&s[1]), "{s:?}");
+    let charged: u64 = s[0] + s[1] + s[2] + 2 * 500;
+    assert!((9_984..=10_000).contains(&charged), "{s:?}");
+    // Under the budget, nothing changes: each may grow by what is left.
+    assert_eq!(shares(100_000, &[parent, worker]), vec![3_000 + 90_500, 6_000 + 90_500]);
 }

@@ -99,6 +99,13 @@ pub(crate) struct Head {
     /// "full".  Not /proc/self/task: reading it from the reclaimer would
     /// open descriptors at the program's lowest free numbers, under it.
     pub(super) active: [AtomicU64; ACTIVE_BUCKETS],
+    /// The pid of a reader (`uswap gdb`, `uswap gcore`) that asks the
+    /// process to bring its memory in and keep it there while it lives;
+    /// 0 for none.  Written by the reader, read by the reclaimer.
+    pub(super) hold_by: AtomicU64,
+    /// The pid whose request the process has met (its memory is in and
+    /// held), 0 for none.  Written by the process.
+    pub(super) held_for: AtomicU64,
 }
 
 /// Buckets of thread ids for [`Head::active`].
@@ -179,6 +186,17 @@ unsafe impl Send for Block {}
 unsafe impl Sync for Block {}
 
 impl Block {
+    /// The pid of the reader asking for the memory to be held in, 0 for
+    /// none.
+    pub(crate) fn hold_asked(&self) -> i32 {
+        self.head().hold_by.load(Ordering::Acquire) as i32
+    }
+
+    /// Say the memory is in and held for reader `pid` (0: let go).
+    pub(crate) fn set_held_for(&self, pid: i32) {
+        self.head().held_for.store(pid as u32 as u64, Ordering::Release);
+    }
+
     /// A block in anonymous memory (private: a forked child has a copy).
     pub(crate) fn anonymous() -> io::Result<Block> {
         let shards = shard_count();

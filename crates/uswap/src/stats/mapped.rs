@@ -57,3 +57,63 @@ impl MappedBlock {
         )
     }
 }
+
+/// A reader's request that a process bring its swapped memory in and keep
+/// it there (`uswap gdb`, `uswap gcore`): made through the process's
+/// block, mapped writable (the block is this user's, mode 0600), and
+/// withdrawn when dropped.  The process meets it within its reclaimer's
+/// next pass (`HoldRequest::met`), and lets go when the request is
+/// withdrawn or its reader has died.
+pub struct HoldRequest {
+    block: Block,
+    by: u64,
+}
+
+impl HoldRequest {
+    /// Ask the process whose block is at `path` to hold its memory in for
+    /// this process.  An error where the block cannot be opened for
+    /// writing (another user's), or is not a block this build knows.
+    pub fn ask(path: &Path) -> io::Result<HoldRequest> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_CLOEXEC | libc::O_NOFOLLOW)
+            .open(path)?;
+        let size = file.metadata()?.len() as usize;
+        let not_ours = || {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                "not a statistics block of this uswap's version",
+            )
+        };
+        if size < std::mem::size_of::<Head>() {
+            return Err(not_ours());
+        }
+        let p = map_shared(&file, size, None)?;
+        let block = Block::at(p, size, 1);
+        block.owner.store(-1, Ordering::Relaxed);
+        let h = block.head();
+        if h.magic.load(Ordering::Acquire) != MAGIC || h.layout.load(Ordering::Relaxed) != layout_hash() {
+            return Err(not_ours());
+        }
+        let by = std::process::id() as u64;
+        h.hold_by.store(by, Ordering::Release);
+        Ok(HoldRequest { block, by })
+    }
+
+    /// Whether the process has its memory in and held for this request.
+    pub fn met(&self) -> bool {
+        self.block.head().held_for.load(Ordering::Acquire) == self.by
+    }
+}
+
+impl Drop for HoldRequest {
+    fn drop(&mut self) {
+        let _ = self
+            .block
+            .head()
+            .hold_by
+            .compare_exchange(self.by, 0, Ordering::AcqRel, Ordering::Relaxed);
+    }
+}

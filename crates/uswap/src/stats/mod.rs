@@ -41,7 +41,7 @@ use std::time::Instant;
 
 use block::Block;
 pub use block::{Identity, Label};
-pub use mapped::MappedBlock;
+pub use mapped::{HoldRequest, MappedBlock};
 pub use snapshot::{
     DeviceLevel, Event, Events, Latency, Pressure, PressureLine, Stats, EVENT_RING, LATENCY_BUCKETS,
 };
@@ -262,6 +262,17 @@ impl Registry {
             block: self.block.clone(),
             id,
         })
+    }
+
+    /// The pid of a reader (`uswap gdb`) asking for the memory to be
+    /// held in, 0 for none.
+    pub fn hold_asked(&self) -> i32 {
+        self.block.hold_asked()
+    }
+
+    /// Say the memory is in and held for reader `pid` (0: let go).
+    pub fn set_held_for(&self, pid: i32) {
+        self.block.set_held_for(pid);
     }
 
     /// Everything, read now.

@@ -264,6 +264,8 @@ counters! {
     evict_unshared EVICT_UNSHARED Events;
     /// Pages a fork had shared, copied out in place and their mapping dropped.
     evict_shared EVICT_SHARED Pages;
+    /// Pages brought in for a debugger or a core dump.
+    brought_in BROUGHT_IN Pages;
     /// Swap-ins retried after a failed read.
     swapin_retries SWAPIN_RETRIES Events;
     /// Pages read ahead with a swap-in.
@@ -488,7 +490,7 @@ impl EventKind {
 
 /// Bumped when the block's shape (`block.rs`) changes beyond the table's
 /// names.
-pub(crate) const BLOCK_VERSION: u32 = 1;
+pub(crate) const BLOCK_VERSION: u32 = 2;
 
 /// A hash of the table (names and order), kept in every block: a reader
 /// whose table differs does not misread it.

@@ -94,6 +94,9 @@ pub(super) struct DeviceInner {
     /// A device that grows: the first cluster never used (the backing is
     /// written below it only).
     pub(super) fresh: u32,
+    /// A device that grows: where the next look for a partly used cluster
+    /// below `fresh` starts (`partly_used_below_fresh`).
+    pub(super) reuse_next: u32,
 }
 
 /// Why a put of a slot's count did or did not free it.
@@ -208,6 +211,7 @@ impl SlotDevice {
             cluster_next_cpu,
             rng,
             fresh: 0,
+            reuse_next: 0,
         };
         Ok(SlotDevice {
             index,

@@ -53,6 +53,33 @@ impl SlotDevice {
                 .any(|c| !si.percpu_cluster.iter().any(|p| p.index == Some(c)))
     }
 
+    /// A device that grows, without the nonfull lists: a cluster below
+    /// the frontier with a quarter of its slots free or more, that no CPU
+    /// works through, from a cursor that goes round the used clusters, a
+    /// few looked at per call.  Without it every cluster switch took a
+    /// cluster never used while freed slots lay in used ones: a compiler
+    /// at a small budget, its live swap a few MiB, had written 216,000
+    /// slots of a 16 GiB file, and committed 5 MiB of their per-slot
+    /// metadata (an encrypted file's seals).
+    fn partly_used_below_fresh(&self, si: &mut DeviceInner) -> Option<u32> {
+        const LOOKS: u32 = 8;
+        if si.fresh == 0 {
+            return None;
+        }
+        for _ in 0..LOOKS.min(si.fresh) {
+            let c = si.reuse_next % si.fresh;
+            si.reuse_next = c + 1;
+            if si.percpu_cluster.iter().any(|p| p.index == Some(c)) {
+                continue;
+            }
+            let count = self.clusters[c as usize].lock().count as u64;
+            if count <= CLUSTER_SLOTS * 3 / 4 {
+                return Some(c);
+            }
+        }
+        None
+    }
+
     /// `scan_swap_map_try_ssd_cluster`: the next free slot of this CPU's
     /// current cluster, taking a new cluster when it is used up.  Returns
     /// `None` when the CPU has no cluster and none can be had: then the
@@ -67,7 +94,18 @@ impl SlotDevice {
                     .lists
                     .head(ListId::Free)
                     .filter(|&c| !self.grows || c < si.fresh || !self.has_partly_used(si));
-                let c = if let Some(c) = free {
+                // Growing, with only a cluster never used at the head and
+                // no nonfull lists to say which are partly used: one of
+                // those below the frontier, if a few looked at have room.
+                let reused = match free {
+                    Some(c) if self.grows && c >= si.fresh && !self.switches.nonfull_clusters => {
+                        self.partly_used_below_fresh(si)
+                    }
+                    _ => None,
+                };
+                let c = if let Some(c) = reused {
+                    c
+                } else if let Some(c) = free {
                     si.fresh = si.fresh.max(c + 1);
                     c
                 } else if self.switches.nonfull_clusters {

@@ -582,6 +582,37 @@ fn a_growing_device_takes_freed_clusters_before_fresh_ones() {
     }
 }
 
+/// A growing device under churn (slots freed at random, so that
+/// clusters seldom empty whole, as a program's pages go at a small
+/// budget) keeps to the clusters it has used while a quarter or more of
+/// one is free: the span of slots ever written stays near the live
+/// count, not the number of allocations made.
+#[test]
+fn a_growing_device_reuses_partly_used_clusters_under_churn() {
+    let s = space(&[SlotDeviceConfig::new(1024 * CLUSTER_SLOTS).grows(true)], Switches::DEFAULT, 1);
+    let live = 2 * CLUSTER_SLOTS as usize;
+    let mut held: Vec<SwapEntry> = Vec::new();
+    let mut highest = 0;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    for _ in 0..100 * CLUSTER_SLOTS {
+        let e = s.alloc().unwrap();
+        highest = highest.max(e.offset());
+        held.push(e);
+        if held.len() > live {
+            // A random one goes: clusters seldom empty whole.
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let i = (x % held.len() as u64) as usize;
+            s.free(held.swap_remove(i)).unwrap();
+        }
+    }
+    // 100 clusters' worth of allocations, 2 live: the slots stay within
+    // a few clusters of the live count (8 would be 4x it).
+    assert!(highest < 8 * CLUSTER_SLOTS, "slots up to {highest} for {live} live");
+    s.check_invariants().unwrap();
+}
+
 // ---- concurrency stress ----
 
 /// `threads` threads doing `ops_total` random operations between them on a

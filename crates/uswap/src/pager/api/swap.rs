@@ -194,9 +194,30 @@ impl Swap {
         self.inner.uffd().user_mode_only()
     }
 
-    /// The budget in pages.
+    /// The budget in pages (the one asked for, while the memory is held
+    /// in for a reader: [`Swap::hold_in`]).
     pub fn budget_pages(&self) -> usize {
-        self.inner.budget().limit()
+        self.inner.budget().wanted()
+    }
+
+    /// Bring every page that is out back in, up to `most_bytes`, and keep
+    /// it in, the budget held open, until [`Swap::let_go`]: for a reader
+    /// the fault path never sees (a debugger reading `/proc/PID/mem`, the
+    /// kernel writing a core file; `fault/bring.rs`).  Returns the bytes
+    /// brought in.  Allocation-free and lock-free outside the fault
+    /// path's own locks: a fatal signal's handler may call it.
+    pub fn hold_in(&self, most_bytes: u64) -> u64 {
+        let most = usize::try_from(most_bytes / PAGE_SIZE as u64).unwrap_or(usize::MAX);
+        crate::pager::fault::bring::hold_and_bring_in(&self.inner, most) as u64 * PAGE_SIZE as u64
+    }
+
+    /// Let go of [`Swap::hold_in`]: the budget is the one asked for again,
+    /// met by the reclaimer from its next pass.
+    pub fn let_go(&self) {
+        self.inner.budget().let_go();
+        self.inner.background().want();
+        threads::start_wanted(&self.inner);
+        self.inner.background().kick();
     }
 
     /// Change the budget to `bytes` while regions are in use: a smaller

@@ -188,6 +188,9 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
         // the statistics block: every 100 ms, the first pass included.
         const LEVELS_EVERY: Duration = Duration::from_millis(100);
         let mut last_levels = Instant::now() - LEVELS_EVERY;
+        // The reader (`uswap gdb`) whose request to hold the memory in
+        // this thread has met, 0 for none.
+        let mut held = (0, Vec::new());
         if Inner::upgrade(&weak).is_some_and(|inner| inner.paced()) {
             // Paced reclaim: the faults carry what the program's CPUs
             // must, and this thread runs on what they leave (see
@@ -228,6 +231,7 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                 watches += 1;
                 watch(watches % SCAN_EVERY == 1, &inner);
             }
+            tend_hold(&inner, &mut held);
             if let Some((slots, units)) = inner.backing().hold.release_if_done() {
                 slots.into_iter().for_each(|e| inner.free_slot(e));
                 units.into_iter().for_each(|e| inner.free_huge(e));
@@ -252,9 +256,10 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                     inner.counters().faults.get(),
                     ram,
                     store,
+                    true,
                 );
                 if let Some(share) = m.share() {
-                    if share != inner.budget().limit() {
+                    if share != inner.budget().wanted() {
                         inner.budget().share(share);
                     }
                 }
@@ -287,4 +292,31 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             drop(inner);
         }
     })
+}
+
+/// Meet a reader's request to hold the memory in (`uswap gdb`: the
+/// statistics block's `hold_by`), or let go when it is withdrawn or its
+/// reader has died.  `held` is the reader met and the spans marked not
+/// to be dumped meanwhile (`bring::hold_for_reader`).
+fn tend_hold(inner: &Inner, held: &mut (i32, Vec<(u64, u64)>)) {
+    let asked = inner.registry().hold_asked();
+    // A reader of another user (root reading a process of nobody's) is
+    // alive where the signal is refused.
+    // SAFETY: kill with signal 0 sends nothing; it checks the pid.
+    let alive = asked > 0
+        && (unsafe { libc::kill(asked, 0) } == 0
+            || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM));
+    let want = if alive { asked } else { 0 };
+    if want == held.0 {
+        return;
+    }
+    let spans = std::mem::take(&mut held.1);
+    if held.0 != 0 {
+        crate::pager::fault::bring::let_go_for_reader(inner, spans);
+    }
+    if want != 0 {
+        held.1 = crate::pager::fault::bring::hold_for_reader(inner);
+    }
+    held.0 = want;
+    inner.registry().set_held_for(want);
 }

@@ -145,32 +145,45 @@ const TICK: u32 = 64;
 #[inline]
 fn need_background(inner: &Inner, resident: usize) {
     let bg = inner.background();
-    if bg.running() {
+    let running = bg.running();
+    if running {
         if resident >= inner.budget().wake() {
             bg.kick();
         }
-        return;
-    }
-    if resident >= inner.budget().low() || inner.backing().hold.waiting() {
+    } else if resident >= inner.budget().low() || inner.backing().hold.waiting() {
         bg.want();
     }
-    if bg.tick(TICK) {
+    if !bg.tick(TICK) {
+        return;
+    }
+    if !running {
         inner.publish_levels(resident, false);
-        if let Some(m) = inner.member() {
-            let devices = &inner.backing().devices;
-            let ram = devices.iter().map(|d| d.ram_pages()).sum();
-            let store = devices.iter().map(|d| d.store_pages()).sum();
-            m.publish(
-                resident,
-                inner.budget().staged(),
-                inner.counters().faults.get(),
-                ram,
-                store,
-            );
-            if let Some(share) = m.share() {
-                if share != inner.budget().limit() {
-                    inner.budget().share(share);
-                }
+    }
+    let Some(m) = inner.member() else {
+        return;
+    };
+    if !running {
+        let devices = &inner.backing().devices;
+        let ram = devices.iter().map(|d| d.ram_pages()).sum();
+        let store = devices.iter().map(|d| d.store_pages()).sum();
+        m.publish(
+            resident,
+            inner.budget().staged(),
+            inner.counters().faults.get(),
+            ram,
+            store,
+            false,
+        );
+    }
+    // The domain's share, taken by the faults too while a reclaimer runs:
+    // a reclaimer asleep looks every 100 ms, and a process that faults at
+    // full speed meanwhile grows tens of MiB past a share cut under it (a
+    // spawned pool worker starts with the whole tree's budget).
+    if let Some(share) = m.share() {
+        if share != inner.budget().wanted() {
+            inner.budget().share(share);
+            if running && resident > inner.budget().low() {
+                bg.kick();
             }
         }
     }

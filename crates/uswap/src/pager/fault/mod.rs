@@ -3,6 +3,7 @@
 //! (`serve.rs`); the pages after it read ahead (`readahead.rs`); and a
 //! slow one's time told by cause (`stall.rs`).
 
+pub(crate) mod bring;
 pub(crate) mod readahead;
 pub(crate) mod serve;
 pub(crate) mod stall;

@@ -45,7 +45,18 @@ pub(crate) struct Budget {
     /// Staged pages kept in memory before writeback starts: half the
     /// staging frames.
     pub staging_target: usize,
+    /// Held open for a reader outside the fault path (a debugger, a core
+    /// dump: `fault/bring.rs`): the bounds are out of reach until let go,
+    /// so that nothing brought in goes out again under the reader.
+    held: std::sync::atomic::AtomicBool,
+    /// The limit last asked for (`set`, `share`), held or not: what the
+    /// bounds return to when let go.
+    wanted: AtomicUsize,
 }
+
+/// The bounds while held: out of reach, and far from overflowing when a
+/// batch or an overrun is added to them.
+const HELD: usize = usize::MAX / 4;
 
 impl Budget {
     /// A budget of `limit` pages (at least 64).
@@ -60,6 +71,8 @@ impl Budget {
             slack: AtomicUsize::new(0),
             low: AtomicUsize::new(0),
             wake: AtomicUsize::new(0),
+            held: std::sync::atomic::AtomicBool::new(false),
+            wanted: AtomicUsize::new(0),
             max_overrun: AtomicUsize::new(0),
             overrun,
             slack_max,
@@ -83,12 +96,38 @@ impl Budget {
     /// watermarks follow, the overrun stays the domain budget's (a share
     /// cut to a few pages must not make a full swap space fatal at once).
     pub fn share(&self, limit: usize) {
+        self.wanted.store(limit, Ordering::Relaxed);
+        if self.held.load(Ordering::Acquire) {
+            return;
+        }
         self.slack
             .store(self.slack_max.min(limit / 16), Ordering::Relaxed);
         let low = limit - (limit / 16).max(32).min(limit / 2);
         self.low.store(low, Ordering::Relaxed);
         self.wake.store(low + (limit - low) / 2, Ordering::Relaxed);
         self.limit.store(limit, Ordering::Release);
+    }
+
+    /// Hold the bounds open (`held`).  Allocation-free and lock-free: a
+    /// fatal signal's handler holds them before the core dump.
+    pub fn hold(&self) {
+        self.held.store(true, Ordering::Release);
+        self.slack.store(0, Ordering::Relaxed);
+        self.low.store(HELD, Ordering::Relaxed);
+        self.wake.store(HELD, Ordering::Relaxed);
+        self.limit.store(HELD, Ordering::Release);
+    }
+
+    /// Back to the limit last asked for; the reclaimer takes the resident
+    /// set down to it from the next pass.
+    pub fn let_go(&self) {
+        self.held.store(false, Ordering::Release);
+        self.share(self.wanted.load(Ordering::Relaxed));
+    }
+
+    /// The limit asked for, held or not (what statistics report).
+    pub fn wanted(&self) -> usize {
+        self.wanted.load(Ordering::Relaxed)
     }
 
     pub fn limit(&self) -> usize {

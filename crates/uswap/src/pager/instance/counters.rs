@@ -56,7 +56,12 @@ pub(crate) struct Counters {
     /// Runs of pages a fork had shared, made the process's own again
     /// before their eviction (batch.rs, `unshare`).
     pub evict_unshared: Arc<Counter>,
+    /// Pages a fork had shared, written out in place (batch.rs,
+    /// `stage_shared`).
     pub evict_shared: Arc<Counter>,
+    /// Pages brought in for a reader outside the fault path (a debugger,
+    /// a core dump: `fault/bring.rs`).
+    pub brought_in: Arc<Counter>,
     pub swapin_retries: Arc<Counter>,
     pub readahead: Arc<Counter>,
     pub fault_around: Arc<Counter>,
@@ -128,6 +133,7 @@ impl Counters {
             evict_copies: r.counter(CounterId::EVICT_COPIES),
             evict_unshared: r.counter(CounterId::EVICT_UNSHARED),
             evict_shared: r.counter(CounterId::EVICT_SHARED),
+            brought_in: r.counter(CounterId::BROUGHT_IN),
             swapin_retries: r.counter(CounterId::SWAPIN_RETRIES),
             readahead: r.counter(CounterId::READAHEAD),
             fault_around: r.counter(CounterId::FAULT_AROUND),

@@ -495,7 +495,7 @@ impl Inner {
         let l = &self.counters.levels;
         l.resident.set(resident as u64);
         l.resident_peak.set(self.budget.peak(resident) as u64);
-        l.share.set(self.budget.limit() as u64);
+        l.share.set(self.budget.wanted() as u64);
         l.staged_now.set(self.budget.staged() as u64);
         self.registry.update_pressure();
         if !slow {

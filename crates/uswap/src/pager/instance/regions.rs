@@ -81,6 +81,23 @@ pub(crate) fn regions_of(inner: &Inner) -> Vec<Published> {
         .collect()
 }
 
+/// Each region of instance `inner`, as `regions_of` lists them, without
+/// allocating (a fatal signal's handler walks them).
+pub(crate) fn for_each_region(inner: &Inner, mut f: impl FnMut(Published)) {
+    for r in used_entries() {
+        let base = r.base.load(Ordering::Acquire);
+        if base == 0 || !std::ptr::eq(r.inner.load(Ordering::Acquire), inner) {
+            continue;
+        }
+        f(Published {
+            base,
+            end: r.end.load(Ordering::Relaxed),
+            id_base: r.id_base.load(Ordering::Relaxed),
+            huge: r.huge.load(Ordering::Relaxed),
+        });
+    }
+}
+
 /// Whether instance `inner` has a region of 2 MB units mapped.
 pub(crate) fn has_huge_region(inner: &Inner) -> bool {
     regions_of(inner).iter().any(|r| r.huge)

@@ -632,6 +632,69 @@ fn the_budget_changes_at_run_time() {
     }
 }
 
+/// A reader the fault path never sees (`/proc/self/mem`, as a debugger
+/// reads it; a core dump) fails on pages that are out, in both modes.
+/// `hold_in` brings them all in and keeps them in, the budget held open,
+/// until `let_go`: then every page reads through `/proc/self/mem` with
+/// its data, and afterwards the reclaimer takes the resident set back to
+/// the budget.
+#[test]
+fn held_in_memory_reads_through_proc_mem() {
+    use std::os::unix::fs::FileExt;
+    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
+        let swap = ram_swap(4 * MIB, 64 * MIB, mode);
+        let mut region = swap.map((32 * MIB) as usize).unwrap();
+        fill(&mut region, 9);
+        let mem = std::fs::File::open("/proc/self/mem").unwrap();
+        let base = region.as_slice().as_ptr() as u64;
+        let pages = region.len() / PAGE_SIZE;
+        let read = |p: usize| {
+            let mut b = [0u8; 8];
+            mem.read_exact_at(&mut b, base + (p * PAGE_SIZE) as u64)
+                .map(|_| b)
+        };
+        let failed = (0..pages).filter(|&p| read(p).is_err()).count();
+        assert!(
+            failed > pages / 2,
+            "{mode:?}: only {failed} of {pages} pages failed before"
+        );
+        let brought = swap.hold_in(u64::MAX);
+        // Staged pages were resident already (in their frames): what the
+        // resident set grew by is at most what failed.
+        assert!(
+            brought > 0 && brought <= (failed * PAGE_SIZE) as u64,
+            "{mode:?}: {brought} bytes for {failed} pages"
+        );
+        for p in 0..pages {
+            let b = read(p).unwrap_or_else(|e| panic!("{mode:?}: page {p} after hold_in: {e}"));
+            let want = region.as_slice()[p * PAGE_SIZE..p * PAGE_SIZE + 8].to_vec();
+            assert_eq!(b.to_vec(), want, "{mode:?}: page {p}");
+        }
+        // Held: a while later, nothing went out again.
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        assert_eq!(swap.resident_pages(), pages, "{mode:?}: held pages went out");
+        assert_eq!(swap.budget_pages(), 1024, "{mode:?}: the budget asked for");
+        swap.let_go();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while swap.resident_pages() > 1024 + 64 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{mode:?}: {} resident after let_go",
+                swap.resident_pages()
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        verify(&region, 9);
+        assert_eq!(
+            swap.stats().counters.brought_in as usize * PAGE_SIZE,
+            brought as usize,
+            "{mode:?}"
+        );
+        drop(region);
+        assert_all_returned(&swap, "hold_in");
+    }
+}
+
 #[test]
 fn bad_configuration_is_refused() {
     let e = Swap::builder().build().err().unwrap();
