@@ -162,19 +162,20 @@ fn need_background(inner: &Inner, resident: usize) {
     let Some(m) = inner.member() else {
         return;
     };
-    if !running {
-        let devices = &inner.backing().devices;
-        let ram = devices.iter().map(|d| d.ram_pages()).sum();
-        let store = devices.iter().map(|d| d.store_pages()).sum();
-        m.publish(
-            resident,
-            inner.budget().staged(),
-            inner.counters().faults.get(),
-            ram,
-            store,
-            false,
-        );
-    }
+    // What it holds, for the arbiter: a reclaimer asleep says it at most
+    // every 100 ms, and shares made from a figure that old let two
+    // compilers of a `make -j2` grow past the tree's bound together.
+    let devices = &inner.backing().devices;
+    let ram = devices.iter().map(|d| d.ram_pages()).sum();
+    let store = devices.iter().map(|d| d.store_pages()).sum();
+    m.publish(
+        resident,
+        inner.budget().staged(),
+        inner.counters().faults.get(),
+        ram,
+        store,
+        running,
+    );
     // The domain's share, taken by the faults too while a reclaimer runs:
     // a reclaimer asleep looks every 100 ms, and a process that faults at
     // full speed meanwhile grows tens of MiB past a share cut under it (a
