@@ -75,6 +75,10 @@ const ACTIVE_WEIGHT: u64 = 8;
 /// looks for members that are gone.
 const LOOK_EVERY: Duration = Duration::from_millis(50);
 
+/// A member that took a fault this lately reclaims at its faults
+/// (`Demand::faulting`).
+const FAULTING_WITHIN: Duration = Duration::from_millis(100);
+
 /// What the tree may hold past its budget and overrun before the arbiter
 /// calls it out of memory: the members' fixed costs (uswap's tables and
 /// frames in each process, a few hundred KiB a member) and what faults bring
@@ -377,6 +381,9 @@ pub struct Demand {
     /// Whether it keeps what it holds whatever its share (no reclaimer of
     /// its runs: an idle process whose threads start on need).
     pub fixed: bool,
+    /// Whether it took a fault in the last [`FAULTING_WITHIN`]: one that
+    /// does reclaims at its faults, reclaimer or not.
+    pub faulting: bool,
 }
 
 impl Demand {
@@ -385,9 +392,12 @@ impl Demand {
     }
 
     /// Whether nothing takes its pages out now: no reclaimer of its
-    /// runs, and it takes no faults (which would reclaim).
+    /// runs, and it takes no faults (which would reclaim).  Not `active`,
+    /// which lasts a second: a compiler driver of `make -j2` faults as
+    /// it starts, then waits for its compiler the rest of its short life,
+    /// active all of it, its share cut under pages nothing took out.
     fn kept(&self) -> bool {
-        self.fixed && !self.active
+        self.fixed && !self.faulting
     }
 
     fn weight(&self) -> u64 {
@@ -643,6 +653,7 @@ impl Arbiter {
                 resident,
                 other: slot.other.load(Ordering::Relaxed),
                 active: now.duration_since(seen.active_at) < IDLE_AFTER,
+                faulting: now.duration_since(seen.active_at) < FAULTING_WITHIN,
             });
         }
         let total: u64 = demand.iter().map(|d| d.resident + d.other).sum();

@@ -7,6 +7,7 @@ fn demand() -> impl Strategy<Value = Demand> {
         other,
         active,
         fixed: false,
+        faulting: active,
     })
 }
 
@@ -77,12 +78,14 @@ fn one_idle_member_gives_way_to_an_active_one() {
         other: 0,
         active: false,
         fixed: false,
+        faulting: false,
     };
     let active = Demand {
         resident: 60_000,
         other: 1_000,
         active: true,
         fixed: false,
+        faulting: false,
     };
     let s = shares(100_000, &[idle, active]);
     // The level L: min(60000, L) + min(61000, 8 L) = 100000 at L = 39000
@@ -321,12 +324,14 @@ fn a_member_that_cannot_reclaim_keeps_its_pages_and_the_rest_divide_what_is_left
         other: 0,
         active: false,
         fixed: true,
+        faulting: false,
     };
     let worker = Demand {
         resident: 6_000,
         other: 500,
         active: true,
         fixed: false,
+        faulting: false,
     };
     let s = shares(10_000, &[parent, worker, worker]);
     assert_eq!(s[0], 3_000, "it keeps what it holds");
