@@ -147,6 +147,9 @@ extern "C" fn parent() {
         // until written again, after the child is gone too: eviction makes
         // them the process's own first (batch.rs, `unshare`).
         inner.note_fork();
+        // A reader's hold (`uswap gdb`) is the parent's: the child's block
+        // has none, and no reclaimer of its would ever let go.
+        inner.budget().let_go();
         inner.reports().pinned.store(true, Ordering::Relaxed);
         // The reclaimer frees the held slots once the child is done:
         // started now if it waits for its first need (a fork's handler is
