@@ -156,34 +156,23 @@ fn find_block(pid: i32) -> Result<(PathBuf, MappedBlock)> {
 }
 
 /// Where process `pid` publishes its block, as its own environment and
-/// user name it (`live::directory`'s rules, for another user's process).
+/// user name it (`live::directory_for`).
 fn directory_of(pid: i32) -> Option<PathBuf> {
-    let env = std::fs::read(format!("/proc/{pid}/environ"))
-        .ok()
-        .unwrap_or_default();
-    let var = |name: &str| {
-        env.split(|&b| b == 0)
-            .find_map(|kv| {
-                kv.strip_prefix(format!("{name}=").as_bytes())
-                    .map(|v| String::from_utf8_lossy(v).into_owned())
-            })
-            .filter(|v| !v.is_empty())
-    };
-    if let Some(d) = var(uswap::stats::live::DIR_ENV) {
-        return Some(PathBuf::from(d));
-    }
-    if let Some(x) = var("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|x| x.is_absolute() && x.is_dir())
-    {
-        return Some(x.join("uswap"));
-    }
+    use std::os::unix::ffi::OsStrExt;
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let uid = status
         .lines()
         .find_map(|l| l.strip_prefix("Uid:"))?
         .split_whitespace()
         .nth(1)?
-        .to_string();
-    Some(PathBuf::from(format!("/tmp/uswap-{uid}")))
+        .parse()
+        .ok()?;
+    let var = |name: &str| {
+        env.split(|&b| b == 0).find_map(|kv| {
+            kv.strip_prefix(format!("{name}=").as_bytes())
+                .map(|v| std::ffi::OsStr::from_bytes(v).to_os_string())
+        })
+    };
+    Some(uswap::stats::live::directory_for(var, uid))
 }

@@ -47,17 +47,24 @@ pub enum LiveError {
 
 /// The directory this user's instances publish in (not made here).
 pub fn directory() -> PathBuf {
-    if let Some(d) = std::env::var_os(DIR_ENV).filter(|d| !d.is_empty()) {
+    // SAFETY: geteuid has no preconditions.
+    directory_for(|name| std::env::var_os(name), unsafe { libc::geteuid() })
+}
+
+/// The directory a process with environment `var` and user `uid`
+/// publishes in: `uswap gdb` finds another user's process's by its
+/// `/proc/PID/environ` and its uid.
+pub fn directory_for(var: impl Fn(&str) -> Option<std::ffi::OsString>, uid: u32) -> PathBuf {
+    if let Some(d) = var(DIR_ENV).filter(|d| !d.is_empty()) {
         return PathBuf::from(d);
     }
-    if let Some(x) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
+    if let Some(x) = var("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         let x = PathBuf::from(x);
         if x.is_absolute() && x.is_dir() {
             return x.join("uswap");
         }
     }
-    // SAFETY: geteuid has no preconditions.
-    PathBuf::from(format!("/tmp/uswap-{}", unsafe { libc::geteuid() }))
+    PathBuf::from(format!("/tmp/uswap-{uid}"))
 }
 
 /// Check that `dir` is this user's alone: a directory, not a link, owned

@@ -246,24 +246,7 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             if resident > inner.budget().low() && inner.backing().closed.load(Ordering::Relaxed) {
                 inner.open_layers();
             }
-            if let Some(m) = inner.member() {
-                let devices = &inner.backing().devices;
-                let ram = devices.iter().map(|d| d.ram_pages()).sum();
-                let store = devices.iter().map(|d| d.store_pages()).sum();
-                m.publish(
-                    resident,
-                    inner.budget().staged(),
-                    inner.counters().faults.get(),
-                    ram,
-                    store,
-                    true,
-                );
-                if let Some(share) = m.share() {
-                    if share != inner.budget().wanted() {
-                        inner.budget().share(share);
-                    }
-                }
-            }
+            inner.tell_domain(resident, true);
             let over = resident > inner.budget().low();
             if over && reclaim::reclaim(&inner, resident - inner.budget().low(), ring.as_mut()) > 0 {
                 continue;

@@ -159,34 +159,15 @@ fn need_background(inner: &Inner, resident: usize) {
     if !running {
         inner.publish_levels(resident, false);
     }
-    let Some(m) = inner.member() else {
-        return;
-    };
-    // What it holds, for the arbiter: a reclaimer asleep says it at most
+    // What it holds, for the arbiter (a reclaimer asleep says it at most
     // every 100 ms, and shares made from a figure that old let two
-    // compilers of a `make -j2` grow past the tree's bound together.
-    let devices = &inner.backing().devices;
-    let ram = devices.iter().map(|d| d.ram_pages()).sum();
-    let store = devices.iter().map(|d| d.store_pages()).sum();
-    m.publish(
-        resident,
-        inner.budget().staged(),
-        inner.counters().faults.get(),
-        ram,
-        store,
-        running,
-    );
-    // The domain's share, taken by the faults too while a reclaimer runs:
-    // a reclaimer asleep looks every 100 ms, and a process that faults at
-    // full speed meanwhile grows tens of MiB past a share cut under it (a
-    // spawned pool worker starts with the whole tree's budget).
-    if let Some(share) = m.share() {
-        if share != inner.budget().wanted() {
-            inner.budget().share(share);
-            if running && resident > inner.budget().low() {
-                bg.kick();
-            }
-        }
+    // compilers of a `make -j2` grow past the tree's bound together), and
+    // the domain's share, taken by the faults too while a reclaimer runs
+    // (a process that faults at full speed grows tens of MiB past a share
+    // cut under it in 100 ms: a spawned pool worker starts with the whole
+    // tree's budget).
+    if inner.tell_domain(resident, running) && running && resident > inner.budget().low() {
+        bg.kick();
     }
 }
 

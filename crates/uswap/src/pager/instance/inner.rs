@@ -487,6 +487,33 @@ impl Inner {
 }
 
 impl Inner {
+    /// Tell the domain, if any, what this process holds (`reclaims`: a
+    /// reclaimer of its runs), and take the share it gives.  True when
+    /// the share changed.
+    pub fn tell_domain(&self, resident: usize, reclaims: bool) -> bool {
+        let Some(m) = self.member() else {
+            return false;
+        };
+        let devices = &self.backing().devices;
+        let ram = devices.iter().map(|d| d.ram_pages()).sum();
+        let store = devices.iter().map(|d| d.store_pages()).sum();
+        m.publish(
+            resident,
+            self.budget().staged(),
+            self.counters().faults.get(),
+            ram,
+            store,
+            reclaims,
+        );
+        match m.share() {
+            Some(share) if share != self.budget().wanted() => {
+                self.budget().share(share);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Publish the levels a reader of the statistics block wants: each
     /// pass the cheap ones (atomics this instance keeps anyway); with
     /// `slow`, every 100 ms, those that take a device lock or read
