@@ -16,10 +16,13 @@
 //! `uswap run` sets `MIMALLOC_ARENA_RESERVE=0`, so that it is not a
 //! 1 GiB arena of mimalloc's own that later allocations would fill first.
 //!
-//! Purging is off (`purge_delay = -1`): mimalloc would otherwise give freed
-//! memory back with `MADV_DONTNEED`, which on a page uswap has swapped out
-//! reaches neither the page nor its slot; the freed memory stays in the
-//! arena, and uswap swaps it out like any cold page.
+//! Freed memory goes back as the kernel's `munmap` would give it: mimalloc
+//! purges what stays free for [`heap::PURGE_DELAY_MS`] with
+//! `MADV_DONTNEED`, which the interposed `madvise` turns into uswap's
+//! discard (the kernel's call would reach neither a page uswap has
+//! swapped out nor its slot).  Purging was off before: freed memory
+//! stayed resident, charged to the budget, until uswap wrote it to swap
+//! like any cold page.
 //!
 //! uswap's own memory (its page tables, LRU, frame pools) must not be in
 //! the region it pages: its Rust code allocates through glibc's own
@@ -298,7 +301,7 @@ fn start(c: Config) -> Result<(), String> {
     // to the kernel, not to the heap being set up (`maps.rs`).
     // SAFETY: the region is ours for the life of the process (RUNNING is
     // never dropped), mapped, zero, and usable (uswap serves its faults).
-    heap::mimalloc(|| unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, -1) });
+    heap::mimalloc(|| unsafe { mi_option_set(MI_OPTION_PURGE_DELAY, heap::PURGE_DELAY_MS) });
     // Blocks as large as an arena (mimalloc caps the option at its
     // arena's size less its metadata): `malloc(4 GiB)` and a JVM's heap
     // reservation would fail at mimalloc's default of 2 GiB.

@@ -681,7 +681,16 @@ mod interpose {
         const DONTNEED_LOCKED: i32 = 24;
         let a = addr as usize;
         if let Some((base, end, r)) = heap() {
-            if a >= base && a < end && !in_mimalloc() {
+            // mimalloc's own purge of freed memory (`MADV_DONTNEED`
+            // after `purge_delay`) is a discard too: the kernel's call
+            // would drop what is resident and leave uswap counting it,
+            // and would miss what is out.
+            if a >= base && a < end && in_mimalloc() {
+                if matches!(advice, libc::MADV_DONTNEED | libc::MADV_FREE) && a.is_multiple_of(PAGE) {
+                    discard(r, base, a, a.saturating_add(len).min(end) - a);
+                    return 0;
+                }
+            } else if a >= base && a < end {
                 if !a.is_multiple_of(PAGE) {
                     set_errno(libc::EINVAL);
                     return -1;

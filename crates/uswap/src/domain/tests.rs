@@ -343,3 +343,35 @@ fn a_member_that_cannot_reclaim_keeps_its_pages_and_the_rest_divide_what_is_left
     // Under the budget, nothing changes: each may grow by what is left.
     assert_eq!(shares(100_000, &[parent, worker]), vec![3_000 + 90_500, 6_000 + 90_500]);
 }
+
+/// Between the arbiter's ticks a member's share is capped at the room the
+/// others leave it: another member that grew since the last tick (a slot
+/// written here as a second process would) takes it away at once, and
+/// gives it back when it shrinks.  The slot scan reaches it (`high`).
+#[test]
+fn a_member_takes_no_more_than_the_others_leave_it_between_ticks() {
+    let budget = 4 << 20;
+    let mut arb = Arbiter::create(budget).unwrap();
+    let pages = arb.budget_pages();
+    let a = Member::join(&arb.env_value()).unwrap();
+    a.publish(10, 0, 5, 0, 0, true);
+    arb.tick(Instant::now());
+    let alone = a.share().unwrap() as u64;
+    let other = arb.members()[0].other;
+    assert_eq!(alone, (pages.saturating_sub(other)).max(MIN_SHARE), "alone, all the room");
+    // A second member, taken as claim() takes one, has grown to 600 pages
+    // since the tick.
+    let slots = &shared(&a.map).slots;
+    let i = slots.iter().position(|s| s.pid.load(Ordering::Relaxed) == 0).unwrap();
+    let fake = slots.get(i).unwrap();
+    fake.pid.store(2_000_000_000, Ordering::Relaxed);
+    fake.resident.store(600, Ordering::Relaxed);
+    shared(&a.map).header.high.fetch_max(i as u64 + 1, Ordering::Relaxed);
+    fake.start.store(1, Ordering::Release);
+    let capped = a.share().unwrap() as u64;
+    assert_eq!(capped, pages.saturating_sub(600 + other).max(MIN_SHARE), "the room left");
+    assert!(capped < alone);
+    fake.resident.store(0, Ordering::Relaxed);
+    assert_eq!(a.share().unwrap() as u64, alone, "given back as it shrinks");
+    free(fake, 2_000_000_000);
+}

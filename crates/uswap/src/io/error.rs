@@ -201,7 +201,9 @@ impl IoError {
 
     /// Whether a failed read or write may well work if tried again later:
     /// the backing is full or short of a resource for now (`ENOSPC`,
-    /// `EDQUOT`, `ENOMEM`, `ENOBUFS`, `EAGAIN`, `EBUSY`, `EINTR`,
+    /// `EFBIG`: past the process's file size limit, which a program may
+    /// lower and raise again (`RLIMIT_FSIZE`, `ulimit -f`) and which holds
+    /// for uswap's threads too, `EDQUOT`, `ENOMEM`, `ENOBUFS`, `EAGAIN`, `EBUSY`, `EINTR`,
     /// `ETIMEDOUT`), as opposed to a block that is bad (`EIO`, `EILSEQ`,
     /// `EBADMSG`, `ENODATA`), a device that is gone, or a truncated file.
     /// The pager retires a slot only on the second kind.
@@ -220,6 +222,7 @@ impl IoError {
             self.errno(),
             Some(
                 libc::ENOSPC
+                    | libc::EFBIG
                     | libc::EDQUOT
                     | libc::ENOMEM
                     | libc::ENOBUFS
@@ -235,7 +238,9 @@ impl IoError {
 /// What a failed write says to do: a swap file that has no room to grow
 /// is no failing disk.
 fn write_advice(source: &io::Error) -> &'static str {
-    if source.kind() == io::ErrorKind::StorageFull {
+    if source.raw_os_error() == Some(libc::EFBIG) {
+        "; the process's file size limit (RLIMIT_FSIZE, `ulimit -f`) holds for its swap file too: raise it, or swap to a compressed store (--swap zram:SIZE), which no file limit bounds"
+    } else if source.kind() == io::ErrorKind::StorageFull {
         ""
     } else {
         "; the swap backing is failing, check the kernel log (dmesg) and the disk"

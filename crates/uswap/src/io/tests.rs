@@ -1168,6 +1168,10 @@ fn a_write_cut_short_without_an_errno_is_transient() {
     let write = |e: std::io::Error| IoError::Write { offset: 3, source: e };
     assert!(write(std::io::Error::from(std::io::ErrorKind::WriteZero)).is_transient());
     assert!(write(std::io::Error::from_raw_os_error(libc::ENOSPC)).is_transient());
+    // A file size limit the program lowered, and may raise again.
+    let efbig = write(std::io::Error::from_raw_os_error(libc::EFBIG));
+    assert!(efbig.is_transient());
+    assert!(efbig.to_string().contains("RLIMIT_FSIZE"), "{efbig}");
     assert!(!write(std::io::Error::from_raw_os_error(libc::EIO)).is_transient());
     let read = IoError::Read {
         offset: 3,
