@@ -926,3 +926,37 @@ fn freed_memory_leaves_the_resident_set() {
         );
     }
 }
+
+/// A program that lowers its file size limit, then builds 100 MB.
+const FSIZE: &str = r#"
+import resource, hashlib
+resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, resource.RLIM_INFINITY))
+d = [bytes([i % 251]) * 1000 for i in range(100000)]
+h = hashlib.sha256()
+for b in d: h.update(b)
+print(h.hexdigest())
+"#;
+
+/// A program's `RLIMIT_FSIZE` (CPython's test_resource lowers it; so does
+/// `ulimit -f` in a shell) holds for uswap's threads too: its swap file
+/// cannot be written past it.  The writes that fail with `EFBIG` pause
+/// and their pages wait in memory, said in one line that names the limit;
+/// before, every slot past the limit was retired as a bad block and the
+/// program killed as out of memory.
+#[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget: run in the release pass (CI runs both)"
+)]
+fn a_lowered_file_size_limit_costs_the_program_nothing() {
+    let plain = Command::new(PYTHON).args(["-c", FSIZE]).output().unwrap();
+    assert!(plain.status.success());
+    for mode in Mode::all() {
+        let out = uswap_in(mode, &["run", "--budget", "16M", "--", PYTHON, "-c", FSIZE], &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {:?}: {err}", out.status);
+        assert_eq!(out.stdout, plain.stdout, "{mode:?}: {err}");
+        assert!(err.contains("RLIMIT_FSIZE"), "{mode:?}: {err}");
+        assert!(!err.contains("retired"), "{mode:?}: {err}");
+    }
+}
