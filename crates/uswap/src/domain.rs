@@ -28,8 +28,9 @@
 //! of an active one.  A member over its share reclaims its own pages in
 //! its own process, as it does under its own budget: no fault waits on
 //! another process, and no process ever touches another's memory.
-//! Between two ticks, a member also caps itself at the room the others
-//! leave it, read from their slots at each of its looks (every 64 faults):
+//! Between two ticks, a member also caps its growth at the room the
+//! others leave it, read from their slots at each of its looks (every 64
+//! faults):
 //! whoever grows into a full budget reclaims, as under a cgroup's limit
 //! whoever charges a page does ([`Member::share`]).  The members may
 //! together pass the budget by what each faults in between two looks.
@@ -349,7 +350,8 @@ impl Member {
     /// 40 MiB budget.  So a member also caps itself, at each look, at the
     /// budget less what the others are charged (their published resident
     /// pages, and their other memory at the arbiter's last look) and less
-    /// its own other memory.  Whoever grows into a full budget reclaims,
+    /// its own other memory, but never under what it holds: the cap stops
+    /// growth, and the arbiter's ticks take room back.  Whoever grows into a full budget reclaims,
     /// as under a memory cgroup's limit whoever charges a page reclaims;
     /// the arbiter's water-filling then moves the room to where it is
     /// fair.
@@ -371,7 +373,13 @@ impl Member {
             .budget
             .load(Ordering::Relaxed)
             .saturating_sub(others + mine.other.load(Ordering::Relaxed));
-        Some(l.min(room).max(MIN_SHARE) as usize)
+        // The cap stops growth; it does not cut what the member holds:
+        // cutting it, every fault until the member got down there would
+        // reclaim in vain against pages in flight (a vfork child's exec
+        // beside a 16 MiB parent under load: faults counted over budget).
+        // Taking room back is the arbiter's, water-filled, at its ticks.
+        let holds = mine.resident.load(Ordering::Relaxed);
+        Some(l.min(room.max(holds)).max(MIN_SHARE) as usize)
     }
 
     /// The domain's budget in pages.

@@ -371,6 +371,12 @@ fn a_member_takes_no_more_than_the_others_leave_it_between_ticks() {
     let capped = a.share().unwrap() as u64;
     assert_eq!(capped, pages.saturating_sub(600 + other).max(MIN_SHARE), "the room left");
     assert!(capped < alone);
+    // Never under what the member holds: the cap stops growth; cutting
+    // what it holds is the arbiter's.
+    let held = capped + 100;
+    a.publish(held as usize, 0, 6, 0, 0, true);
+    assert_eq!(a.share().unwrap() as u64, held, "not under what it holds");
+    a.publish(10, 0, 7, 0, 0, true);
     fake.resident.store(0, Ordering::Relaxed);
     assert_eq!(a.share().unwrap() as u64, alone, "given back as it shrinks");
     free(fake, 2_000_000_000);
