@@ -28,12 +28,8 @@
 //! of an active one.  A member over its share reclaims its own pages in
 //! its own process, as it does under its own budget: no fault waits on
 //! another process, and no process ever touches another's memory.
-//! Between two ticks, a member also caps its growth at the room the
-//! others leave it, read from their slots at each of its looks (every 64
-//! faults):
-//! whoever grows into a full budget reclaims, as under a cgroup's limit
-//! whoever charges a page does ([`Member::share`]).  The members may
-//! together pass the budget by what each faults in between two looks.
+//! The budget is kept within a tick of the arbiter: between two ticks the
+//! members may together grow past it by what they fault in.
 //!
 //! The budget is a promise here too, as a cgroup's limit is.  What a
 //! member holds besides its resident pages cannot be reclaimed by it (a
@@ -109,10 +105,6 @@ struct Header {
     /// spawned pool worker) took the whole budget until its first share,
     /// a tenth of a second of allocation past the tree's bound.
     newcomer: AtomicU64,
-    /// One past the highest slot ever taken: how far a member looks for
-    /// the others ([`Member::share`]).  Slots are taken lowest first, so
-    /// this stays near the most members the tree had at once.
-    high: AtomicU64,
 }
 
 /// One member.  `pid` is the slot's lock: a process takes a free slot by
@@ -284,7 +276,6 @@ impl Member {
                 // A forked child maps its parent's heap where it was.
                 s.heap_lo.store(self.heap.0.load(Ordering::Relaxed), Ordering::Relaxed);
                 s.heap_hi.store(self.heap.1.load(Ordering::Relaxed), Ordering::Relaxed);
-                self.shared().header.high.fetch_max(i as u64 + 1, Ordering::Relaxed);
                 s.start.store(start, Ordering::Release);
                 self.slot.store(i, Ordering::Relaxed);
                 return Ok(());
@@ -338,48 +329,24 @@ impl Member {
         }
     }
 
-    /// This member's share in pages, once the arbiter has given one: the
-    /// arbiter's, and never more than the room the others leave it now.
+    /// This member's share in pages, once the arbiter has given one.
     ///
-    /// The arbiter divides the budget at its ticks, from what the members
-    /// published before; between two ticks, members that all grow at once
-    /// (two pool workers building their data, a compiler per job) would
-    /// each fault up to a share made when the others held less, and the
-    /// tree past its budget by what they fault in the meantime: on a busy
-    /// machine, where the supervisor's ticks come late, 23 MiB past a
-    /// 40 MiB budget.  So a member also caps itself, at each look, at the
-    /// budget less what the others are charged (their published resident
-    /// pages, and their other memory at the arbiter's last look) and less
-    /// its own other memory, but never under what it holds: the cap stops
-    /// growth, and the arbiter's ticks take room back.  Whoever grows into a full budget reclaims,
-    /// as under a memory cgroup's limit whoever charges a page reclaims;
-    /// the arbiter's water-filling then moves the room to where it is
-    /// fair.
+    /// Only the arbiter's.  A member once also capped its own growth at
+    /// the room the others left it between ticks (the budget less their
+    /// published charges): it held a spawn pool's peak lower, but in a
+    /// chain of processes each waiting for the next (CPython's
+    /// `TestForkAwareThreadLock`: five spawned generations) the idle
+    /// parents held the budget, the newest process got no room, and the
+    /// chain missed its 30-second joins.  The arbiter's water-filling
+    /// gives a newcomer its share out of what the idle hold.
     pub(crate) fn share(&self) -> Option<usize> {
-        let mine = self.mine()?;
-        let h = &self.shared().header;
-        let l = mine.limit.load(Ordering::Relaxed);
-        let l = if l != 0 { l } else { h.newcomer.load(Ordering::Relaxed) };
-        if l == 0 {
-            return None;
-        }
-        let high = (h.high.load(Ordering::Relaxed) as usize).min(SLOTS);
-        let others: u64 = self.shared().slots[..high]
-            .iter()
-            .filter(|s| !std::ptr::eq(*s, mine) && s.start.load(Ordering::Acquire) != 0)
-            .map(|s| s.resident.load(Ordering::Relaxed) + s.other.load(Ordering::Relaxed))
-            .sum();
-        let room = h
-            .budget
-            .load(Ordering::Relaxed)
-            .saturating_sub(others + mine.other.load(Ordering::Relaxed));
-        // The cap stops growth; it does not cut what the member holds:
-        // cutting it, every fault until the member got down there would
-        // reclaim in vain against pages in flight (a vfork child's exec
-        // beside a 16 MiB parent under load: faults counted over budget).
-        // Taking room back is the arbiter's, water-filled, at its ticks.
-        let holds = mine.resident.load(Ordering::Relaxed);
-        Some(l.min(room.max(holds)).max(MIN_SHARE) as usize)
+        let l = self.mine()?.limit.load(Ordering::Relaxed);
+        let l = if l != 0 {
+            l
+        } else {
+            self.shared().header.newcomer.load(Ordering::Relaxed)
+        };
+        (l != 0).then_some(l.max(MIN_SHARE) as usize)
     }
 
     /// The domain's budget in pages.
