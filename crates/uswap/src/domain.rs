@@ -90,7 +90,7 @@ pub const OOM_SLACK: u64 = (16 << 20) / PAGE_SIZE as u64;
 /// from /proc before it let go of it.
 pub const OOM_AFTER: Duration = Duration::from_secs(2);
 
-const MAGIC: u64 = u64::from_le_bytes(*b"uswapdm2");
+const MAGIC: u64 = u64::from_le_bytes(*b"uswapdm1");
 
 #[repr(C, align(64))]
 struct Header {

@@ -343,4 +343,3 @@ fn a_member_that_cannot_reclaim_keeps_its_pages_and_the_rest_divide_what_is_left
     // Under the budget, nothing changes: each may grow by what is left.
     assert_eq!(shares(100_000, &[parent, worker]), vec![3_000 + 90_500, 6_000 + 90_500]);
 }
-
