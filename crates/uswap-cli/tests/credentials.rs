@@ -98,6 +98,48 @@ fn a_program_that_drops_privileges_runs() {
     }
 }
 
+/// Root's swap file where `nobody` may not create one (the default,
+/// in a `TMPDIR` of root's that is 0700, as scripts/real-suites runs
+/// CPython's tests): a child that drops to `nobody` and execs cannot
+/// start paging, and runs unpaged with one line saying why.  It exited
+/// 127 before, and 4 of test_subprocess's cases failed in handler mode.
+#[test]
+fn a_child_that_cannot_page_as_its_new_user_runs_unpaged() {
+    use std::os::unix::fs::PermissionsExt;
+    if !root() {
+        eprintln!("skipped: dropping privileges needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let tmp = dir.path().to_str().unwrap();
+    let script = "import subprocess\n\
+        r = subprocess.run(['python3', '-c', 'print(len(bytes(64 << 20)))'], user=65534, capture_output=True, text=True)\n\
+        print(r.returncode, r.stdout, end='')\n\
+        print(r.stderr, end='', file=__import__('sys').stderr)\n";
+    // Both modes as root: the parent is root's in each.
+    for mode in ["handler", "sigbus"] {
+        let out = uswap(
+            &[
+                "run", "--mode", mode, "--budget", "32M", "--", PYTHON, "-c", script,
+            ],
+            &[("TMPDIR", tmp)],
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode}: {:?}: {err}", out.status);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "0 67108864\n",
+            "{mode}: {err}"
+        );
+        assert_eq!(err.matches("runs unpaged").count(), 1, "{mode}: {err}");
+        assert!(
+            err.contains("uid 65534") && err.contains("Permission denied"),
+            "{mode}: {err}"
+        );
+    }
+}
+
 /// A forked child of root's program drops to `nobody` without an exec,
 /// then reads its 240 MiB of swapped-out memory and swaps 120 MiB more,
 /// under a 64 MiB budget: every byte as written, in parent and child.

@@ -192,29 +192,63 @@ enum Start {
 #[link_section = ".init_array"]
 static INIT: extern "C" fn() = init;
 
-/// Start paging before the program's `main`.  A failure ends the process
-/// with one line: the program was asked to run under uswap, and running
-/// it without would hide that it is not.
+/// Start paging before the program's `main`.  A failure of the process
+/// `uswap run` started ends it with one line: the program was asked to
+/// run under uswap, and running it without would hide that it is not.
+/// Another process of the run (a child that changed its user and cannot
+/// create the swap file where its parent's went, `subprocess.run(...,
+/// user=...)`, `runuser`) is the program's own, which must not fail for
+/// uswap's sake: it runs unpaged, said in one line, when nothing of its
+/// own has changed yet ([`StartError::Unpaged`]).
 extern "C" fn init() {
-    let started = Config::read().and_then(|s| match s {
-        Some(Start::Paged(c)) => start(c),
-        Some(Start::Inherited(g)) => {
+    let started = match Config::read() {
+        Ok(Some(Start::Paged(c))) => {
+            let (root, guard) = (c.root, c.guard);
+            match start(c) {
+                Err(StartError::Unpaged(e)) if !root => {
+                    say(&format!(
+                        "uswap run: {e}; this process ({}) runs unpaged",
+                        running::who()
+                    ));
+                    if let Some(g) = guard {
+                        guard::start_inherited(&g);
+                    }
+                    Ok(())
+                }
+                Err(StartError::Unpaged(e) | StartError::Fatal(e)) => Err(e),
+                Ok(()) => Ok(()),
+            }
+        }
+        Ok(Some(Start::Inherited(g))) => {
             guard::start_inherited(&g);
             Ok(())
         }
-        None => Ok(()),
-    });
-    match started {
-        Ok(()) => {}
-        Err(e) => {
-            eprintln!("uswap run: {e}");
-            // SAFETY: ends the process at once, before the program started.
-            unsafe { libc::_exit(127) }
-        }
+        Ok(None) => Ok(()),
+        Err(e) => Err(e),
+    };
+    if let Err(e) = started {
+        eprintln!("uswap run: {e}");
+        // SAFETY: ends the process at once, before the program started.
+        unsafe { libc::_exit(127) }
     }
 }
 
-fn start(c: Config) -> Result<(), String> {
+/// Why a process did not start paging.
+enum StartError {
+    /// Before its heap was given and its guard started: the process is
+    /// as it was without uswap, and may run on so.
+    Unpaged(String),
+    /// Past that point.
+    Fatal(String),
+}
+
+impl From<String> for StartError {
+    fn from(e: String) -> StartError {
+        StartError::Fatal(e)
+    }
+}
+
+fn start(c: Config) -> Result<(), StartError> {
     // mimalloc's own process state first (its page map above all, which
     // every `free` reads): made now, it is ordinary memory from the
     // kernel; made later, with the region there, it would land in the
@@ -274,12 +308,12 @@ fn start(c: Config) -> Result<(), String> {
     // process's budget.
     // SAFETY: a glibc tunable, set before uswap's allocations.
     unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 10) };
-    let swap = builder.build().map_err(|e| e.to_string())?;
+    let swap = builder.build().map_err(|e| StartError::Unpaged(e.to_string()))?;
     let region = match &c.guard {
         None => swap.map(c.heap as usize),
         Some(g) => swap.map_at(g.base as usize, c.heap as usize),
     }
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| StartError::Unpaged(e.to_string()))?;
     if let Some(g) = &c.guard {
         guard::place(g)?;
     }
@@ -295,7 +329,7 @@ fn start(c: Config) -> Result<(), String> {
         })
         .is_err()
     {
-        return Err("started twice".into());
+        return Err(StartError::Fatal("started twice".into()));
     }
     // Marked as calls into mimalloc: any mapping it makes meanwhile goes
     // to the kernel, not to the heap being set up (`maps.rs`).

@@ -42,3 +42,14 @@ pub(crate) fn say(line: &str) {
         libc::syscall(libc::SYS_write, 2, b"\n".as_ptr(), 1usize);
     }
 }
+
+/// This process, for a line about it: its pid, program and user (a
+/// process of the run may have changed its user before its `exec`).
+pub(crate) fn who() -> String {
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| "?".into());
+    // SAFETY: getpid and geteuid have no preconditions.
+    let (pid, uid) = unsafe { (libc::getpid(), libc::geteuid()) };
+    format!("pid {pid}, {exe}, uid {uid}")
+}

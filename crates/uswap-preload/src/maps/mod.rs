@@ -681,26 +681,24 @@ mod interpose {
         const DONTNEED_LOCKED: i32 = 24;
         let a = addr as usize;
         if let Some((base, end, r)) = heap() {
-            // mimalloc's own purge of freed memory (`MADV_DONTNEED`
-            // after `purge_delay`) is a discard too: the kernel's call
-            // would drop what is resident and leave uswap counting it,
-            // and would miss what is out.
-            if a >= base && a < end && in_mimalloc() {
-                if matches!(advice, libc::MADV_DONTNEED | libc::MADV_FREE) && a.is_multiple_of(PAGE) {
-                    discard(r, base, a, a.saturating_add(len).min(end) - a);
-                    return 0;
-                }
-            } else if a >= base && a < end {
+            if a >= base && a < end {
                 if !a.is_multiple_of(PAGE) {
                     set_errno(libc::EINVAL);
                     return -1;
                 }
                 let hi = a.saturating_add(len).next_multiple_of(PAGE).min(end);
                 match advice {
+                    // The program's advice on memory malloc gave it, and
+                    // mimalloc's own purge of freed memory (`MADV_DONTNEED`
+                    // after `purge_delay`), are discards: the kernel's
+                    // call would drop what is resident and leave uswap
+                    // counting it, and would miss what is out.
                     libc::MADV_DONTNEED | libc::MADV_FREE | DONTNEED_LOCKED => {
                         discard(r, base, a, hi - a);
                         return 0;
                     }
+                    // mimalloc's other advice is for the kernel.
+                    _ if in_mimalloc() => {}
                     libc::MADV_DONTFORK
                     | libc::MADV_DOFORK
                     | libc::MADV_POPULATE_READ

@@ -63,6 +63,7 @@ pub use device::{BackendKind, IoDevice, PageStore};
 #[cfg(test)]
 pub use device::{IoOp, ANY_SLOT};
 pub use error::IoError;
+pub(crate) use file::MAX_LAYERS;
 pub use growth::reserve_for;
 pub use options::{CompressedOptions, FileOptions};
 pub use uring::{WriteJob, WriteRing};

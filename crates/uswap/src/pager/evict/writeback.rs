@@ -39,9 +39,17 @@ const BACKOFF_MAX_NS: u64 = 1_000_000_000;
 /// a batch, until `done` reaches `nr`.  A run staged together goes with one
 /// write.
 pub(crate) fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
+    write_back_down_to(inner, inner.budget().staging_target, nr, done);
+}
+
+/// `write_back_oldest` down to `keep` staged pages: 0 for a fault over
+/// its limit that found nothing else to free (`reclaim.rs`'s
+/// `throttle`), for which the younger half's saved IO is worth less than
+/// its stall.
+pub(crate) fn write_back_down_to(inner: &Inner, keep: usize, nr: usize, done: &mut usize) {
     let mut freed = [0u32; BATCH];
     let mut nfreed = 0;
-    while nfreed < BATCH && more_to_write(inner, nr, *done) {
+    while nfreed < BATCH && more_to_write(inner, keep, nr, *done) {
         let mut run = [(0u32, 0u64); BATCH];
         // No more than asked: a fault pacing reclaim writes a page or two.
         let room = (BATCH - nfreed).min(nr - *done);
@@ -57,10 +65,10 @@ pub(crate) fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
 }
 
 /// Whether writeback goes on: reclaim still wants pages (`done` of `nr`),
-/// more than half the staging frames are staged, and writeback is not
-/// paused after transient errors.
-fn more_to_write(inner: &Inner, nr: usize, done: usize) -> bool {
-    done < nr && inner.staged_count() > inner.budget().staging_target && !writeback_held(inner)
+/// more than `keep` pages are staged (half the staging frames, but for
+/// a fault with nothing else to free), and writeback is not paused.
+fn more_to_write(inner: &Inner, keep: usize, nr: usize, done: usize) -> bool {
+    done < nr && inner.staged_count() > keep && !writeback_held(inner)
 }
 
 /// Runs one round of queued writeback takes, and pages: several writes in
@@ -76,7 +84,7 @@ const QUEUE_PAGES: usize = 4 * BATCH;
 pub(crate) fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, done: &mut usize) {
     let mut freed = [0u32; QUEUE_PAGES];
     let mut nfreed = 0;
-    while nfreed < QUEUE_PAGES && more_to_write(inner, nr, *done) {
+    while nfreed < QUEUE_PAGES && more_to_write(inner, inner.budget().staging_target, nr, *done) {
         let mut runs = [[(0u32, 0u64); BATCH]; QUEUE_RUNS];
         let mut lens = [0usize; QUEUE_RUNS];
         let mut nruns = 0;
@@ -138,8 +146,16 @@ pub(crate) fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, 
     }
 }
 
-/// Whether writeback is paused after transient write errors.
+/// Whether writeback is paused: after transient write errors, or in a
+/// forked child whose swap files are still its parent's (`closed`).  The
+/// pages that child inherited staged have its parent's slots, which only
+/// its files of its own (`Inner::open_layers`, made by its reclaimer)
+/// may take; written before, each failed, and the failure was said on
+/// the program's stderr once per child of a fork pool.
 pub(crate) fn writeback_held(inner: &Inner) -> bool {
+    if inner.backing().closed.load(Ordering::Acquire) {
+        return true;
+    }
     let until = inner.backing().writeback.hold_until.load(Ordering::Relaxed);
     until != 0 && monotonic_ns() < until
 }

@@ -70,9 +70,17 @@ impl Inner {
     /// child's dirty pages stay resident as before.  From the reclaimer,
     /// never the fault path: it creates files and allocates.
     pub fn open_layers(&self) {
-        if !self.backing().layerable.load(Ordering::Relaxed)
-            || self.backing().layers_tried.swap(true, Ordering::Relaxed)
-        {
+        if self.backing().layers_tried.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        if !self.backing().layerable.load(Ordering::Relaxed) {
+            // Too many generations deep, or a swap file that is not a
+            // regular file: none can be made, and writeback stays held.
+            self.registry().event(crate::stats::EventKind::ChildFileFailed, 0);
+            crate::pager::instance::report::line(format_args!(
+                "uswap: a forked child more than {} forks deep, or on swap that is not a regular file, cannot have swap files of its own; its memory stays resident",
+                crate::io::MAX_LAYERS
+            ));
             return;
         }
         for d in self.backing().devices.iter().filter(|d| d.has_file()) {
