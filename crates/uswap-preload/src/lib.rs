@@ -6,7 +6,7 @@
 //! library exports `malloc`, `free` and the rest of the family, each
 //! forwarding to mimalloc's, so they interpose on libc's (a static
 //! library's own exports would be hidden by a cdylib's version script).
-//! At load, before the program's `main`, [`init`] reads the configuration
+//! At load, before the program's `main`, `init` reads the configuration
 //! `uswap run` left in the environment, starts a `Swap`, maps one region
 //! (what the budget and the swap space hold together, and a margin for
 //! mimalloc's fragmentation), and hands it to mimalloc as an arena
@@ -17,7 +17,7 @@
 //! 1 GiB arena of mimalloc's own that later allocations would fill first.
 //!
 //! Freed memory goes back as the kernel's `munmap` would give it: mimalloc
-//! purges what stays free for [`heap::PURGE_DELAY_MS`] with
+//! purges what stays free for `heap::PURGE_DELAY_MS` with
 //! `MADV_DONTNEED`, which the interposed `madvise` turns into uswap's
 //! discard (the kernel's call would reach neither a page uswap has
 //! swapped out nor its slot).  Purging was off before: freed memory

@@ -96,7 +96,7 @@ fn limits() -> Option<(u64, u64)> {
 /// past its own limit still does not look (CPython's test lowers its
 /// limit to 29, then checks every number up to its highest open one);
 /// with no room under the hard limit for that, just under it, the soft
-/// limit lowered to below the floor; past [`HIGHEST`], at it, inside
+/// limit lowered to below the floor; past `HIGHEST`, at it, inside
 /// the program's range.
 pub fn placement(soft: u64, hard: u64) -> (u64, Option<u64>) {
     let top = hard.min(HIGHEST).min(soft.saturating_mul(8).max(8192));

@@ -390,7 +390,7 @@ pub struct Demand {
     /// Whether it keeps what it holds whatever its share (no reclaimer of
     /// its runs: an idle process whose threads start on need).
     pub fixed: bool,
-    /// Whether it took a fault in the last [`FAULTING_WITHIN`]: one that
+    /// Whether it took a fault in the last `FAULTING_WITHIN`: one that
     /// does reclaims at its faults, reclaimer or not.
     pub faulting: bool,
 }

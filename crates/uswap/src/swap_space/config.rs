@@ -116,7 +116,7 @@ impl SlotDeviceConfig {
     }
 }
 
-/// Builds a [`SwapSpace`].
+/// Builds a [`SwapSpace`](super::SwapSpace).
 #[derive(Clone, Debug)]
 pub struct SwapSpaceBuilder {
     pub(super) devices: Vec<SlotDeviceConfig>,

@@ -15,7 +15,7 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// Most regions mapped at once in one process (all instances together).
 ///
 /// Why a bound, and why this one: a fault finds its region by scanning
-/// the entries ever used ([`lookup`]), without a lock, so the cost of a
+/// the entries ever used (`lookup`), without a lock, so the cost of a
 /// fault grows with the regions alive (all of them, in the worst case of
 /// a fault in the newest): a few nanoseconds an entry, about 1 us at a
 /// thousand (docs/PERFORMANCE.md, "numpy on uswap").  1,024 is past the
