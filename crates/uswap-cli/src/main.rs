@@ -60,6 +60,10 @@ enum Command {
     /// Not paged: statically linked programs (refused; started by the
     /// program, they run unpaged), set-user-ID ones, shared and file
     /// mappings.
+    ///
+    /// Exit status: the program's (128+N when a signal N ended it); 125
+    /// when `uswap run` itself fails before the program starts, with one
+    /// line saying why and how to fix it.
     Run(run::RunArgs),
     /// What running paged programs hold and do, read while they run:
     /// resident against the budget, swapped by device, the store's ratio,
@@ -206,7 +210,10 @@ fn main() {
         // One line, named for the command: what failed, then why (`{:#}`
         // joins the causes), as the lines the preload library says are.
         eprintln!("{name}: {e:#}");
-        std::process::exit(1);
+        std::process::exit(match name {
+            "uswap run" => uswap::run_env::RUN_FAILED,
+            _ => 1,
+        });
     }
 }
 

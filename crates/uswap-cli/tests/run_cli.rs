@@ -711,3 +711,88 @@ fn redis_bgsave_forks_and_the_rdb_holds_every_key() {
         assert_eq!(after, before, "{mode:?}: the RDB differs from the dataset");
     }
 }
+
+/// A seccomp filter that refuses the `userfaultfd` call, as Docker's and
+/// Podman's default profiles do (`programs/nouffd.c`), with EPERM and
+/// with ENOSYS: where this user may open /dev/userfaultfd (root here),
+/// uswap opens its descriptor there and pages the program (4x its
+/// budget); where not (`nobody`), one line names the filter and the fix,
+/// and `uswap run` exits 125, its own status, not a shell's 127.  With
+/// ENOSYS uswap took the kernel for one without userfaultfd and never
+/// tried the device before.
+#[test]
+fn a_filter_that_refuses_userfaultfd_is_named_and_the_device_is_the_way_round() {
+    use std::os::unix::process::CommandExt;
+    preload_built();
+    let dir = open_dir(false);
+    let wrap = compile("nouffd", dir.path());
+    let script = "print(len(bytes(64 << 20)))";
+    let dev = Path::new("/dev/userfaultfd").exists();
+    for errno in ["-eperm", "-enosys"] {
+        let mut users = vec![NOBODY];
+        if root() && dev {
+            users.push(0);
+        }
+        for user in users {
+            let mut cmd = Command::new(&wrap);
+            if errno == "-enosys" {
+                cmd.arg("-enosys");
+            }
+            cmd.args([
+                env!("CARGO_BIN_EXE_uswap"),
+                "run",
+                "--mode",
+                "sigbus",
+                "--budget",
+                "16M",
+            ])
+            .args(["--swap", "ram:256M", "--", PYTHON, "-c", script]);
+            if root() && user != 0 {
+                cmd.uid(user).gid(user);
+            }
+            let out = cmd.output().unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            if user == 0 {
+                assert!(out.status.success(), "{errno} root: {:?}: {err}", out.status);
+                assert_eq!(
+                    String::from_utf8_lossy(&out.stdout),
+                    "67108864\n",
+                    "{errno}: {err}"
+                );
+            } else {
+                assert_eq!(out.status.code(), Some(125), "{errno} uid {user}: {err}");
+                assert!(
+                    // The filter, or the container this suite may run in.
+                    err.contains("refused") && err.contains("seccomp") && err.contains("/dev/userfaultfd"),
+                    "{errno} uid {user}: {err}"
+                );
+                assert_eq!(err.trim_end().lines().count(), 1, "{errno}: one line: {err}");
+            }
+        }
+    }
+}
+
+/// `uswap run`'s own failures (here a budget it cannot read) exit 125, as
+/// `docker run`'s do: a wrapper tells them from the program's status.
+#[test]
+fn uswap_runs_own_failure_has_its_own_exit_status() {
+    let out = uswap(&["run", "--budget", "lots", "--", "true"], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = uswap(
+        &[
+            "run", "--budget", "16M", "--swap", "ram:64M", "--", "sh", "-c", "exit 127",
+        ],
+        &[],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(127),
+        "the program's own: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -229,7 +229,7 @@ extern "C" fn init() {
     if let Err(e) = started {
         eprintln!("uswap run: {e}");
         // SAFETY: ends the process at once, before the program started.
-        unsafe { libc::_exit(127) }
+        unsafe { libc::_exit(env::RUN_FAILED) }
     }
 }
 

@@ -29,7 +29,7 @@ pub(crate) fn fatal(line: &str) -> ! {
     unsafe {
         libc::syscall(libc::SYS_write, 2, line.as_ptr(), line.len());
         libc::syscall(libc::SYS_write, 2, b"\n".as_ptr(), 1usize);
-        libc::_exit(127)
+        libc::_exit(uswap::run_env::RUN_FAILED)
     }
 }
 

@@ -7,6 +7,12 @@
 /// process of the tree that loads the preload library is paged and joins
 /// it.
 pub const DOMAIN: &str = "USWAP_RUN_DOMAIN";
+/// The exit status of `uswap run` when it fails itself (bad input, no
+/// userfaultfd, a swap file it cannot make), before the program starts:
+/// `docker run`'s and `podman run`'s, so that a wrapper tells it from the
+/// program's own status and from a shell's 126 and 127 (not executable,
+/// not found).
+pub const RUN_FAILED: i32 = 125;
 /// The budget, in bytes.
 pub const BUDGET: &str = "USWAP_RUN_BUDGET";
 /// The size of the heap region, in bytes.

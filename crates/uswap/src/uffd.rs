@@ -106,14 +106,16 @@ pub enum UffdError {
     /// Neither the syscall nor /dev/userfaultfd would give a descriptor
     /// that serves faults the kernel takes too, which was asked for
     /// (handler-thread mode).
-    #[error("handler-thread mode serves faults the kernel takes on region memory (read(2) into it, say), which userfaultfd allows only with privilege: run as root, set `sysctl vm.unprivileged_userfaultfd=1`, or give this user read-write access to /dev/userfaultfd; or use SIGBUS mode (the default), which any user may")]
+    #[error("handler-thread mode serves faults the kernel takes on region memory (read(2) into it, say), which userfaultfd allows only with privilege: run as root, set `sysctl vm.unprivileged_userfaultfd=1`, or give this user read-write access to /dev/userfaultfd; or use SIGBUS mode (`--mode sigbus`), which any user may")]
     Permission,
     /// Not even a descriptor for user-mode faults (`UFFD_USER_MODE_ONLY`,
     /// which any user may open on Linux 5.11+) was given.
-    #[error("userfaultfd is refused to this process even for user-mode faults (errno {errno}): a seccomp filter or security module forbids it, or the kernel is older than 5.11; run as root, set `sysctl vm.unprivileged_userfaultfd=1`, or lift the filter")]
+    #[error("userfaultfd is refused to this process even for user-mode faults (errno {errno}): {}", .confinement.fix())]
     UserModeRefused {
         /// The errno.
         errno: i32,
+        /// What refused it, as far as can be told, and so the fix.
+        confinement: Confinement,
     },
     /// The kernel has no userfaultfd at all.
     #[error("this kernel has no userfaultfd (built without CONFIG_USERFAULTFD); uswap needs Linux 6.8 or newer with it")]
@@ -134,6 +136,68 @@ pub enum UffdError {
         /// The errno.
         errno: i32,
     },
+}
+
+/// Where a process runs whose `userfaultfd` call was refused: what
+/// decides the fix.  Container runtimes refuse the call in their default
+/// seccomp profiles (moby's, Podman's); none of them refuses the open of
+/// `/dev/userfaultfd`, which gives the same descriptor (Linux 6.1+), so
+/// the device passed in is the fix that needs no profile of one's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Confinement {
+    /// A Docker container (`/.dockerenv`).
+    Docker,
+    /// A Podman container (`/run/.containerenv`).
+    Podman,
+    /// A Kubernetes pod (its service-account mount or environment).
+    Kubernetes,
+    /// Another container (`container=` in the environment).
+    Container,
+    /// No container seen, but a seccomp filter on this process.
+    Filtered,
+    /// Neither: a security module, or an old kernel.
+    Unknown,
+}
+
+impl Confinement {
+    /// What this process can see of its confinement.
+    pub fn detect() -> Confinement {
+        let exists = |p: &str| std::path::Path::new(p).exists();
+        if exists("/.dockerenv") {
+            Confinement::Docker
+        } else if exists("/run/.containerenv") {
+            Confinement::Podman
+        } else if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some()
+            || exists("/var/run/secrets/kubernetes.io")
+        {
+            Confinement::Kubernetes
+        } else if std::env::var_os("container").is_some() {
+            Confinement::Container
+        } else if std::fs::read_to_string("/proc/self/status")
+            .is_ok_and(|s| s.lines().any(|l| l.starts_with("Seccomp:") && l.trim_end().ends_with('2')))
+        {
+            Confinement::Filtered
+        } else {
+            Confinement::Unknown
+        }
+    }
+
+    /// The one-line fix for a refused `userfaultfd`.
+    pub fn fix(self) -> String {
+        let runtime = |cmd: &str, name: &str| {
+            format!(
+                "this is a {name} container, whose default seccomp profile refuses the call; pass the device in, `{cmd} run --device /dev/userfaultfd ...` (then uswap opens it instead; as a user other than root in the container, make it readable and writable by that user on the host), or run with a profile that allows userfaultfd, `{cmd} run --security-opt seccomp=PROFILE.json ...`"
+            )
+        };
+        match self {
+            Confinement::Docker => runtime("docker", "Docker"),
+            Confinement::Podman => runtime("podman", "Podman"),
+            Confinement::Kubernetes => "this is a Kubernetes pod, whose seccomp profile (RuntimeDefault) refuses the call; give the pod a Localhost seccomp profile that allows userfaultfd (`securityContext.seccompProfile`), or /dev/userfaultfd through a device plugin (uswap opens it instead)".into(),
+            Confinement::Container => "this is a container whose seccomp profile refuses the call; pass /dev/userfaultfd in as a device (uswap opens it instead) or allow userfaultfd in the profile".into(),
+            Confinement::Filtered => "a seccomp filter on this process refuses the call; give this user read-write access to /dev/userfaultfd (uswap opens it instead), or lift the filter".into(),
+            Confinement::Unknown => "a security module forbids it, or the kernel is older than 5.11; run as root, set `sysctl vm.unprivileged_userfaultfd=1`, or give this user read-write access to /dev/userfaultfd".into(),
+        }
+    }
 }
 
 /// Whether a failed COPY or MOVE should be tried again: `EAGAIN` is the
@@ -386,11 +450,20 @@ impl Uffd {
         if fd >= 0 {
             return Ok((fd, false));
         }
-        if errno() == libc::ENOSYS {
-            return Err(UffdError::Unsupported);
-        }
+        let first = errno();
         if let Some(fd) = Self::open_dev(flags)? {
             return Ok((fd, false));
+        }
+        if first == libc::ENOSYS {
+            // No such call, or a filter that says so (a seccomp profile
+            // may refuse with ENOSYS): the device was the other way in.
+            return Err(match Confinement::detect() {
+                Confinement::Unknown => UffdError::Unsupported,
+                confinement => UffdError::UserModeRefused {
+                    errno: first,
+                    confinement,
+                },
+            });
         }
         if reach == Reach::KernelFaults {
             return Err(UffdError::Permission);
@@ -398,7 +471,10 @@ impl Uffd {
         // SAFETY: as above.
         let fd = unsafe { libc::syscall(libc::SYS_userfaultfd, flags | UFFD_USER_MODE_ONLY) } as RawFd;
         if fd < 0 {
-            return Err(UffdError::UserModeRefused { errno: errno() });
+            return Err(UffdError::UserModeRefused {
+                errno: errno(),
+                confinement: Confinement::detect(),
+            });
         }
         Ok((fd, true))
     }
