@@ -243,7 +243,7 @@ const THROTTLE_NAPS: u32 = 20;
 /// busy machine the reclaimer, at nice 19, can be preempted holding them
 /// for a scheduler tick or more.  Counted over budget without this, the
 /// process was reported past a budget it did not pass (a vfork test
-/// under load, 2 runs in 5).  Bounded: a reclaimer that frees nothing in
+/// under load, about 1 run in 3).  Bounded: a reclaimer that frees nothing in
 /// 20 ms is not catching up.
 fn throttle(inner: &Inner, want: usize, enough: usize, still_over: &impl Fn() -> bool) -> bool {
     let mut naps = 0;
