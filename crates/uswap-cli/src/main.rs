@@ -22,7 +22,7 @@ use uswap_bench::{micro, workload};
 /// configuration ("default") against each switch flipped back to the
 /// behaviour before its seed, interleaved in one run.
 #[derive(Parser, Debug)]
-#[command(name = "uswap", version, propagate_version = true)]
+#[command(name = "uswap", version = env!("USWAP_VERSION"), propagate_version = true)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

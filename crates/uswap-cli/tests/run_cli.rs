@@ -796,3 +796,19 @@ fn uswap_runs_own_failure_has_its_own_exit_status() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `uswap --version` names the commit it was built from (in a git
+/// checkout, as every test run here is).
+#[test]
+fn the_version_names_the_commit() {
+    let out = uswap(&["--version"], &[]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    let head = Command::new("git")
+        .args(["rev-parse", "--short=12", "HEAD"])
+        .output();
+    if let Some(h) = head.ok().filter(|h| h.status.success()) {
+        let commit = String::from_utf8_lossy(&h.stdout).trim().to_string();
+        assert!(text.contains(&format!("({commit})")), "{text}");
+    }
+    assert!(text.starts_with("uswap "), "{text}");
+}
