@@ -2,8 +2,8 @@
 //! paged by uswap under one budget.
 //!
 //! The command checks and resolves its options, puts them in the
-//! environment with `LD_PRELOAD` naming the preload library (built by
-//! the workspace, found beside this executable), makes the tree's budget
+//! environment with `LD_PRELOAD` naming the preload library (beside this
+//! executable, or the copy inside it: `preload.rs`), makes the tree's budget
 //! domain and starts the program as its child, which it supervises
 //! (`supervisor.rs`): every process of the tree that loads the library
 //! is paged (`crates/uswap-preload`).
@@ -40,9 +40,6 @@ fn parse_overrun(s: &str) -> Result<uswap::pager::Overrun, String> {
     s.parse().map_err(|e: uswap::pager::OverrunError| e.to_string())
 }
 
-/// The preload library's file name.
-const LIBRARY: &str = "libuswap_preload.so";
-
 #[derive(Args, Debug)]
 pub struct RunArgs {
     /// Memory budget of the program and every process it starts, as a
@@ -71,7 +68,7 @@ pub struct RunArgs {
     /// SIZE).  Repeat for several.  `file:DIR` with no size: a file in
     /// DIR that grows as pages go out, up to the free space there less a
     /// reserve kept free (a tenth of it, at least 1 GiB, at most half).
-    /// Default: such a file in $TMPDIR (or /var/tmp), made unnamed there,
+    /// Default: such a file in $TMPDIR (else /var/tmp, else /tmp), made unnamed there,
     /// sparse, its blocks allocated 2 MiB at a time as it is written, up
     /// to 64 times the budget (at least 16 GiB) or that free space, the
     /// less of the two; when the disk has no more room, one line says so
@@ -274,20 +271,26 @@ fn memory_backed(path: &Path) -> Option<&'static str> {
     }
 }
 
-/// The default swap device: a file in $TMPDIR (else /var/tmp) that
-/// grows as pages go out ([`growing_file`]).  A directory on tmpfs (a
-/// swap file there would be memory) is passed over for /var/tmp; where
-/// that is memory too, a compressed store of four times the budget (its
-/// memory counts against the budget).
+/// The default swap device: a file that grows as pages go out
+/// ([`growing_file`]) in the first of $TMPDIR, /var/tmp and /tmp that is a
+/// directory this user may write and is not memory (a swap file on tmpfs
+/// would be memory: a container's /tmp often is, and a distroless image
+/// has no /var/tmp).  Where none is, a compressed store of four times the
+/// budget (its memory counts against the budget).
 fn default_swap(budget: u64) -> anyhow::Result<(String, u64)> {
+    let writable = |d: &Path| {
+        d.is_dir()
+            && rustix::fs::access(d, rustix::fs::Access::WRITE_OK | rustix::fs::Access::EXEC_OK).is_ok()
+    };
     let dir = std::env::var_os("TMPDIR")
         .map(PathBuf::from)
-        .filter(|d| memory_backed(d).is_none())
-        .unwrap_or_else(|| PathBuf::from("/var/tmp"));
-    if memory_backed(&dir).is_some() {
-        return device_line(&format!("zram:{}", 4 * budget));
+        .into_iter()
+        .chain(["/var/tmp", "/tmp"].map(PathBuf::from))
+        .find(|d| writable(d) && memory_backed(d).is_none());
+    match dir {
+        Some(dir) => growing_file(&dir, DEFAULT_MOST.max(DEFAULT_TIMES * budget)),
+        None => device_line(&format!("zram:{}", 4 * budget)),
     }
-    growing_file(&dir, DEFAULT_MOST.max(DEFAULT_TIMES * budget))
 }
 
 /// The most swap a file that grows may hold: what uswap run's heap holds
@@ -402,22 +405,9 @@ fn name_the_program(program: &std::ffi::OsStr) -> anyhow::Result<()> {
 }
 
 /// The preload library beside this executable.
-fn library() -> anyhow::Result<PathBuf> {
-    let exe = std::env::current_exe().context("finding this executable")?;
-    let lib = exe.with_file_name(LIBRARY);
-    if !lib.exists() {
-        bail!(
-            "{} is not beside {}: build it with `cargo build --release -p uswap-preload` (or `cargo build --release` for everything)",
-            LIBRARY,
-            exe.display()
-        );
-    }
-    Ok(lib)
-}
-
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
     let budget = parse_budget(&args.budget)?;
-    let lib = library()?;
+    let lib = crate::preload::library()?;
     let mut lines = Vec::new();
     let mut swap_bytes = 0;
     if args.swap.is_empty() {

@@ -184,17 +184,17 @@ impl Confinement {
 
     /// The one-line fix for a refused `userfaultfd`.
     pub fn fix(self) -> String {
-        let runtime = |cmd: &str, name: &str| {
+        let runtime = |cmd: &str, name: &str, base: &str| {
             format!(
-                "this is a {name} container, whose default seccomp profile refuses the call; pass the device in, `{cmd} run --device /dev/userfaultfd ...` (then uswap opens it instead; as a user other than root in the container, make it readable and writable by that user on the host), or run with a profile that allows userfaultfd, `{cmd} run --security-opt seccomp=PROFILE.json ...`"
+                "this is a {name} container, whose default seccomp profile refuses the call; pass the device in, `{cmd} run --device /dev/userfaultfd ...` (uswap opens it instead; for a user other than root in the container, make it readable and writable by that user on the host), or allow the call: `uswap seccomp-profile {base} > uswap-seccomp.json` on the host, then `{cmd} run --security-opt seccomp=uswap-seccomp.json ...`"
             )
         };
         match self {
-            Confinement::Docker => runtime("docker", "Docker"),
-            Confinement::Podman => runtime("podman", "Podman"),
-            Confinement::Kubernetes => "this is a Kubernetes pod, whose seccomp profile (RuntimeDefault) refuses the call; give the pod a Localhost seccomp profile that allows userfaultfd (`securityContext.seccompProfile`), or /dev/userfaultfd through a device plugin (uswap opens it instead)".into(),
-            Confinement::Container => "this is a container whose seccomp profile refuses the call; pass /dev/userfaultfd in as a device (uswap opens it instead) or allow userfaultfd in the profile".into(),
-            Confinement::Filtered => "a seccomp filter on this process refuses the call; give this user read-write access to /dev/userfaultfd (uswap opens it instead), or lift the filter".into(),
+            Confinement::Docker => runtime("docker", "Docker", "docker"),
+            Confinement::Podman => runtime("podman", "Podman", "podman"),
+            Confinement::Kubernetes => "this is a Kubernetes pod, whose seccomp profile (RuntimeDefault) refuses the call; on each node, `uswap seccomp-profile docker > /var/lib/kubelet/seccomp/uswap.json`, and give the pod `securityContext: {seccompProfile: {type: Localhost, localhostProfile: uswap.json}}` (or pass /dev/userfaultfd in through a device plugin: uswap opens it instead)".into(),
+            Confinement::Container => "this is a container whose seccomp profile refuses the call; pass /dev/userfaultfd in as a device (uswap opens it instead), or allow the call: `uswap seccomp-profile --from ITS-PROFILE.json` prints the profile with it allowed".into(),
+            Confinement::Filtered => "a seccomp filter on this process refuses the call; give this user read-write access to /dev/userfaultfd (uswap opens it instead), or allow the call in the filter (`uswap seccomp-profile --from PROFILE.json` does it to a profile in Docker's format)".into(),
             Confinement::Unknown => "a security module forbids it, or the kernel is older than 5.11; run as root, set `sysctl vm.unprivileged_userfaultfd=1`, or give this user read-write access to /dev/userfaultfd".into(),
         }
     }

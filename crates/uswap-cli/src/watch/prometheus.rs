@@ -250,7 +250,7 @@ pub fn render(groups: &[Group]) -> String {
     fams.push(Family {
         name: "uswap_events_total".into(),
         kind: "counter",
-        help: "Events, as memory.events counts a cgroup's: oom_kill, budget_changed, writeback_paused, slot_retired, page_poisoned, sigbus_blocked, unevictable, child_file_failed.".into(),
+        help: "Events, as memory.events counts a cgroup's: oom_kill, budget_changed, writeback_paused, slot_retired, page_poisoned, sigbus_blocked, unevictable, child_file_failed, no_io_uring.".into(),
         samples: procs
             .iter()
             .flat_map(|(g, p)| {

@@ -454,11 +454,15 @@ pub enum EventKind {
     Unevictable = 6,
     /// A forked child could not make a swap file of its own.
     ChildFileFailed = 7,
+    /// No io_uring for swap-file writes (a seccomp profile or
+    /// `kernel.io_uring_disabled` refused it): one `pwrite` at a time;
+    /// value: the errno.
+    NoIoUring = 8,
 }
 
 impl EventKind {
     /// Every kind, in the block's order.
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::OomKill,
         EventKind::BudgetChanged,
         EventKind::WritebackPaused,
@@ -467,6 +471,7 @@ impl EventKind {
         EventKind::SigbusBlocked,
         EventKind::Unevictable,
         EventKind::ChildFileFailed,
+        EventKind::NoIoUring,
     ];
 
     /// The kind's exported name.
@@ -480,6 +485,7 @@ impl EventKind {
             EventKind::SigbusBlocked => "sigbus_blocked",
             EventKind::Unevictable => "unevictable",
             EventKind::ChildFileFailed => "child_file_failed",
+            EventKind::NoIoUring => "no_io_uring",
         }
     }
 

@@ -204,17 +204,26 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             }
         }
         // Swap files are written back through an io_uring of this
-        // thread's, several writes in flight; without one (no io_uring in
-        // the kernel, or `kernel.io_uring_disabled`), one `pwrite` at a
-        // time, said once.
+        // thread's, several writes in flight; without one, one `pwrite` at
+        // a time.  A refusal by policy (ENOSYS from a seccomp profile, as
+        // Podman's default; EPERM from `kernel.io_uring_disabled`) is the
+        // environment's choice, and the fallback is as correct: an event
+        // for `uswap stat`, not a line on the program's stderr in every
+        // process of the tree.  Anything else is said once.
         let mut ring = match Inner::upgrade(&weak) {
             Some(inner) if inner.backing().devices.iter().any(|d| d.waits_on_disk()) => {
                 match WriteRing::new() {
                     Ok(r) => Some(r),
                     Err(e) => {
-                        report::line(format_args!(
-                            "uswap: no io_uring here ({e}); swap file writes go one pwrite at a time"
-                        ));
+                        let errno = e.raw_os_error().unwrap_or(0);
+                        inner
+                            .registry()
+                            .event(crate::stats::EventKind::NoIoUring, errno as u64);
+                        if errno != libc::ENOSYS && errno != libc::EPERM {
+                            report::line(format_args!(
+                                "uswap: no io_uring here ({e}); swap file writes go one pwrite at a time"
+                            ));
+                        }
                         None
                     }
                 }
