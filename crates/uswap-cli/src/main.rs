@@ -3,12 +3,14 @@
 mod cgroup;
 mod debug;
 mod demo;
+mod preload;
 mod run;
+mod seccomp;
 mod supervisor;
 mod watch;
 
 use anyhow::Result;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use uswap_bench::{micro, workload};
 
 /// uswap: a swap subsystem in user space, after the Linux swap design.
@@ -45,7 +47,7 @@ enum Command {
     ///
     /// `uswap run --budget 1G -- python3 big.py`: the program's malloc
     /// family is mimalloc over a uswap region (a library preloaded with
-    /// LD_PRELOAD, built by the workspace beside this executable); what
+    /// LD_PRELOAD, carried inside this executable); what
     /// the heap holds beyond the budget goes to swap and comes back on
     /// access.  Paged: the malloc heap of a dynamically linked program
     /// and its threads, and the private anonymous memory it maps itself,
@@ -98,6 +100,21 @@ enum Command {
     /// core file by itself (uswap brings its memory in first, within
     /// RLIMIT_CORE); this is for one that runs.
     Gcore(debug::GcoreArgs),
+    SeccompProfile(seccomp::SeccompArgs),
+    /// Print a shell's completions for uswap: `uswap completions bash >
+    /// /etc/bash_completion.d/uswap` (zsh: a file `_uswap` on $fpath;
+    /// fish: ~/.config/fish/completions/uswap.fish).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print uswap's manual page (roff): `uswap man | man -l -`, or save it
+    /// as /usr/local/share/man/man1/uswap.1.  Each command's page with
+    /// `uswap man COMMAND` (uswap-run.1 and so on).
+    Man {
+        /// A command's own page, e.g. `run`.
+        command: Option<String>,
+    },
     /// Benchmarks of the core, one per seed experiment.
     #[command(subcommand)]
     Bench(BenchCommand),
@@ -204,6 +221,9 @@ fn main() {
         Command::Top(_) => "uswap top",
         Command::Gdb(_) => "uswap gdb",
         Command::Gcore(_) => "uswap gcore",
+        Command::SeccompProfile(_) => "uswap seccomp-profile",
+        Command::Completions { .. } => "uswap completions",
+        Command::Man { .. } => "uswap man",
         Command::Bench(_) => "uswap bench",
     };
     if let Err(e) = run(cli) {
@@ -225,6 +245,15 @@ fn run(cli: Cli) -> Result<()> {
         Command::Top(a) => watch::top::run(&a),
         Command::Gdb(a) => debug::gdb(&a),
         Command::Gcore(a) => debug::gcore(&a),
+        Command::SeccompProfile(a) => seccomp::run(&a),
+        Command::Completions { shell } => {
+            // Into a buffer first: clap_complete panics on a failed write
+            // (`| head`), where a command should stop quietly.
+            let mut text = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "uswap", &mut text);
+            print_quietly(&text)
+        }
+        Command::Man { command } => man(command.as_deref()),
         Command::Bench(b) => match b {
             BenchCommand::Alloc(a) => micro::alloc::run(&a),
             BenchCommand::Extent(a) => micro::extent::run(&a),
@@ -238,5 +267,38 @@ fn run(cli: Cli) -> Result<()> {
             BenchCommand::Program(a) => workload::program::run(&a),
             BenchCommand::Worker(a) => workload::worker::main(&a),
         },
+    }
+}
+
+/// The manual page of uswap, or of one of its commands, on stdout.
+fn man(command: Option<&str>) -> Result<()> {
+    let mut cli = Cli::command();
+    cli.build();
+    let page = match command {
+        None => cli,
+        Some(name) => {
+            let Some(sub) = cli.find_subcommand(name) else {
+                let names: Vec<_> = cli.get_subcommands().map(|c| c.get_name().to_owned()).collect();
+                anyhow::bail!("no command {name}: one of {}", names.join(", "));
+            };
+            // Named as man(1) pages of subcommands are: uswap-run(1).  (A
+            // name is `&'static` without clap's `string` feature; this
+            // runs once, at the end of the process.)
+            let full: &'static str = Box::leak(format!("uswap-{name}").into_boxed_str());
+            sub.clone().name(full).bin_name(full)
+        }
+    };
+    let mut text = Vec::new();
+    clap_mangen::Man::new(page).render(&mut text)?;
+    print_quietly(&text)
+}
+
+/// Write `text` to stdout; a reader that went away (EPIPE) is not an
+/// error.
+fn print_quietly(text: &[u8]) -> Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
     }
 }

@@ -812,3 +812,115 @@ fn the_version_names_the_commit() {
     }
     assert!(text.starts_with("uswap "), "{text}");
 }
+
+/// One copied file runs programs: `uswap` alone in a directory (as
+/// `cargo install` or an image leaves it), run from an empty directory,
+/// installs the preload library it carries and pages a program 4 times
+/// its budget, in handler mode as root and in SIGBUS mode as `nobody`
+/// (whose loader must read what it installed).
+#[test]
+fn one_copied_uswap_runs_programs_from_an_empty_directory() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::os::unix::process::CommandExt;
+    let bin = open_dir(false);
+    let exe = bin.path().join("uswap");
+    std::fs::copy(env!("CARGO_BIN_EXE_uswap"), &exe).unwrap();
+    let empty = open_dir(false);
+    let tmp = open_dir(true);
+    let mut modes = vec![Mode::Sigbus];
+    if root() {
+        modes.push(Mode::Handler);
+    }
+    for mode in modes {
+        let mut cmd = Command::new(&exe);
+        cmd.args([
+            "run",
+            "--budget",
+            "64M",
+            "--mode",
+            mode.name(),
+            "--stats",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+        ])
+        .arg("d = [bytes([i % 256]) * 4096 for i in range(65536)]; print(sum(b[0] for b in d))")
+        .current_dir(empty.path())
+        .env("TMPDIR", tmp.path());
+        let uid = if mode == Mode::Sigbus && root() {
+            cmd.uid(NOBODY).gid(NOBODY);
+            NOBODY
+        } else {
+            // SAFETY: geteuid has no preconditions.
+            unsafe { libc::geteuid() }
+        };
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "{mode:?}: {err}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "8355840",
+            "{mode:?}: {err}"
+        );
+        assert!(
+            stat(&err, "swap-ins") > 0,
+            "{mode:?}: nothing came back from swap: {err}"
+        );
+        // The library it installed: this user's, readable by all, named by
+        // its hash; nothing was put beside the executable.
+        let dir = tmp.path().join(format!("uswap-{uid}"));
+        let libs: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(libs.len(), 1, "{libs:?}");
+        let m = std::fs::metadata(&libs[0]).unwrap();
+        assert_eq!((m.uid(), m.mode() & 0o777), (uid, 0o644), "{libs:?}");
+        assert_eq!(
+            std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777,
+            0o755
+        );
+        assert_eq!(std::fs::read_dir(bin.path()).unwrap().count(), 1);
+    }
+}
+
+/// The manual pages and completions a package installs come from the
+/// command's own definition: every command is in them.
+#[test]
+fn man_pages_and_completions_cover_every_command() {
+    let page = uswap(&["man"], &[]);
+    let text = String::from_utf8_lossy(&page.stdout);
+    assert!(page.status.success() && text.contains(".TH uswap 1"), "{text}");
+    for command in [
+        "run",
+        "stat",
+        "top",
+        "gdb",
+        "seccomp-profile",
+        "completions",
+        "bench",
+    ] {
+        // roff escapes every hyphen of the name.
+        let listed = format!("uswap-{command}(1)").replace('-', "\\-");
+        assert!(text.contains(&listed), "{command} is not in uswap(1)");
+        let sub = uswap(&["man", command], &[]);
+        let sub_text = String::from_utf8_lossy(&sub.stdout);
+        assert!(sub_text.contains(&format!(".TH uswap-{command} 1")), "{sub_text}");
+    }
+    assert!(String::from_utf8_lossy(&uswap(&["man", "run"], &[]).stdout).contains("budget"));
+    let bad = uswap(&["man", "nosuch"], &[]);
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("one of demo, run"));
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef uswap"),
+        ("fish", "complete -c uswap"),
+    ] {
+        let out = uswap(&["completions", shell], &[]);
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains(marker), "{shell}: {text}");
+        assert!(
+            text.contains("seccomp-profile") && text.contains("--budget"),
+            "{shell}"
+        );
+    }
+}
