@@ -11,7 +11,8 @@
 //! under a 0700 directory could not be read by a child that drops to
 //! another user.
 //!
-//! So the file goes in `uswap-UID/` under the first of $TMPDIR, /tmp,
+//! So the file goes in `uswap-preload-UID/` (not `uswap-UID/`, the
+//! statistics directory's fallback, which is 0700) under the first of $TMPDIR, /tmp,
 //! /var/tmp and /dev/shm that any user may enter and that is not mounted
 //! noexec, named by a hash of its bytes: runs of the same build share it,
 //! runs of different builds do not collide.  The directory must be this
@@ -85,7 +86,7 @@ fn install_in(base: &Path, uid: u32, name: &str, bytes: &[u8]) -> Result<PathBuf
     if vfs.f_flag.contains(rustix::fs::StatVfsMountFlags::NOEXEC) {
         bail!("mounted noexec: the loader could not map a library from it");
     }
-    let dir = base.join(format!("uswap-{uid}"));
+    let dir = base.join(format!("uswap-preload-{uid}"));
     match std::fs::DirBuilder::new().mode(0o755).create(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
@@ -189,7 +190,7 @@ mod tests {
         let uid = rustix::process::geteuid().as_raw();
         // The directory of another uid (as one made by another user first
         // looks to this one).
-        std::fs::create_dir(t.path().join(format!("uswap-{}", uid + 1))).unwrap();
+        std::fs::create_dir(t.path().join(format!("uswap-preload-{}", uid + 1))).unwrap();
         let e = install_in(t.path(), uid + 1, "lib.so", b"x").unwrap_err();
         if uid != u32::MAX - 1 {
             assert!(format!("{e:#}").contains("another user made it first"), "{e:#}");
@@ -205,7 +206,7 @@ mod tests {
         let t = base();
         let uid = rustix::process::geteuid().as_raw();
         let elsewhere = tempfile::tempdir().unwrap();
-        std::os::unix::fs::symlink(elsewhere.path(), t.path().join(format!("uswap-{uid}"))).unwrap();
+        std::os::unix::fs::symlink(elsewhere.path(), t.path().join(format!("uswap-preload-{uid}"))).unwrap();
         let e = install_in(t.path(), uid, "lib.so", b"x").unwrap_err();
         assert!(format!("{e:#}").contains("not this user's directory"), "{e:#}");
         assert_eq!(std::fs::read_dir(elsewhere.path()).unwrap().count(), 0);

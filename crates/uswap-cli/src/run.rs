@@ -93,7 +93,7 @@ pub struct RunArgs {
     /// coverage, not for speed: measured on whole programs at three
     /// times their budget, sigbus was faster on every one (one run each:
     /// sqlite3 1.7x, Perl 1.17x, OpenJDK and Node 1.15x, Python's malloc churn
-    /// 1.13x, Python over 6 GiB at a 2 GiB budget 1.55x; docs/PERFORMANCE.md);
+    /// 1.13x, Python over 6 GiB at a 2 GiB budget 1.55x; docs/history/PERFORMANCE-LOG.md);
     /// pick `--mode sigbus` for speed where
     /// the program does no asynchronous IO into its heap.
     #[arg(long, value_enum, default_value_t = RunMode::Auto)]

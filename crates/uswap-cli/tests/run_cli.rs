@@ -868,7 +868,7 @@ fn one_copied_uswap_runs_programs_from_an_empty_directory() {
         );
         // The library it installed: this user's, readable by all, named by
         // its hash; nothing was put beside the executable.
-        let dir = tmp.path().join(format!("uswap-{uid}"));
+        let dir = tmp.path().join(format!("uswap-preload-{uid}"));
         let libs: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())

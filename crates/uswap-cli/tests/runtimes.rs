@@ -157,7 +157,7 @@ fn node_typed_arrays_and_a_map() {
 /// Perl: an array of 1.2 M strings (133 MiB plain) and a hash of 60 000
 /// of them, under 40 MiB.  (A hash of 600 000 keys at 3x its budget
 /// faults at random a million times: minutes under uswap and the kernel
-/// alike, measured by `scripts/bench-programs`, docs/PERFORMANCE.md.)
+/// alike, measured by `scripts/bench-programs`, docs/history/PERFORMANCE-LOG.md.)
 #[test]
 #[cfg_attr(
     debug_assertions,

@@ -70,7 +70,7 @@ fn stream(seed: u64) -> impl FnMut() -> u64 {
 /// The lines are in nearly the order sort puts them (a log's, by time):
 /// sorting 23 MB of random keys at 3x its budget faults at random
 /// millions of times, minutes under uswap and the kernel alike
-/// (`scripts/bench-programs`'s sort-pipeline, docs/PERFORMANCE.md).
+/// (`scripts/bench-programs`'s sort-pipeline, docs/history/PERFORMANCE-LOG.md).
 #[test]
 #[cfg_attr(
     debug_assertions,

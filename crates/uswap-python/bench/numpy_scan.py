@@ -11,7 +11,7 @@ way `uswap bench program` says (USWAP_BENCH_RUNNER):
 
 It prints the sum and the gather's sum (the same under every runner, which
 `bench program` checks) and appends each phase's seconds as a JSON line to
---times.  Run it through the command in docs/PERFORMANCE.md ("numpy on
+--times.  Run it through the command in docs/history/PERFORMANCE-LOG.md ("numpy on
 uswap"):
 
     uswap bench program --budget 2G --swap-size 12G --rounds 1 \\

@@ -4,7 +4,7 @@ import pytest
 
 # The sizes the numpy tests page: a budget and four times it.  The
 # defaults keep `scripts/check` short; `USWAP_TEST_BUDGET=2G` runs them at
-# the sizes of docs/PERFORMANCE.md.
+# the sizes of docs/history/PERFORMANCE-LOG.md.
 BUDGET = os.environ.get("USWAP_TEST_BUDGET", "256M")
 
 

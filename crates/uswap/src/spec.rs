@@ -23,7 +23,7 @@
 //! the cost.  SIZE takes binary suffixes (`512M`, `4G`, `65536`).  A compressed
 //! device alone has SIZE / 4096 slots, as a zram disk of SIZE; in a tier
 //! it has the file's.  The codec defaults to LZ4 (measured:
-//! docs/PERFORMANCE.md, "Compressed RAM"); zstd's level to
+//! docs/history/PERFORMANCE-LOG.md, "Compressed RAM"); zstd's level to
 //! [`Codec::ZSTD_DEFAULT_LEVEL`].  [`SwapDeviceSpec`]'s `Display` writes
 //! the canonical form back, which parses to the same device.
 

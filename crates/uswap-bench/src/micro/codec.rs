@@ -1,7 +1,7 @@
 //! `uswap bench codec`: the compressed device's codecs on the benches'
 //! pages: how small a page gets, and what compressing and decompressing one
 //! costs.  The numbers the default codec and zstd's default level were
-//! chosen by (docs/PERFORMANCE.md, "Compressed RAM").
+//! chosen by (docs/history/PERFORMANCE-LOG.md, "Compressed RAM").
 //!
 //! Each thread takes pages of `--data` (the same generator as the workload
 //! benches) in turn and compresses and decompresses each with the

@@ -56,7 +56,7 @@ pub enum Codec {
 
 impl Codec {
     /// zstd's level when none is given, by `uswap bench codec`
-    /// (docs/PERFORMANCE.md, "Compressed RAM"): level 1 stores the
+    /// (docs/history/PERFORMANCE-LOG.md, "Compressed RAM"): level 1 stores the
     /// benches' text pages in 0.63x of LZ4's bytes, at 2.5x LZ4's
     /// compression time and 4x its decompression; level 3 saves 2% more
     /// bytes for 1.3x level 1's time, level 9 5% more for 6x.

@@ -153,7 +153,7 @@ impl CompressedOptions {
     /// evicted again is compressed again.  On, the page comes back clean
     /// with its slot, as from a RAM or file device, and goes again with no
     /// compression, for memory: the store also holds copies of resident
-    /// pages (measured in docs/PERFORMANCE.md, "Compressed RAM").
+    /// pages (measured in docs/history/PERFORMANCE-LOG.md, "Compressed RAM").
     pub fn keep_copies(mut self, on: bool) -> Self {
         self.keep_copies = on;
         self

@@ -150,7 +150,7 @@ impl SwapBuilder {
     /// Default: a 128th of the budget, at least 256 (1 MiB) and at most
     /// 4096 (16 MiB): 1024 for a 512 MiB budget, where a swap file's
     /// sequential writeback ran 1.55x faster than with 256 (docs/
-    /// PERFORMANCE.md).
+    /// docs/history/PERFORMANCE-LOG.md).
     pub fn staging_frames(mut self, n: u32) -> Self {
         self.staging_frames = Some(n);
         self
@@ -284,7 +284,7 @@ impl SwapBuilder {
     /// and one TLB flush per run instead of per page (a cross-CPU
     /// shootdown, 10-12 us on a VM, whenever another CPU runs the
     /// program).  sqlite3 building an index at 20 MiB: 1.3x faster and 5%
-    /// fewer swap-ins (docs/PERFORMANCE.md).  Off: victims one by one,
+    /// fewer swap-ins (docs/history/PERFORMANCE-LOG.md).  Off: victims one by one,
     /// in LRU order, as before issue 26.
     pub fn evict_neighbours(mut self, on: bool) -> Self {
         self.evict_neighbours = on;

@@ -18,7 +18,7 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// the entries ever used (`lookup`), without a lock, so the cost of a
 /// fault grows with the regions alive (all of them, in the worst case of
 /// a fault in the newest): a few nanoseconds an entry, about 1 us at a
-/// thousand (docs/PERFORMANCE.md, "numpy on uswap").  1,024 is past the
+/// thousand (docs/history/PERFORMANCE-LOG.md, "numpy on uswap").  1,024 is past the
 /// ~900 at which UMap's users ran out, and the table is 40 KiB of static
 /// memory; ids for a region's unused tail are reserved per region
 /// (builder.rs), address space only.

@@ -22,7 +22,7 @@
 //! B-tree pages, a hash table's buckets) pays a fault to save nothing.
 //! sqlite3 building an index at three times its budget wrote 61% of the
 //! pages it read back, and ran 1.35x faster with them writable
-//! (docs/PERFORMANCE.md, "Sealing that pays for itself").
+//! (docs/history/PERFORMANCE-LOG.md, "Sealing that pays for itself").
 //!
 //! So the instance measures it: of the pages that came in sealed, how many
 //! were written before they went.  While fewer than one in
