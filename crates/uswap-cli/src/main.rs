@@ -144,7 +144,7 @@ enum BenchCommand {
     /// thread the list's one-entry cache always hits; with several, they
     /// move the shared cursor under each other and the list is walked.
     Extent(micro::extent::ExtentArgs),
-    /// The compressed device's codecs on the benches' pages (issue 12):
+    /// The compressed device's codecs on the benches' pages:
     /// bytes a page compresses to, and nanoseconds to compress and to
     /// decompress one, for lz4 and zstd levels.
     Codec(micro::codec::CodecArgs),

@@ -309,7 +309,7 @@ fn demo_swaps_and_verifies() {
 }
 
 /// A run killed with SIGKILL leaves no swap file: a created one never has
-/// a name (issue 13).
+/// a name.
 #[test]
 fn a_killed_demo_leaves_no_swap_file() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! `uswap run` as a guest in someone else's process (issue 22): it starts
+//! `uswap run` as a guest in someone else's process: it starts
 //! at every size, and nothing the program does with its descriptors,
 //! signal masks, stacks, mappings or system calls costs it a byte or a
 //! crash.  Each test is a short program doing what ordinary programs do

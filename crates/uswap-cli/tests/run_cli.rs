@@ -106,7 +106,7 @@ fn threads_allocate_four_times_the_budget() {
 }
 
 /// In SIGBUS mode, a thread that blocks SIGBUS before its first
-/// allocation: its `pthread_sigmask` keeps SIGBUS open (issue 22; before,
+/// allocation: its `pthread_sigmask` keeps SIGBUS open (before,
 /// its blocks were routed to glibc's allocator, outside the paged heap,
 /// for the kernel would end the process at its first fault), so it
 /// allocates from the heap and its faults are served, as the other three

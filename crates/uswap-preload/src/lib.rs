@@ -278,7 +278,7 @@ fn start(c: Config) -> Result<(), StartError> {
         // the budget evicts a batch, which at a small share (a tree's
         // budget split among its processes) took the pages touched just
         // before: a vfork child's execve failed with EFAULT through all
-        // of its sixteen tries (guest tests, issue 26).
+        // of its sixteen tries (the guest tests).
         .paced_reclaim(false)
         // A guest starts no thread it does not need (background.rs).
         .threads_on_need(true)

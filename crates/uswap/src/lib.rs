@@ -3,7 +3,9 @@
 //! A process gets more memory than its budget: the pages of the regions
 //! uswap maps are swapped out to swap devices and back in on access,
 //! transparently (userfaultfd), by the design of the Linux swap
-//! subsystem as the seed patches describe it (see `docs/DESIGN.md`).
+//! subsystem as five kernel patches, "the seeds", describe it (numbered 000
+//! to 004 in `docs/SEEDS.md`, which says what each does; the design is
+//! `docs/DESIGN.md`).
 //!
 //! What a user needs:
 //!

@@ -46,19 +46,19 @@ pub struct Ablation {
     pub keep_copies: bool,
     /// Swap files are written in plaintext (encryption off).
     pub plaintext: bool,
-    /// Faults pace reclaim (issue 26); off: a normal-priority reclaimer
+    /// Faults pace reclaim; off: a normal-priority reclaimer
     /// and whole-batch direct reclaim, as before.
     pub paced: bool,
     /// First touches far below the budget fill a whole window.
     pub wide_fault_around: bool,
-    /// Refaults activated by their distance (issue 26); off: all of them.
+    /// Refaults activated by their distance; off: all of them.
     pub refault_distance: bool,
-    /// Backward and strided walks read ahead (issue 26).
+    /// Backward and strided walks read ahead.
     pub trend_prefetch: bool,
     /// Pages a compressed device let go come in sealed only while that
-    /// pays (issue 26); off: always.
+    /// pays; off: always.
     pub adaptive_seal: bool,
-    /// A victim's cold neighbours go with it (issue 26); off: one by one.
+    /// A victim's cold neighbours go with it; off: one by one.
     pub evict_neighbours: bool,
 }
 

@@ -911,7 +911,7 @@ fn write_ring_writes_jobs_and_reports_each_failure() {
 
 /// An existing path is used only if it is this process's alone: not a
 /// symbolic link, owned by this user, mode 0600, not sparse, and not held
-/// by another device (issue 13).  Each refusal is one line that names the
+/// by another device.  Each refusal is one line that names the
 /// path and says what to do; nothing is changed.
 #[test]
 fn existing_files_that_others_could_reach_are_refused() {

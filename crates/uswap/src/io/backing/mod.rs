@@ -8,7 +8,7 @@
 //! unstable extents as the kernel's swapfile activation does.
 //!
 //! A backing opened for IO holds copies of a process's memory, so it must
-//! be this process's alone (issue 13): never reached through a symbolic
+//! be this process's alone: never reached through a symbolic
 //! link (`O_NOFOLLOW`: a link planted in a shared directory would send the
 //! memory elsewhere); a regular file owned by this user and closed to
 //! everyone else (mode `0600`: no one else may read what is swapped or

@@ -221,7 +221,7 @@ impl SwapBuilder {
     /// background reclaimer runs at the lowest priority (nice 19), on
     /// what CPU time the program leaves.  Off: the reclaimer runs at the
     /// program's priority and a fault reclaims a whole batch only when
-    /// the reclaimer has fallen a batch behind (uswap before issue 26:
+    /// the reclaimer has fallen a batch behind (uswap before paced reclaim:
     /// a 4 ms p99.9 when the program's threads fill the CPUs).
     pub fn paced_reclaim(mut self, on: bool) -> Self {
         self.paced_reclaim = on;
@@ -246,7 +246,7 @@ impl SwapBuilder {
     /// list, to be evicted first again (after the kernel's
     /// mm/workingset.c; uswap sees no accessed bits, so the bound is half
     /// the budget rather than the active list).  Off: every page that
-    /// comes back is activated, as before issue 26.
+    /// comes back is activated, as before refault distance.
     pub fn refault_distance(mut self, on: bool) -> Self {
         self.refault_distance = on;
         self
@@ -257,8 +257,8 @@ impl SwapBuilder {
     /// backwards or by a stride of 2 to 127 pages either way, has the
     /// pages along it read in before it touches them, the window
     /// doubling from 2 to 32 while the walk keeps to it (after Leap,
-    /// ATC'20).  Off: only forward walks are read ahead, as before
-    /// issue 26.
+    /// ATC'20).  Off: only forward walks are read ahead, as
+    /// readahead alone does.
     pub fn trend_prefetch(mut self, on: bool) -> Self {
         self.trend_prefetch = on;
         self
@@ -270,8 +270,7 @@ impl SwapBuilder {
     /// with its batch rather than moved; while more than one such page in
     /// three is written before it goes (each write a write-protect fault
     /// that saves nothing), they come in writable instead, one in sixteen
-    /// still sealed to keep measuring.  Off: every such page is sealed,
-    /// as before issue 26.
+    /// still sealed to keep measuring.  Off: every such page is sealed.
     pub fn adaptive_seal(mut self, on: bool) -> Self {
         self.adaptive_seal = on;
         self
@@ -285,7 +284,7 @@ impl SwapBuilder {
     /// shootdown, 10-12 us on a VM, whenever another CPU runs the
     /// program).  sqlite3 building an index at 20 MiB: 1.3x faster and 5%
     /// fewer swap-ins (docs/history/PERFORMANCE-LOG.md).  Off: victims one by one,
-    /// in LRU order, as before issue 26.
+    /// in LRU order.
     pub fn evict_neighbours(mut self, on: bool) -> Self {
         self.evict_neighbours = on;
         self

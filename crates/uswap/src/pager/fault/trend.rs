@@ -23,7 +23,7 @@
 //! trend is readahead's (`readahead::prefetch_trend`), as its runs are.
 //!
 //! `SwapBuilder::trend_prefetch(false)` (`--ablate` `no-trend-prefetch`)
-//! leaves the forward path alone, as before issue 26.
+//! leaves the forward path alone: readahead's own.
 
 use crate::PAGE_SIZE;
 

@@ -1,4 +1,4 @@
-//! Encrypted swap files seen from outside (issue 13): what is on disk
+//! Encrypted swap files seen from outside: what is on disk
 //! while a region is swapped out holds none of its bytes, and a block
 //! changed on disk (a flipped bit, two blocks swapped, an old block put
 //! back) ends in SIGBUS with the reason, never in wrong data.

@@ -338,7 +338,7 @@ fn a_forked_child_swaps_to_a_file_of_its_own() {
     }
 }
 
-/// A forked child publishes statistics of its own (issue 24): a file for
+/// A forked child publishes statistics of its own: a file for
 /// its pid, beside its parent's; its counters from zero and its levels as
 /// they were at the fork; what it does counted there and not in its
 /// parent's block; its file gone when it leaves, its parent's still there.

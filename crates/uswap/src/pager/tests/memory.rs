@@ -228,7 +228,7 @@ fn discarded_resident_pages_read_as_zeros() {
 
 /// A page whose region the program unmapped and replaced: dropping the
 /// region leaves the new mapping alone.  No background reclaimer: uswap
-/// does not see the munmap (UFFD_EVENT_UNMAP is issue 11's), so a
+/// does not see the munmap (UFFD_EVENT_UNMAP is `uswap run`'s), so a
 /// reclaimer evicting the old region's pages meanwhile would move the new
 /// mapping's pages out from under the program; that is not what this
 /// test is about.
@@ -338,7 +338,7 @@ fn locked_and_read_only_pages_are_unevictable() {
     }
 }
 
-// Batched eviction (issue 10): clean pages dropped in place, dirty
+// Batched eviction: clean pages dropped in place, dirty
 // neighbours moved as runs.
 
 /// A clean page (read back, write-protected) that the program discards
@@ -412,7 +412,7 @@ fn discarded_clean_pages_read_as_zeros_after_batched_eviction() {
     }
 }
 
-/// Wide fault-around (issue 26): far below the budget, first touches out
+/// Wide fault-around: far below the budget, first touches out
 /// of order fill runs of fresh pages, so most touches take no fault; off,
 /// nearly every out-of-order touch faults.  Every page reads zeros before
 /// it is written and what was written after, and the resident count is

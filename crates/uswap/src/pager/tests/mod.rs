@@ -1158,7 +1158,7 @@ fn many_threads_fault_on_one_page() {
 /// GiB; budgets smaller than a batch; devices of every kind, compressed
 /// ones with a zero limit or a bad level) is an instance or an error of
 /// one line, never a panic; and any region size asked of an instance
-/// (0, 1, unaligned, more than it may map) the same (issue 13).
+/// (0, 1, unaligned, more than it may map) the same.
 mod bad_input {
     use super::*;
     use proptest::prelude::*;

@@ -1,4 +1,4 @@
-//! The soak (issue 13): many short runs, each a random configuration
+//! The soak: many short runs, each a random configuration
 //! (fault mode, 4 KiB pages or 2 MB units, seed switches, device, thread
 //! count) under random injected faults (write errors at random slots,
 //! swap writes failing for a while, `EAGAIN`/`EBUSY`/`ENOMEM` from the
