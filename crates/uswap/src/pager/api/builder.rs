@@ -604,7 +604,7 @@ impl SwapBuilder {
                 (_, true) => 2,
             },
         });
-        inner.background().set_me(Arc::downgrade(&inner));
+        inner.set_me(Arc::downgrade(&inner));
         if self.mode == FaultMode::Sigbus {
             sigbus::install();
         }

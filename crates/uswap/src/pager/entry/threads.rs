@@ -62,7 +62,7 @@ pub(crate) fn start_wanted(inner: &Inner) {
     if !inner.background().wanted() || !inner.same_process() || !inner.background().take_start() {
         return;
     }
-    let Some(me) = inner.background().me() else {
+    let Some(me) = inner.me() else {
         return;
     };
     let mut threads = inner.threads().lock();

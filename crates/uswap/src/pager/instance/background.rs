@@ -23,9 +23,6 @@
 //! themselves, as they do whenever the reclaimer falls behind.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
-use std::sync::{OnceLock, Weak};
-
-use crate::pager::instance::inner::Inner;
 
 /// Not needed yet.
 const IDLE: u8 = 0;
@@ -57,9 +54,6 @@ pub(crate) struct Background {
     /// Faults since the last publication of the levels, while no
     /// reclaimer publishes them.
     ticks: AtomicU32,
-    /// The instance itself, for the thread that starts its threads from a
-    /// plain reference (the SIGBUS handler finds `&Inner` by address).
-    me: OnceLock<Weak<Inner>>,
 }
 
 impl Background {
@@ -70,17 +64,7 @@ impl Background {
             kick: AtomicU32::new(0),
             sleeping: AtomicBool::new(false),
             ticks: AtomicU32::new(0),
-            me: OnceLock::new(),
         }
-    }
-
-    /// Remember the instance's own `Arc` (once, at build).
-    pub fn set_me(&self, me: Weak<Inner>) {
-        let _ = self.me.set(me);
-    }
-
-    pub fn me(&self) -> Option<std::sync::Arc<Inner>> {
-        self.me.get()?.upgrade()
     }
 
     /// Whether the background threads run (or are starting).

@@ -104,6 +104,10 @@ pub(crate) struct Inner {
     spawn: Spawn,
     /// Whether the background threads run, are wanted, or not yet.
     background: crate::pager::instance::background::Background,
+    /// The instance itself, for the thread that starts the background
+    /// threads from a plain reference (the SIGBUS handler finds `&Inner`
+    /// by address); set once, at build.
+    me: std::sync::OnceLock<Weak<Inner>>,
     /// Which once-only lines have been said.
     reports: Reports,
     /// This process has forked since the instance was built: a page
@@ -263,6 +267,7 @@ impl Inner {
             pid: std::sync::atomic::AtomicI32::new(unsafe { libc::getpid() }),
             threads: StatMutex::new(Vec::new(), p.registry.lock_site(LockId::THREADS)),
             background: crate::pager::instance::background::Background::new(p.spawn.on_need),
+            me: std::sync::OnceLock::new(),
             spawn: p.spawn,
             ids: StatMutex::new(
                 PageIds {
@@ -425,6 +430,14 @@ impl Inner {
     #[inline]
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+    /// Remember the instance's own `Arc` (once, at build).
+    pub fn set_me(&self, me: Weak<Inner>) {
+        let _ = self.me.set(me);
+    }
+    /// The instance's own `Arc`, while it lives.
+    pub fn me(&self) -> Option<Arc<Inner>> {
+        self.me.get()?.upgrade()
     }
     /// The background threads' state.
     #[inline]
