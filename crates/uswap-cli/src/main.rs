@@ -1,6 +1,7 @@
 //! The `uswap` command line.
 
 mod cgroup;
+mod ctl;
 mod debug;
 mod demo;
 mod preload;
@@ -84,6 +85,7 @@ enum Command {
     /// its budget, swapped, store ratio, faults per second and pressure,
     /// refreshed every second; `s` changes the sort, `q` quits.
     Top(watch::top::TopArgs),
+    Ctl(ctl::CtlArgs),
     /// gdb attached to a paged program, its swapped memory brought in.
     ///
     /// `uswap gdb PID -- -batch -ex 'x/4gx ADDR'`.  A debugger's reads
@@ -219,6 +221,7 @@ fn main() {
         Command::Run(_) => "uswap run",
         Command::Stat(_) => "uswap stat",
         Command::Top(_) => "uswap top",
+        Command::Ctl(_) => "uswap ctl",
         Command::Gdb(_) => "uswap gdb",
         Command::Gcore(_) => "uswap gcore",
         Command::SeccompProfile(_) => "uswap seccomp-profile",
@@ -243,6 +246,7 @@ fn run(cli: Cli) -> Result<()> {
         Command::Run(a) => run::run(&a),
         Command::Stat(a) => watch::stat::run(&a),
         Command::Top(a) => watch::top::run(&a),
+        Command::Ctl(a) => ctl::run(&a),
         Command::Gdb(a) => debug::gdb(&a),
         Command::Gcore(a) => debug::gcore(&a),
         Command::SeccompProfile(a) => seccomp::run(&a),

@@ -98,17 +98,32 @@ pub fn supervise(mut cmd: Command, mut arbiter: Arbiter) -> anyhow::Result<Ended
         .spawn()
         .with_context(|| format!("running {}", cmd.get_program().to_string_lossy()))?;
     let pid = child.id() as i32;
+    // `uswap ctl`'s way in.  A tree without it (no statistics directory
+    // of this user's to put the socket in) runs as well; `uswap ctl` then
+    // says it finds none.
+    let mut control = crate::ctl::Control::listen(pid).ok();
     loop {
-        if let Some(oom) = arbiter.tick(Instant::now()) {
+        let now = Instant::now();
+        if let Some(oom) = arbiter.tick(now) {
             out_of_memory(oom);
         }
-        let mut pfd = libc::pollfd {
-            fd: signals.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd of ours.
-        unsafe { libc::poll(&mut pfd, 1, TICK.as_millis() as i32) };
+        if let Some(c) = control.as_mut() {
+            c.serve(&mut arbiter, now);
+        }
+        let mut pfd = [
+            libc::pollfd {
+                fd: signals.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: control.as_ref().map_or(-1, |c| c.raw_fd()),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two pollfds of ours (a negative descriptor is skipped).
+        unsafe { libc::poll(pfd.as_mut_ptr(), 2, TICK.as_millis() as i32) };
         loop {
             // SAFETY: zeroed is a valid siginfo record.
             let mut info: libc::signalfd_siginfo = unsafe { std::mem::zeroed() };

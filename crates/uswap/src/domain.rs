@@ -105,6 +105,33 @@ struct Header {
     /// spawned pool worker) took the whole budget until its first share,
     /// a tenth of a second of allocation past the tree's bound.
     newcomer: AtomicU64,
+    /// Bumped at each change of the budget from outside (`uswap ctl`): a
+    /// member that takes no fault and runs no reclaimer (an idle one, in
+    /// SIGBUS mode) looks at it from its allocations, one load
+    /// ([`budget_changed`]), and starts its reclaimer to follow.
+    generation: AtomicU64,
+}
+
+/// The `generation` word of the first domain this process joined, in a
+/// mapping of the domain's first page of its own that is never unmapped
+/// (so that a load from `malloc` can never meet an unmapped page, whatever
+/// becomes of the member); null before a join.  A forked child inherits
+/// the mapping and the word.
+static GENERATION: std::sync::atomic::AtomicPtr<AtomicU64> = std::sync::atomic::AtomicPtr::new(std::ptr::null_mut());
+/// The generation this process last acted on.
+static SEEN: AtomicU64 = AtomicU64::new(0);
+
+/// Whether the domain's budget was changed from outside since the last
+/// call that returned true: one load while it was not.  Allocation-free
+/// and lock-free (called from `uswap run`'s `malloc`).
+pub fn budget_changed() -> bool {
+    let p = GENERATION.load(Ordering::Acquire);
+    if p.is_null() {
+        return false;
+    }
+    // SAFETY: `p` points into a mapping that is never unmapped (`join`).
+    let g = unsafe { &*p }.load(Ordering::Relaxed);
+    SEEN.load(Ordering::Relaxed) != g && SEEN.swap(g, Ordering::Relaxed) != g
 }
 
 /// One member.  `pid` is the slot's lock: a process takes a free slot by
@@ -231,6 +258,18 @@ impl Member {
         })?;
         if shared(&map).header.magic.load(Ordering::Acquire) != MAGIC {
             return Err(not());
+        }
+        if GENERATION.load(Ordering::Acquire).is_null() {
+            // The header alone, mapped again and leaked (see GENERATION).
+            if let Ok(page) = SharedMapping::new(&file, PAGE_SIZE) {
+                let header = page.as_ptr() as *const Header;
+                std::mem::forget(page);
+                // SAFETY: the header is at the start of the file, and the
+                // mapping (a page, more than a `Header`) is never unmapped.
+                let word = unsafe { &(*header).generation } as *const AtomicU64 as *mut AtomicU64;
+                SEEN.store(shared(&map).header.generation.load(Ordering::Relaxed), Ordering::Relaxed);
+                GENERATION.store(word, Ordering::Release);
+            }
         }
         let m = Member {
             map,
@@ -592,6 +631,35 @@ impl Arbiter {
     /// The budget in pages.
     pub fn budget_pages(&self) -> u64 {
         shared(&self.map).header.budget.load(Ordering::Relaxed)
+    }
+
+    /// Change the budget to `pages`, live (`uswap ctl`): the next tick
+    /// divides the new budget, and each member's reclaimer takes its
+    /// resident set to its new share from its next pass.  Never below
+    /// [`MIN_SHARE`].
+    pub fn set_budget(&self, pages: u64) {
+        let h = &shared(&self.map).header;
+        h.budget.store(pages.max(MIN_SHARE), Ordering::Relaxed);
+        h.generation.fetch_add(1, Ordering::Release);
+    }
+
+    /// The overrun in pages (`u64::MAX`: unbounded).
+    pub fn overrun_pages(&self) -> u64 {
+        self.overrun
+    }
+
+    /// Change the overrun, live.
+    pub fn set_overrun(&mut self, pages: u64) {
+        self.overrun = pages;
+        self.over_since = None;
+    }
+
+    /// What the members are charged now, in pages: their resident pages
+    /// and their other anonymous memory (at the last look).
+    pub fn charged(&self) -> (u64, u64) {
+        self.members()
+            .iter()
+            .fold((0, 0), |(r, o), m| (r + m.resident, o + m.other))
     }
 
     /// One tick: every [`LOOK_EVERY`], free the slots of processes that

@@ -335,6 +335,14 @@ impl Drop for Swap {
 /// cannot see: `uswap run`'s `malloc` and `mmap`, called by the program's
 /// own code, outside any handler of uswap's.  One load when none waits.
 pub fn start_wanted_threads() {
+    // A budget changed from outside (`uswap ctl`): each instance over its
+    // new share wants its reclaimer, which an idle process in SIGBUS mode
+    // does not run (it follows from here, its next allocation).
+    if crate::domain::budget_changed() {
+        for inner in crate::pager::entry::fork::live_instances() {
+            threads::follow_domain(&inner);
+        }
+    }
     if crate::pager::instance::background::any_wanted() {
         for inner in crate::pager::entry::fork::live_instances() {
             threads::start_wanted(&inner);

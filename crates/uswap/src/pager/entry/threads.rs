@@ -69,6 +69,22 @@ pub(crate) fn start_wanted(inner: &Inner) {
     start_background(&me, &mut threads);
 }
 
+/// The domain's budget was changed from outside (`uswap ctl`): past the
+/// new budget, want the reclaimer (started at the caller's safe point).
+/// Not the share alone: a process with no reclaimer says it keeps what it
+/// holds (`Demand::kept`), and the arbiter leaves its share at that until
+/// a reclaimer of its runs.
+pub(crate) fn follow_domain(inner: &Inner) {
+    let Some(m) = inner.member() else {
+        return;
+    };
+    let resident = inner.budget().resident();
+    if resident as u64 > m.budget_pages() || resident > inner.budget().low() {
+        inner.background().want();
+    }
+    inner.tell_domain(resident, inner.background().running());
+}
+
 /// How long a handler thread keeps reading after its last event before it
 /// sleeps in `poll`: faults come in bursts (a program touching fresh or
 /// swapped memory), and a handler that slept must be woken by the next
@@ -89,6 +105,14 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
         // is taken as "nothing yet"; the loop polls again.
         let ready = inner.uffd().poll(50).unwrap_or(false);
         if !ready {
+            // Idle: a budget lowered from outside (`uswap ctl`) is
+            // followed from here, a safe point, within a poll's 50 ms.
+            if crate::domain::budget_changed() {
+                for other in crate::pager::entry::fork::live_instances() {
+                    follow_domain(&other);
+                }
+                start_wanted(&inner);
+            }
             continue;
         }
         let mut last = crate::sys::monotonic_ns();

@@ -1,0 +1,214 @@
+//! `uswap ctl`: a running tree's budget changed live, in both fault modes
+//! (SIGBUS mode as `nobody` when the suite runs as root), with the
+//! program's data checked at its end.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// 300 MiB in 1 MiB blocks of their own bytes; "ready"; then, for
+/// `seconds`, the work of a running service: a few hot blocks read and
+/// small objects made (each a `malloc`), until every block is checked.
+const SERVICE: &str = r#"
+import hashlib, sys, time
+n, seconds = 300, float(sys.argv[1])
+blocks = [hashlib.sha256(i.to_bytes(4, 'little')).digest() * 32768 for i in range(n)]
+print("ready", flush=True)
+end = time.time() + seconds
+while time.time() < end:
+    for b in blocks[:8]:
+        scratch = bytes(b[:4096])
+    time.sleep(0.01)
+bad = sum(b != hashlib.sha256(i.to_bytes(4, 'little')).digest() * 32768 for i, b in enumerate(blocks))
+print(f"{n} MiB, {bad} bad", flush=True)
+"#;
+
+/// `uswap ctl` as `uid`, with `dir` as the statistics directory.
+fn ctl(uid: u32, dir: &str, args: &[&str]) -> (bool, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    cmd.arg("ctl").args(args).env("USWAP_RUNTIME_DIR", dir);
+    // SAFETY: geteuid has no preconditions.
+    if uid != unsafe { libc::geteuid() } {
+        cmd.uid(uid).gid(uid);
+    }
+    let out = cmd.output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).trim().to_string(),
+        String::from_utf8_lossy(&out.stderr).trim().to_string(),
+    )
+}
+
+/// The MiB resident in a `status` answer.
+fn resident(status: &str) -> u64 {
+    let at = status.find(" MiB resident").unwrap_or_else(|| panic!("{status}"));
+    status[..at].rsplit(' ').next().unwrap().parse().unwrap()
+}
+
+/// The service under `uswap run --budget 1G` in `mode`; its pid, its
+/// user, the statistics directory, and the process.
+fn start(mode: Mode, seconds: &str) -> (i32, u32, tempfile::TempDir, std::process::Child) {
+    preload_built();
+    let dir = tempfile::tempdir().unwrap();
+    // The statistics directory is its user's alone, or not used.
+    std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    let nobody = mode == Mode::Sigbus && root();
+    if nobody {
+        std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+    }
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+    cmd.args([
+        "run",
+        "--mode",
+        mode.name(),
+        "--budget",
+        "1G",
+        "--",
+        PYTHON,
+        "-c",
+        SERVICE,
+        seconds,
+    ])
+    .env("USWAP_RUNTIME_DIR", dir.path())
+    .env("TMPDIR", "/var/tmp")
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let uid = if nobody {
+        NOBODY
+    } else {
+        // SAFETY: geteuid has no preconditions.
+        unsafe { libc::geteuid() }
+    };
+    if nobody {
+        cmd.uid(NOBODY).gid(NOBODY);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    if line.trim() != "ready" {
+        let _ = child.kill();
+        let out = child.wait_with_output().unwrap();
+        panic!("{mode:?}: {line:?} {}", String::from_utf8_lossy(&out.stderr));
+    }
+    (child.id() as i32, uid, dir, child)
+}
+
+/// Lowering the budget under a running program: its resident memory
+/// follows within a second; `freeze` takes it down to a few MiB while it
+/// runs, `thaw` gives the budget back, and every byte reads back at its
+/// end.
+#[test]
+fn a_lower_budget_freeze_and_thaw_are_followed_live_and_the_data_reads_back() {
+    for mode in Mode::all() {
+        let (pid, uid, dir, child) = start(mode, "6");
+        let d = dir.path().to_str().unwrap().to_string();
+        let (ok, status, err) = ctl(uid, &d, &[&pid.to_string(), "status"]);
+        assert!(ok, "{mode:?}: {err}");
+        assert!(status.contains("budget 1024 MiB"), "{mode:?}: {status}");
+        assert!(
+            resident(&status) >= 280,
+            "{mode:?}: the data is not resident: {status}"
+        );
+
+        let asked = Instant::now();
+        let (ok, answer, err) = ctl(uid, &d, &[&pid.to_string(), "budget", "64M"]);
+        assert!(ok, "{mode:?}: {err}");
+        assert!(answer.starts_with("budget 64 MiB"), "{mode:?}: {answer}");
+        let followed = loop {
+            let (_, status, _) = ctl(uid, &d, &[&pid.to_string(), "status"]);
+            if resident(&status) <= 64 {
+                break asked.elapsed();
+            }
+            assert!(
+                asked.elapsed() < Duration::from_secs(3),
+                "{mode:?}: not followed: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(
+            followed < Duration::from_secs(1),
+            "{mode:?}: followed after {followed:?}"
+        );
+
+        let (ok, answer, err) = ctl(uid, &d, &[&pid.to_string(), "freeze"]);
+        assert!(ok && answer.starts_with("frozen"), "{mode:?}: {answer} {err}");
+        let (_, status, _) = ctl(uid, &d, &[&pid.to_string(), "status"]);
+        assert!(resident(&status) <= 8, "{mode:?}: frozen at {status}");
+        assert!(
+            status.contains("frozen; thaw returns to 64 MiB"),
+            "{mode:?}: {status}"
+        );
+        let (ok, answer, _) = ctl(uid, &d, &[&pid.to_string(), "thaw"]);
+        assert!(
+            ok && answer == "thawed: budget 64 MiB again",
+            "{mode:?}: {answer}"
+        );
+        let (ok, _, err) = ctl(uid, &d, &[&pid.to_string(), "thaw"]);
+        assert!(!ok && err == "uswap ctl: not frozen", "{mode:?}: {err}");
+
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{mode:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "300 MiB, 0 bad",
+            "{mode:?}"
+        );
+        // The tree has ended: named, in one line.
+        let (ok, _, err) = ctl(uid, &d, &[&pid.to_string(), "status"]);
+        assert!(
+            !ok && err.lines().count() == 1 && err.contains(&format!("no process {pid}")),
+            "{err}"
+        );
+    }
+}
+
+/// Another user may not reach a tree; a process in no tree is named as
+/// such; bad requests are one line each.
+#[test]
+fn another_user_is_refused_and_a_process_in_no_tree_is_named() {
+    let mode = if root() { Mode::Handler } else { Mode::Sigbus };
+    let (pid, uid, dir, child) = start(mode, "2");
+    let d = dir.path().to_str().unwrap().to_string();
+    if root() {
+        let (ok, _, err) = ctl(NOBODY, &d, &[&pid.to_string(), "budget", "1M"]);
+        assert!(!ok && err.lines().count() == 1, "{err}");
+        assert!(
+            err.contains("only its user (or root) may control its tree"),
+            "{err}"
+        );
+    }
+    for (args, why) in [
+        (vec!["budget", "1k"], "a budget is at least 1M"),
+        (vec!["budget", "lots"], "lots:"),
+        (vec!["reclaim", "lots"], "lots:"),
+    ] {
+        let mut all = vec![pid.to_string()];
+        all.extend(args.iter().map(|s| s.to_string()));
+        let all: Vec<&str> = all.iter().map(String::as_str).collect();
+        let (ok, _, err) = ctl(uid, &d, &all);
+        assert!(
+            !ok && err.lines().count() == 1 && err.contains(why),
+            "{args:?}: {err}"
+        );
+    }
+    // This test's own process is in no tree.
+    let me = std::process::id().to_string();
+    let (ok, _, err) = ctl(uid, &d, &[&me, "status"]);
+    assert!(
+        !ok && err.contains("is not in a running `uswap run` tree"),
+        "{err}"
+    );
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "300 MiB, 0 bad");
+}
