@@ -212,6 +212,7 @@ fn shared(map: &SharedMapping) -> &Shared {
     unsafe { &*(map.as_ptr() as *const Shared) }
 }
 
+pub mod auto;
 mod charge;
 
 use charge::{anon_pages, anon_pages_outside};
