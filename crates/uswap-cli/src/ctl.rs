@@ -22,6 +22,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::autobudget::AutoBudget;
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
 use uswap::domain::{Arbiter, MIN_SHARE};
@@ -91,9 +92,9 @@ impl Control {
     }
 
     /// Take new requests and answer those whose wait is over.
-    pub fn serve(&mut self, arbiter: &mut Arbiter, now: Instant) {
+    pub fn serve(&mut self, arbiter: &mut Arbiter, auto: &mut Option<AutoBudget>, now: Instant) {
         while let Ok((stream, _)) = self.listener.accept() {
-            self.request(stream, arbiter, now);
+            self.request(stream, arbiter, auto, now);
         }
         if self.waiting.is_empty() {
             return;
@@ -137,7 +138,13 @@ impl Control {
         });
     }
 
-    fn request(&mut self, mut stream: UnixStream, arbiter: &mut Arbiter, now: Instant) {
+    fn request(
+        &mut self,
+        mut stream: UnixStream,
+        arbiter: &mut Arbiter,
+        auto: &mut Option<AutoBudget>,
+        now: Instant,
+    ) {
         let _ = stream.set_nonblocking(false);
         let _ = stream.set_read_timeout(Some(READ_MOST));
         let peer = rustix::net::sockopt::socket_peercred(stream.as_fd()).map(|c| c.uid.as_raw());
@@ -194,7 +201,22 @@ impl Control {
                 members,
                 mib(resident),
                 mib(other)
-            )),
+            ) + &auto.as_ref().map(|a| format!("; {}", a.describe())).unwrap_or_default()),
+            "auto" => match (arg, auto.as_mut()) {
+                (Some("on"), Some(a)) => {
+                    a.set_on(true, arbiter);
+                    Ok("auto on: the budget follows the tree's pressure from here".into())
+                }
+                (Some("off"), Some(a)) => {
+                    a.set_on(false, arbiter);
+                    Ok(format!("auto off: the budget stays at {} MiB", mib(budget)))
+                }
+                (_, None) => Err("this tree was not started with --budget auto".into()),
+                _ => Err("auto on or auto off".into()),
+            },
+            "budget" | "reclaim" | "freeze" if auto.as_ref().is_some_and(AutoBudget::on) => {
+                Err(format!("the budget is driven by --budget auto: `uswap ctl {} auto off` first", self.program))
+            }
             "budget" => match bytes(arg) {
                 Ok(b) if b < 1 << 20 => Err("a budget is at least 1M, room for a batch of pages".into()),
                 Ok(b) => {
@@ -253,7 +275,7 @@ impl Control {
                 }),
             },
             other => Err(format!(
-                "unknown request {other:?}: status, budget SIZE, reclaim SIZE, overrun SIZE|unbounded, freeze or thaw"
+                "unknown request {other:?}: status, budget SIZE, reclaim SIZE, overrun SIZE|unbounded, freeze, thaw, auto on|off"
             )),
         };
         match reply {
@@ -316,6 +338,12 @@ pub enum Action {
     Freeze,
     /// Back to the budget before `freeze`.
     Thaw,
+    /// Whether `--budget auto` drives the budget: `off` leaves it where
+    /// it is, for `budget`, `reclaim` and `freeze`; `on` resumes from it.
+    Auto {
+        #[arg(value_parser = ["on", "off"])]
+        state: String,
+    },
 }
 
 /// `uswap ctl`.
@@ -327,6 +355,7 @@ pub fn run(a: &CtlArgs) -> anyhow::Result<()> {
         Action::Overrun { value } => format!("overrun {value}"),
         Action::Freeze => "freeze".into(),
         Action::Thaw => "thaw".into(),
+        Action::Auto { state } => format!("auto {state}"),
     };
     let socket = find(a.pid)?;
     let mut stream = UnixStream::connect(&socket).with_context(|| {

@@ -1,5 +1,6 @@
 //! The `uswap` command line.
 
+mod autobudget;
 mod cgroup;
 mod ctl;
 mod debug;

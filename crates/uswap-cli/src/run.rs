@@ -50,6 +50,12 @@ pub struct RunArgs {
     /// counted (it saves no memory).  A size (K, M, G suffixes) or a
     /// share (`25%`) of the memory the tree may use: the memory cgroup's
     /// limit where one is set (a container's), else this machine's.
+    /// `auto[:TARGET][,max=SIZE][,min=SIZE]`: a budget that finds itself,
+    /// lowered in steps while the tree's memory pressure (the share of
+    /// time its threads wait on uswap) stays under TARGET (0.17%, after
+    /// Senpai's), raised at once past it; from max= (else 50%), never
+    /// above it, never below min= (16M) nor what the tree faulted in the
+    /// last second.  `uswap ctl PID status` shows it.
     #[arg(long, default_value = "50%")]
     pub budget: String,
     /// Swap device: `file:PATH:SIZE` (PATH a directory, or missing:
@@ -406,7 +412,14 @@ fn name_the_program(program: &std::ffi::OsStr) -> anyhow::Result<()> {
 
 /// The preload library beside this executable.
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let budget = parse_budget(&args.budget)?;
+    let auto = crate::autobudget::parse(&args.budget)?;
+    let budget = match &auto {
+        Some(a) => match a.start {
+            Some(b) => b / uswap::PAGE_SIZE as u64 * uswap::PAGE_SIZE as u64,
+            None => parse_budget("50%")?,
+        },
+        None => parse_budget(&args.budget)?,
+    };
     let lib = crate::preload::library()?;
     let mut lines = Vec::new();
     let mut swap_bytes = 0;
@@ -521,7 +534,8 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             uswap_env::GuardLayout::new(u64::from_ne_bytes(random), heap, uswap_env::seccomp_filters());
         cmd.env(uswap_env::GUARD, layout.to_env());
     }
-    let ended = crate::supervisor::supervise(cmd, arbiter)?;
+    let auto = auto.map(|a| crate::autobudget::AutoBudget::new(a.tuning, budget / page));
+    let ended = crate::supervisor::supervise(cmd, arbiter, auto)?;
     // What members killed outright, or gone through a raw `exit_group`
     // (Go's runtime leaves that way: no exit handler of the library
     // runs), left in the statistics directory.  With `--stats` their

@@ -60,9 +60,13 @@ pub enum Ended {
     Killed(i32),
 }
 
-/// Run `cmd` under supervision with `arbiter`'s domain; returns when the
-/// program has ended.
-pub fn supervise(mut cmd: Command, mut arbiter: Arbiter) -> anyhow::Result<Ended> {
+/// Run `cmd` under supervision with `arbiter`'s domain (its budget driven
+/// by `auto`, if given); returns when the program has ended.
+pub fn supervise(
+    mut cmd: Command,
+    mut arbiter: Arbiter,
+    mut auto: Option<crate::autobudget::AutoBudget>,
+) -> anyhow::Result<Ended> {
     // SAFETY: zeroed is a valid sigset_t, filled in by sigprocmask.
     let mut mask: libc::sigset_t = unsafe { std::mem::zeroed() };
     // SAFETY: sigset operations on local sets, then this (single-threaded)
@@ -107,8 +111,11 @@ pub fn supervise(mut cmd: Command, mut arbiter: Arbiter) -> anyhow::Result<Ended
         if let Some(oom) = arbiter.tick(now) {
             out_of_memory(oom);
         }
+        if let Some(a) = auto.as_mut() {
+            a.tick(&mut arbiter, now);
+        }
         if let Some(c) = control.as_mut() {
-            c.serve(&mut arbiter, now);
+            c.serve(&mut arbiter, &mut auto, now);
         }
         let mut pfd = [
             libc::pollfd {

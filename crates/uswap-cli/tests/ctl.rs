@@ -28,6 +28,10 @@ bad = sum(b != hashlib.sha256(i.to_bytes(4, 'little')).digest() * 32768 for i, b
 print(f"{n} MiB, {bad} bad", flush=True)
 "#;
 
+/// One tree at a time: each test times how fast a tree follows, which
+/// another's 300 MiB of reclaim beside it would slow.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// `uswap ctl` as `uid`, with `dir` as the statistics directory.
 fn ctl(uid: u32, dir: &str, args: &[&str]) -> (bool, String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
@@ -106,6 +110,9 @@ fn start(mode: Mode, seconds: &str) -> (i32, u32, tempfile::TempDir, std::proces
 /// end.
 #[test]
 fn a_lower_budget_freeze_and_thaw_are_followed_live_and_the_data_reads_back() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     for mode in Mode::all() {
         let (pid, uid, dir, child) = start(mode, "6");
         let d = dir.path().to_str().unwrap().to_string();
@@ -177,6 +184,9 @@ fn a_lower_budget_freeze_and_thaw_are_followed_live_and_the_data_reads_back() {
 /// such; bad requests are one line each.
 #[test]
 fn another_user_is_refused_and_a_process_in_no_tree_is_named() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mode = if root() { Mode::Handler } else { Mode::Sigbus };
     let (pid, uid, dir, child) = start(mode, "2");
     let d = dir.path().to_str().unwrap().to_string();
@@ -211,4 +221,98 @@ fn another_user_is_refused_and_a_process_in_no_tree_is_named() {
     );
     let out = child.wait_with_output().unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "300 MiB, 0 bad");
+}
+
+/// `--budget auto` with its defaults: a service that loaded 300 MiB and
+/// serves from a tenth of it has its budget lowered under its peak while
+/// it runs, and reads every byte back at its end.
+#[test]
+fn an_auto_budget_comes_down_under_a_service_with_cold_memory() {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    for mode in Mode::all() {
+        preload_built();
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+        let nobody = mode == Mode::Sigbus && root();
+        if nobody {
+            std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let service = r#"
+import hashlib, random, sys, time
+n = 300
+blocks = [hashlib.sha256(i.to_bytes(4, 'little')).digest() * 32768 for i in range(n)]
+print("loaded", flush=True)
+hot, rnd, served = blocks[: n // 10], random.Random(1), 0
+end = time.time() + 12
+while time.time() < end:
+    b = hot[rnd.randrange(len(hot))]
+    served += b[rnd.randrange(len(b))] & 1
+    if served % 1000 == 0:
+        scratch = bytes(4096)
+bad = sum(b != hashlib.sha256(i.to_bytes(4, 'little')).digest() * 32768 for i, b in enumerate(blocks))
+print(f"{n} MiB, {bad} bad", flush=True)
+"#;
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+        cmd.args([
+            "run",
+            "--mode",
+            mode.name(),
+            "--budget",
+            "auto",
+            "--",
+            PYTHON,
+            "-c",
+            service,
+        ])
+        .env("USWAP_RUNTIME_DIR", dir.path())
+        .env("TMPDIR", "/var/tmp")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let uid = if nobody {
+            cmd.uid(NOBODY).gid(NOBODY);
+            NOBODY
+        } else {
+            // SAFETY: geteuid has no preconditions.
+            unsafe { libc::geteuid() }
+        };
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "loaded", "{mode:?}");
+        let d = dir.path().to_str().unwrap().to_string();
+        let pid = child.id().to_string();
+        std::thread::sleep(Duration::from_secs(9));
+        let (ok, status, err) = ctl(uid, &d, &[&pid, "status"]);
+        assert!(ok, "{mode:?}: {err}");
+        assert!(status.contains("auto on"), "{mode:?}: {status}");
+        // Over 9 s of serving, the budget came down a fifth under the
+        // resident set the load left (some 340 MiB, the data and Python).
+        let budget: u64 = status
+            .split("budget ")
+            .nth(1)
+            .and_then(|b| b.split(' ').next())
+            .and_then(|b| b.parse().ok())
+            .unwrap_or_else(|| panic!("{status}"));
+        assert!(
+            budget < 272,
+            "{mode:?}: the budget stayed at {budget} MiB: {status}"
+        );
+        let (ok, _, err) = ctl(uid, &d, &[&pid, "budget", "64M"]);
+        assert!(!ok && err.contains("auto off"), "{mode:?}: {err}");
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "{mode:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "300 MiB, 0 bad",
+            "{mode:?}"
+        );
+    }
 }

@@ -177,6 +177,12 @@ struct Slot {
     /// it keeps what it holds, whatever its share, until it faults past
     /// its low watermark again.  Published with the levels.
     fixed: AtomicU64,
+    /// Nanoseconds its threads waited in uswap, "some" (its statistics'
+    /// `stall_some_ns`): published, for `--budget auto`'s pressure.
+    stall_ns: AtomicU64,
+    /// Pages it brought back from swap (refaults): published, the share
+    /// of its stall that a lower budget caused.
+    swapins: AtomicU64,
 }
 
 #[repr(C)]
@@ -313,6 +319,8 @@ impl Member {
                 s.store.store(0, Ordering::Relaxed);
                 s.staged.store(0, Ordering::Relaxed);
                 s.fixed.store(1, Ordering::Relaxed);
+                s.stall_ns.store(0, Ordering::Relaxed);
+                s.swapins.store(0, Ordering::Relaxed);
                 // A forked child maps its parent's heap where it was.
                 s.heap_lo.store(self.heap.0.load(Ordering::Relaxed), Ordering::Relaxed);
                 s.heap_hi.store(self.heap.1.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -344,8 +352,21 @@ impl Member {
     /// `reclaims`: a reclaimer of its runs, which takes its resident
     /// pages down to a share cut below them (else they stay: `Demand`'s
     /// `fixed`).
-    pub(crate) fn publish(&self, resident: usize, staged: usize, faults: u64, ram: u64, store: u64, reclaims: bool) {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn publish(
+        &self,
+        resident: usize,
+        staged: usize,
+        faults: u64,
+        ram: u64,
+        store: u64,
+        stall_ns: u64,
+        swapins: u64,
+        reclaims: bool,
+    ) {
         if let Some(s) = self.mine() {
+            s.stall_ns.store(stall_ns, Ordering::Relaxed);
+            s.swapins.store(swapins, Ordering::Relaxed);
             s.fixed.store(u64::from(!reclaims), Ordering::Relaxed);
             s.resident.store(resident as u64, Ordering::Relaxed);
             s.staged.store(staged as u64, Ordering::Relaxed);
@@ -526,6 +547,17 @@ pub fn shares(budget: u64, members: &[Demand]) -> Vec<u64> {
         .collect()
 }
 
+/// The members' counts, summed ([`Arbiter::activity`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Activity {
+    /// Nanoseconds their threads waited in uswap ("some").
+    pub stall_ns: u64,
+    /// Faults served.
+    pub faults: u64,
+    /// Of them, pages brought back from swap.
+    pub swapins: u64,
+}
+
 /// One member as the arbiter last saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemberView {
@@ -653,6 +685,22 @@ impl Arbiter {
     pub fn set_overrun(&mut self, pages: u64) {
         self.overrun = pages;
         self.over_since = None;
+    }
+
+    /// The members' activity, summed: what `--budget auto` takes its
+    /// pressure and its floor from, as the difference between two calls
+    /// (a member that leaves takes its counts with it: a difference below
+    /// zero is taken as none).
+    pub fn activity(&self) -> Activity {
+        shared(&self.map)
+            .slots
+            .iter()
+            .filter(|s| s.start.load(Ordering::Acquire) != 0 && s.pid.load(Ordering::Relaxed) != 0)
+            .fold(Activity::default(), |a, s| Activity {
+                stall_ns: a.stall_ns + s.stall_ns.load(Ordering::Relaxed),
+                faults: a.faults + s.faults.load(Ordering::Relaxed),
+                swapins: a.swapins + s.swapins.load(Ordering::Relaxed),
+            })
     }
 
     /// What the members are charged now, in pages: their resident pages

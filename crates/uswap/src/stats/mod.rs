@@ -313,6 +313,11 @@ impl Registry {
             .stall_end(CounterId::STALL_SOME_NS.0, CounterId::STALL_FULL_NS.0);
     }
 
+    /// Nanoseconds this instance's threads have waited in uswap ("some").
+    pub fn stall_some_ns(&self) -> u64 {
+        self.block.counter_total(CounterId::STALL_SOME_NS.0)
+    }
+
     /// Move the pressure averages on (every 2 s at most; the background
     /// reclaimer calls it every pass).
     pub fn update_pressure(&self) {

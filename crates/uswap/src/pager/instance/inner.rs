@@ -516,6 +516,8 @@ impl Inner {
             self.counters().faults.get(),
             ram,
             store,
+            self.registry.stall_some_ns(),
+            self.counters().swapins.get(),
             reclaims,
         );
         match m.share() {
