@@ -102,7 +102,7 @@ fn members_join_publish_get_shares_and_leave() {
     let a = Member::join(&arb.env_value()).unwrap();
     assert_eq!(a.budget_pages(), arb.budget_pages());
     assert_eq!(a.share(), None, "no share before the arbiter's first tick");
-    a.publish(10, 0, 5, 0, 0, true);
+    a.publish(10, 0, 5, 0, 0, 0, 0, true);
     arb.tick(Instant::now());
     let m = arb.members();
     assert_eq!(m.len(), 1);
@@ -251,7 +251,7 @@ fn a_compressed_store_is_charged_unless_left_outside_the_budget() {
         let a = Member::join(&arb.env_value()).unwrap();
         // All this process's anonymous memory (64 MiB and more) said to
         // be its compressed store's.
-        a.publish(0, 0, 1, 0, 1 << 40, true);
+        a.publish(0, 0, 1, 0, 1 << 40, 0, 0, true);
         arb.tick(Instant::now());
         let other = arb.members()[0].other;
         if outside {
@@ -280,22 +280,22 @@ fn a_tree_over_its_bound_names_its_largest_member() {
     let a = Member::join(&arb.env_value()).unwrap();
     let t0 = Instant::now();
     // Under the bound: nothing, however long.
-    a.publish(0, 0, 1, NO_OTHER, 0, true);
+    a.publish(0, 0, 1, NO_OTHER, 0, 0, 0, true);
     assert_eq!(arb.tick(t0), None);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 2), None);
     // Over it by resident pages alone: never named.
     let over = (pages + pages / 10 + OOM_SLACK) as usize * 4;
-    a.publish(over, 0, 2, NO_OTHER, 0, true);
+    a.publish(over, 0, 2, NO_OTHER, 0, 0, 0, true);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 3), None);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 6), None, "resident pages alone");
     // Over it by memory uswap does not page: named after OOM_AFTER.
-    a.publish(0, 0, 3, 0, 0, true);
+    a.publish(0, 0, 3, 0, 0, 0, 0, true);
     let t1 = t0 + OOM_AFTER * 7;
     assert_eq!(arb.tick(t1), None, "over for an instant");
     // Back under in time: the clock starts again.
-    a.publish(0, 0, 4, NO_OTHER, 0, true);
+    a.publish(0, 0, 4, NO_OTHER, 0, 0, 0, true);
     assert_eq!(arb.tick(t1 + OOM_AFTER / 2), None);
-    a.publish(0, 0, 5, 0, 0, true);
+    a.publish(0, 0, 5, 0, 0, 0, 0, true);
     assert_eq!(arb.tick(t1 + OOM_AFTER), None, "over again, from now");
     let v = arb.tick(t1 + OOM_AFTER * 2).expect("over for OOM_AFTER");
     assert_eq!(v.pid, std::process::id() as i32);
@@ -307,7 +307,7 @@ fn a_tree_over_its_bound_names_its_largest_member() {
     // Unbounded: never named.
     let mut free = Arbiter::create(budget).unwrap();
     let b = Member::join(&free.env_value()).unwrap();
-    b.publish(0, 0, 1, 0, 0, true);
+    b.publish(0, 0, 1, 0, 0, 0, 0, true);
     assert_eq!(free.tick(t0), None);
     assert_eq!(free.tick(t0 + OOM_AFTER * 10), None);
     drop((a, b));
