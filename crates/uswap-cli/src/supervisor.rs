@@ -32,14 +32,14 @@ use uswap::domain::Arbiter;
 /// may take the tree past it by what they bring in.
 const TICK: Duration = Duration::from_millis(2);
 
-/// The tree stayed past its budget, overrun and slack: kill the member
-/// charged most, as a memory cgroup's OOM killer would its largest task,
-/// and say so in one line.
+/// The tree's compressed stores stayed past its budget, overrun and
+/// slack: kill the member whose store is largest, as a memory cgroup would
+/// a task of a group whose zswap pool cannot fit, and say so in one line.
 fn out_of_memory(oom: uswap::domain::OutOfMemory) {
     let mib = |pages: u64| (pages * uswap::PAGE_SIZE as u64) >> 20;
     let name = std::fs::read_to_string(format!("/proc/{}/comm", oom.pid)).unwrap_or_default();
     eprintln!(
-        "uswap run: the process tree held {} MiB for {} s, past its budget, overrun and {} MiB of overhead ({} MiB), in memory uswap cannot page out (a compressed store that does not fit, memory mapped outside the heap): killed {} ({}, {} MiB), as a memory cgroup would; give a larger --budget, or a swap device that takes pages out of memory (a file, or a tier zram:SIZE,file:PATH:SIZE)",
+        "uswap run: the process tree's compressed stores held {} MiB for {} s, past its budget, overrun and {} MiB of overhead ({} MiB): its pages do not compress enough to fit; killed {} ({}, a store of {} MiB), as a memory cgroup would; give a larger --budget, a swap device that takes pages out of memory (a file, or a tier zram:SIZE,file:PATH:SIZE), or --store-outside-budget",
         mib(oom.total),
         uswap::domain::OOM_AFTER.as_secs(),
         mib(uswap::domain::OOM_SLACK),
@@ -52,6 +52,17 @@ fn out_of_memory(oom: uswap::domain::OutOfMemory) {
     // alive this tick (a reused pid would have a new start time, and its
     // slot would not have been charged).
     unsafe { libc::kill(oom.pid, libc::SIGKILL) };
+}
+
+/// The tree's memory uswap cannot page passed its budget, overrun and
+/// slack: said once, and left as it is.
+fn unpaged(held: u64, bound: u64) {
+    let mib = |pages: u64| (pages * uswap::PAGE_SIZE as u64) >> 20;
+    eprintln!(
+        "uswap run: the process tree holds {} MiB that uswap cannot page (each process's memory outside its heap: an interpreter's data, thread stacks, uswap's own tables), past its budget, overrun and overhead ({} MiB): left as it is, and the paged memory gets 1 MiB a process; a larger --budget pages less",
+        mib(held),
+        mib(bound)
+    );
 }
 
 /// How the program ended.
@@ -110,6 +121,9 @@ pub fn supervise(
         let now = Instant::now();
         if let Some(oom) = arbiter.tick(now) {
             out_of_memory(oom);
+        }
+        if let Some((held, bound)) = arbiter.take_unpaged() {
+            unpaged(held, bound);
         }
         if let Some(a) = auto.as_mut() {
             a.tick(&mut arbiter, now);

@@ -31,19 +31,23 @@
 //! The budget is kept within a tick of the arbiter: between two ticks the
 //! members may together grow past it by what they fault in.
 //!
-//! The budget is a promise here too, as a cgroup's limit is.  What a
-//! member holds besides its resident pages cannot be reclaimed by it (a
-//! compressed store of pages that do not compress enough to fit, memory
-//! mapped where uswap does not page): when that memory alone holds more
-//! than the budget, its overrun and a fixed overhead ([`OOM_SLACK`]: the
-//! members' own costs and a tick's faults) for [`OOM_AFTER`] on end, no
-//! reclaim can bring the tree back, and the arbiter names the member
-//! charged most, and
-//! the supervisor kills it, as a memory cgroup's OOM killer would its
-//! largest task.  Resident pages a member cannot evict are uswap's limit,
-//! not the program's overrun (the dirty pages of a forked child that may
-//! not write its parent's swap file), as an instance's own bound has it
-//! (`pager/overrun.rs`): they alone never make a tree out of memory.
+//! The budget is a promise here too, as a cgroup's limit is, for what
+//! uswap keeps in memory by its own choice: a compressed store charged to
+//! the budget whose pages do not compress enough to fit.  When the
+//! members' stores alone hold more than the budget, its overrun and a
+//! fixed overhead ([`OOM_SLACK`]) for [`OOM_AFTER`] on end, no reclaim
+//! can bring the tree back, and the arbiter names the member whose store
+//! is largest, and the supervisor kills it, as a memory cgroup would kill
+//! a task of a group whose zswap pool cannot fit.  The rest of what a
+//! member holds besides its resident pages (each process's memory outside
+//! its heap: an interpreter's data, thread stacks, uswap's own tables;
+//! memory mapped where uswap does not page) is charged too, so the shares
+//! leave room for it, but it never kills: it is what every process costs,
+//! and a kill takes nothing back that the next process does not pay
+//! again.  Past the bound it is said once ([`Arbiter::take_unpaged`]).
+//! Resident pages a member cannot evict are uswap's limit, not the
+//! program's overrun (the dirty pages of a forked child that may not
+//! write its parent's swap file): they never count toward the bound.
 //!
 //! Members leave at their end: the arbiter finds a slot whose process is
 //! gone (or a zombie, or another process under a reused pid: the slot
@@ -594,14 +598,19 @@ pub struct Arbiter {
     /// Whether the members' compressed stores are left out of the
     /// budget, as a memory cgroup leaves out kernel zram's memory.
     store_outside: bool,
+    /// The tree's memory uswap cannot page past the bound, said once:
+    /// (what it held, the bound), until taken.
+    unpaged: Option<(u64, u64)>,
+    unpaged_said: bool,
 }
 
-/// The tree held more than its budget, overrun and [`OOM_SLACK`] for
-/// [`OOM_AFTER`]: `pid`, the member charged most, is to be killed.
+/// The tree's compressed stores held more than its budget, overrun and
+/// [`OOM_SLACK`] for [`OOM_AFTER`]: `pid`, the member whose store is
+/// largest, is to be killed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct OutOfMemory {
     pub pid: i32,
-    /// Its charge, and the tree's, in pages.
+    /// Its compressed store, and the tree's stores, in pages.
     pub charge: u64,
     pub total: u64,
     /// The bound passed (budget, overrun and slack), in pages.
@@ -634,6 +643,8 @@ impl Arbiter {
             overrun: u64::MAX,
             over_since: None,
             store_outside: false,
+            unpaged: None,
+            unpaged_said: false,
         })
     }
 
@@ -817,20 +828,48 @@ impl Arbiter {
                 })
                 .sum();
         }
-        let verdict = if other > bound {
+
+        // What the bound kills for: the compressed stores uswap keeps in
+        // memory and charges to the budget, not the rest of what it
+        // cannot page.  A store that cannot fit is uswap's choice to keep
+        // pages in memory, as kernel zswap's pool is, and a memory cgroup
+        // of the same limit kills for that too.  The rest (each
+        // interpreter's data and bss, thread stacks, uswap's own tables)
+        // is what every process costs: at 24M, a tree of a dozen Python
+        // processes held 70 MiB of it, and killing the largest, 9 MiB,
+        // only made the next process pay it again.  That is left as it
+        // is and said once (`take_unpaged`).
+        let stores: Vec<u64> = idx
+            .iter()
+            .map(|&i| {
+                if self.store_outside {
+                    0
+                } else {
+                    s.slots[i].store.load(Ordering::Relaxed)
+                }
+            })
+            .collect();
+        let stored: u64 = stores.iter().sum();
+        // Outside the stores (counted in `other` when charged).
+        let unpaged = other.saturating_sub(stored);
+        if unpaged > bound && !self.unpaged_said {
+            self.unpaged_said = true;
+            self.unpaged = Some((unpaged, bound));
+        }
+        let verdict = if stored > bound {
             let since = *self.over_since.get_or_insert(now);
             let largest = idx
                 .iter()
-                .zip(&demand)
-                .max_by_key(|(_, d)| d.resident + d.other)
-                .map(|(&i, d)| (s.slots[i].pid.load(Ordering::Relaxed), d.resident + d.other));
+                .zip(&stores)
+                .max_by_key(|(_, st)| **st)
+                .map(|(&i, st)| (s.slots[i].pid.load(Ordering::Relaxed), *st));
             match largest {
                 Some((pid, charge)) if now.duration_since(since) >= OOM_AFTER => {
                     self.over_since = None;
                     Some(OutOfMemory {
                         pid,
                         charge,
-                        total,
+                        total: stored,
                         bound,
                     })
                 }
@@ -847,6 +886,12 @@ impl Arbiter {
             .newcomer
             .store(self.budget_pages().saturating_sub(total).max(MIN_SHARE), Ordering::Relaxed);
         verdict
+    }
+
+    /// Once per tree, the first time its memory uswap cannot page passed
+    /// budget + overrun + slack: (what it held, the bound), in pages.
+    pub fn take_unpaged(&mut self) -> Option<(u64, u64)> {
+        self.unpaged.take()
     }
 
     /// The members now.

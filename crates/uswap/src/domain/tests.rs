@@ -238,10 +238,12 @@ fn slots_free(arb: &Arbiter) -> bool {
         .all(|s| s.pid.load(Ordering::Relaxed) == 0)
 }
 
-/// Memory no member can page, alone past the budget, overrun and slack
-/// for OOM_AFTER on end: the tree's member charged most is named; a tree that comes back under in
-/// time, one over by resident pages alone (uswap's own limits: a forked
-/// child's dirty pages on its parent's file), or one without a bound, is
+/// The tree's compressed stores, alone past the budget, overrun and slack
+/// for OOM_AFTER on end: the member whose store is largest is named; a
+/// tree that comes back under in time, one over by resident pages alone
+/// (uswap's own limits: a forked child's dirty pages on its parent's
+/// file), one over by memory it cannot page outside any store (each
+/// process's cost: said once, never named), or one without a bound, is
 /// not.
 #[test]
 fn a_compressed_store_is_charged_unless_left_outside_the_budget() {
@@ -288,21 +290,27 @@ fn a_tree_over_its_bound_names_its_largest_member() {
     a.publish(over, 0, 2, NO_OTHER, 0, 0, 0, true);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 3), None);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 6), None, "resident pages alone");
-    // Over it by memory uswap does not page: named after OOM_AFTER.
+    // Over it by memory uswap cannot page, outside any store (this
+    // process's 64 MiB): said once, never named.
     a.publish(0, 0, 3, 0, 0, 0, 0, true);
-    let t1 = t0 + OOM_AFTER * 7;
+    assert_eq!(arb.tick(t0 + OOM_AFTER * 7), None);
+    assert_eq!(arb.tick(t0 + OOM_AFTER * 10), None, "memory outside the pager alone");
+    let (held, said_bound) = arb.take_unpaged().expect("said");
+    assert!(held > said_bound && said_bound == pages + pages / 10 + OOM_SLACK, "{held} {said_bound}");
+    assert_eq!(arb.take_unpaged(), None, "said once");
+    // Over it by its compressed store: named after OOM_AFTER.
+    let store = pages + pages / 10 + OOM_SLACK + 1;
+    a.publish(0, 0, 4, NO_OTHER, store, 0, 0, true);
+    let t1 = t0 + OOM_AFTER * 11;
     assert_eq!(arb.tick(t1), None, "over for an instant");
     // Back under in time: the clock starts again.
-    a.publish(0, 0, 4, NO_OTHER, 0, 0, 0, true);
+    a.publish(0, 0, 5, NO_OTHER, 0, 0, 0, true);
     assert_eq!(arb.tick(t1 + OOM_AFTER / 2), None);
-    a.publish(0, 0, 5, 0, 0, 0, 0, true);
+    a.publish(0, 0, 6, NO_OTHER, store, 0, 0, true);
     assert_eq!(arb.tick(t1 + OOM_AFTER), None, "over again, from now");
     let v = arb.tick(t1 + OOM_AFTER * 2).expect("over for OOM_AFTER");
     assert_eq!(v.pid, std::process::id() as i32);
-    assert!(
-        v.charge >= (64 << 20) / PAGE_SIZE as u64 && v.total >= v.charge,
-        "{v:?}"
-    );
+    assert_eq!((v.charge, v.total), (store, store), "{v:?}");
     assert_eq!(v.bound, pages + pages / 10 + OOM_SLACK);
     // Unbounded: never named.
     let mut free = Arbiter::create(budget).unwrap();

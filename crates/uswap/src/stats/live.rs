@@ -163,6 +163,20 @@ pub fn scan(dir: &Path) -> Result<Vec<Entry>, LiveError> {
     let mut out = Vec::new();
     for ent in rd.flatten() {
         let path = ent.path();
+        // `uswap run`'s control socket, `ctl-PID.sock` (`uswap ctl`), left
+        // by a supervisor killed outright: removed with the statistics of
+        // its tree.
+        if let Some(pid) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.strip_prefix("ctl-")?.strip_suffix(".sock"))
+            .and_then(|p| p.parse::<i32>().ok())
+        {
+            if crate::sys::start_time(pid).is_none() {
+                let _ = std::fs::remove_file(&path);
+            }
+            continue;
+        }
         if path.extension().is_none_or(|e| e != "stats") {
             continue;
         }
