@@ -172,14 +172,19 @@ impl Control {
         // What a freeze leaves each member: a batch's room.
         let floor = members.max(1) * MIN_SHARE;
         let page = uswap::PAGE_SIZE as u64;
-        let wait = |resident_at_most: u64, restore: Option<u64>, what| Waiting {
-            stream: stream.try_clone().expect("a connected socket clones"),
-            resident: resident_at_most,
-            since: now,
-            until: now + WAIT_MOST,
-            restore,
-            before: resident,
-            what,
+        // A request that waits keeps its connection (a duplicate of it:
+        // none when descriptors ran out, and the change is then made
+        // without an answer rather than taking the supervisor down).
+        let wait = |resident_at_most: u64, restore: Option<u64>, what| {
+            stream.try_clone().ok().map(|stream| Waiting {
+                stream,
+                resident: resident_at_most,
+                since: now,
+                until: now + WAIT_MOST,
+                restore,
+                before: resident,
+                what,
+            })
         };
         let bytes = |arg: Option<&str>| -> Result<u64, String> {
             let a = arg.ok_or("a size is missing (e.g. 512M)")?;
@@ -231,7 +236,7 @@ impl Control {
                         } else {
                             // Followed once within a sixteenth of the budget
                             // (an instance's slack over its share).
-                            self.waiting.push(wait(pages.saturating_sub(other) + pages / 16, None, "budget"));
+                            self.waiting.extend(wait(pages.saturating_sub(other) + pages / 16, None, "budget"));
                             return;
                         }
                     }
@@ -241,9 +246,14 @@ impl Control {
             "reclaim" => match bytes(arg) {
                 Ok(b) => {
                     let target = resident.saturating_sub(b / page).max(floor);
-                    arbiter.set_budget(target + other);
-                    self.waiting.push(wait(target, Some(budget), "reclaim"));
-                    return;
+                    // Only with a connection to answer on: it holds the
+                    // budget to put back.
+                    if let Some(w) = wait(target, Some(budget), "reclaim") {
+                        arbiter.set_budget(target + other);
+                        self.waiting.push(w);
+                        return;
+                    }
+                    Err("out of descriptors: nothing reclaimed".into())
                 }
                 Err(e) => Err(e),
             },
@@ -254,7 +264,7 @@ impl Control {
                 arbiter.set_budget(floor + other);
                 // A member keeps a batch in flight and its slack: followed
                 // within 4 MiB a process.
-                self.waiting.push(wait(4 * floor, None, "freeze"));
+                self.waiting.extend(wait(4 * floor, None, "freeze"));
                 return;
             }
             "thaw" => match self.frozen_from.take() {

@@ -118,10 +118,10 @@ pub struct RunArgs {
     /// is full: a share of the budget (10%), a size (64M), or unbounded.
     /// Past it the program is killed, as a memory cgroup's would be, with
     /// one line saying why; so is the process of a tree with the largest
-    /// compressed store when the tree's stores stay past budget + overrun
-    /// + 16 MiB for 2 s (data that does not compress enough to fit).  Other
-    /// memory uswap cannot page (each process's data outside its heap,
-    /// stacks) is left as it is past that, said once.
+    /// compressed store when the tree's stores stay past the budget, the
+    /// overrun and 16 MiB for 2 s (data that does not compress enough to
+    /// fit).  Other memory uswap cannot page (each process's data outside
+    /// its heap, stacks) is left as it is past that, said once.
     #[arg(long, default_value = "10%", value_parser = parse_overrun)]
     pub overrun: uswap::pager::Overrun,
     /// Leave a compressed store's memory out of the budget, as a memory
