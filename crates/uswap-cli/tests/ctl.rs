@@ -54,9 +54,16 @@ fn resident(status: &str) -> u64 {
     status[..at].rsplit(' ').next().unwrap().parse().unwrap()
 }
 
-/// The service under `uswap run --budget 1G` in `mode`; its pid, its
-/// user, the statistics directory, and the process.
-fn start(mode: Mode, seconds: &str) -> (i32, u32, tempfile::TempDir, std::process::Child) {
+/// `script` (Python, with `args`) under `uswap run --budget BUDGET` in
+/// `mode`, once it has printed `ready`: its pid, its user, the statistics
+/// directory, and the process.
+fn start(
+    mode: Mode,
+    budget: &str,
+    script: &str,
+    args: &[&str],
+    ready: &str,
+) -> (i32, u32, tempfile::TempDir, std::process::Child) {
     preload_built();
     let dir = tempfile::tempdir().unwrap();
     // The statistics directory is its user's alone, or not used.
@@ -71,37 +78,50 @@ fn start(mode: Mode, seconds: &str) -> (i32, u32, tempfile::TempDir, std::proces
         "--mode",
         mode.name(),
         "--budget",
-        "1G",
+        budget,
         "--",
         PYTHON,
         "-c",
-        SERVICE,
-        seconds,
+        script,
     ])
+    .args(args)
     .env("USWAP_RUNTIME_DIR", dir.path())
     .env("TMPDIR", "/var/tmp")
     .stdout(Stdio::piped())
     .stderr(Stdio::piped());
     let uid = if nobody {
+        cmd.uid(NOBODY).gid(NOBODY);
         NOBODY
     } else {
         // SAFETY: geteuid has no preconditions.
         unsafe { libc::geteuid() }
     };
-    if nobody {
-        cmd.uid(NOBODY).gid(NOBODY);
-    }
     let mut child = cmd.spawn().unwrap();
     let mut line = String::new();
     BufReader::new(child.stdout.as_mut().unwrap())
         .read_line(&mut line)
         .unwrap();
-    if line.trim() != "ready" {
+    if line.trim() != ready {
         let _ = child.kill();
         let out = child.wait_with_output().unwrap();
         panic!("{mode:?}: {line:?} {}", String::from_utf8_lossy(&out.stderr));
     }
     (child.id() as i32, uid, dir, child)
+}
+
+/// The program ends well, having read back every one of its 300 MiB.
+fn ends_with_its_data(child: std::process::Child, mode: Mode) {
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{mode:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "300 MiB, 0 bad",
+        "{mode:?}"
+    );
 }
 
 /// Lowering the budget under a running program: its resident memory
@@ -114,7 +134,7 @@ fn a_lower_budget_freeze_and_thaw_are_followed_live_and_the_data_reads_back() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     for mode in Mode::all() {
-        let (pid, uid, dir, child) = start(mode, "6");
+        let (pid, uid, dir, child) = start(mode, "1G", SERVICE, &["6"], "ready");
         let d = dir.path().to_str().unwrap().to_string();
         let (ok, status, err) = ctl(uid, &d, &[&pid.to_string(), "status"]);
         assert!(ok, "{mode:?}: {err}");
@@ -160,17 +180,7 @@ fn a_lower_budget_freeze_and_thaw_are_followed_live_and_the_data_reads_back() {
         let (ok, _, err) = ctl(uid, &d, &[&pid.to_string(), "thaw"]);
         assert!(!ok && err == "uswap ctl: not frozen", "{mode:?}: {err}");
 
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{mode:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            "300 MiB, 0 bad",
-            "{mode:?}"
-        );
+        ends_with_its_data(child, mode);
         // The tree has ended: named, in one line.
         let (ok, _, err) = ctl(uid, &d, &[&pid.to_string(), "status"]);
         assert!(
@@ -188,7 +198,7 @@ fn another_user_is_refused_and_a_process_in_no_tree_is_named() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let mode = if root() { Mode::Handler } else { Mode::Sigbus };
-    let (pid, uid, dir, child) = start(mode, "2");
+    let (pid, uid, dir, child) = start(mode, "1G", SERVICE, &["2"], "ready");
     let d = dir.path().to_str().unwrap().to_string();
     if root() {
         let (ok, _, err) = ctl(NOBODY, &d, &[&pid.to_string(), "budget", "1M"]);
@@ -232,13 +242,6 @@ fn an_auto_budget_comes_down_under_a_service_with_cold_memory() {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     for mode in Mode::all() {
-        preload_built();
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(dir.path(), std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
-        let nobody = mode == Mode::Sigbus && root();
-        if nobody {
-            std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
-        }
         let service = r#"
 import hashlib, random, sys, time
 n = 300
@@ -254,37 +257,9 @@ while time.time() < end:
 bad = sum(b != hashlib.sha256(i.to_bytes(4, 'little')).digest() * 32768 for i, b in enumerate(blocks))
 print(f"{n} MiB, {bad} bad", flush=True)
 "#;
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-        cmd.args([
-            "run",
-            "--mode",
-            mode.name(),
-            "--budget",
-            "auto",
-            "--",
-            PYTHON,
-            "-c",
-            service,
-        ])
-        .env("USWAP_RUNTIME_DIR", dir.path())
-        .env("TMPDIR", "/var/tmp")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-        let uid = if nobody {
-            cmd.uid(NOBODY).gid(NOBODY);
-            NOBODY
-        } else {
-            // SAFETY: geteuid has no preconditions.
-            unsafe { libc::geteuid() }
-        };
-        let mut child = cmd.spawn().unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "loaded", "{mode:?}");
+        let (pid, uid, dir, child) = start(mode, "auto", service, &[], "loaded");
         let d = dir.path().to_str().unwrap().to_string();
-        let pid = child.id().to_string();
+        let pid = pid.to_string();
         std::thread::sleep(Duration::from_secs(9));
         let (ok, status, err) = ctl(uid, &d, &[&pid, "status"]);
         assert!(ok, "{mode:?}: {err}");
@@ -303,16 +278,6 @@ print(f"{n} MiB, {bad} bad", flush=True)
         );
         let (ok, _, err) = ctl(uid, &d, &[&pid, "budget", "64M"]);
         assert!(!ok && err.contains("auto off"), "{mode:?}: {err}");
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "{mode:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert_eq!(
-            String::from_utf8_lossy(&out.stdout).trim(),
-            "300 MiB, 0 bad",
-            "{mode:?}"
-        );
+        ends_with_its_data(child, mode);
     }
 }

@@ -839,17 +839,14 @@ impl Arbiter {
         // processes held 70 MiB of it, and killing the largest, 9 MiB,
         // only made the next process pay it again.  That is left as it
         // is and said once (`take_unpaged`).
-        let stores: Vec<u64> = idx
-            .iter()
-            .map(|&i| {
-                if self.store_outside {
-                    0
-                } else {
-                    s.slots[i].store.load(Ordering::Relaxed)
-                }
-            })
-            .collect();
-        let stored: u64 = stores.iter().sum();
+        let store_of = |i: usize| {
+            if self.store_outside {
+                0
+            } else {
+                s.slots[i].store.load(Ordering::Relaxed)
+            }
+        };
+        let stored: u64 = idx.iter().map(|&i| store_of(i)).sum();
         // Outside the stores (counted in `other` when charged).
         let unpaged = other.saturating_sub(stored);
         if unpaged > bound && !self.unpaged_said {
@@ -860,9 +857,8 @@ impl Arbiter {
             let since = *self.over_since.get_or_insert(now);
             let largest = idx
                 .iter()
-                .zip(&stores)
-                .max_by_key(|(_, st)| **st)
-                .map(|(&i, st)| (s.slots[i].pid.load(Ordering::Relaxed), *st));
+                .map(|&i| (s.slots[i].pid.load(Ordering::Relaxed), store_of(i)))
+                .max_by_key(|&(_, st)| st);
             match largest {
                 Some((pid, charge)) if now.duration_since(since) >= OOM_AFTER => {
                     self.over_since = None;
