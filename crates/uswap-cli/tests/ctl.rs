@@ -248,7 +248,7 @@ n = 300
 blocks = [hashlib.sha256(i.to_bytes(4, 'little')).digest() * 32768 for i in range(n)]
 print("loaded", flush=True)
 hot, rnd, served = blocks[: n // 10], random.Random(1), 0
-end = time.time() + 12
+end = time.time() + 24
 while time.time() < end:
     b = hot[rnd.randrange(len(hot))]
     served += b[rnd.randrange(len(b))] & 1
@@ -260,22 +260,30 @@ print(f"{n} MiB, {bad} bad", flush=True)
         let (pid, uid, dir, child) = start(mode, "auto", service, &[], "loaded");
         let d = dir.path().to_str().unwrap().to_string();
         let pid = pid.to_string();
-        std::thread::sleep(Duration::from_secs(9));
-        let (ok, status, err) = ctl(uid, &d, &[&pid, "status"]);
-        assert!(ok, "{mode:?}: {err}");
-        assert!(status.contains("auto on"), "{mode:?}: {status}");
-        // Over 9 s of serving, the budget came down a fifth under the
-        // resident set the load left (some 340 MiB, the data and Python).
-        let budget: u64 = status
-            .split("budget ")
-            .nth(1)
-            .and_then(|b| b.split(' ').next())
-            .and_then(|b| b.parse().ok())
-            .unwrap_or_else(|| panic!("{status}"));
-        assert!(
-            budget < 272,
-            "{mode:?}: the budget stayed at {budget} MiB: {status}"
-        );
+        // While it serves, the budget comes down a fifth under the
+        // resident set the load left (some 340 MiB, the data and Python):
+        // in 9 s on a quiet machine, given 20 s here (the probe slows as
+        // the faults it causes near the target).
+        let since = Instant::now();
+        loop {
+            let (ok, status, err) = ctl(uid, &d, &[&pid, "status"]);
+            assert!(ok, "{mode:?}: {err}");
+            assert!(status.contains("auto on"), "{mode:?}: {status}");
+            let budget: u64 = status
+                .split("budget ")
+                .nth(1)
+                .and_then(|b| b.split(' ').next())
+                .and_then(|b| b.parse().ok())
+                .unwrap_or_else(|| panic!("{status}"));
+            if budget < 272 {
+                break;
+            }
+            assert!(
+                since.elapsed() < Duration::from_secs(20),
+                "{mode:?}: the budget stayed at {budget} MiB: {status}"
+            );
+            std::thread::sleep(Duration::from_millis(500));
+        }
         let (ok, _, err) = ctl(uid, &d, &[&pid, "budget", "64M"]);
         assert!(!ok && err.contains("auto off"), "{mode:?}: {err}");
         ends_with_its_data(child, mode);
