@@ -610,11 +610,29 @@ fn the_budget_changes_at_run_time() {
             "{mode:?}: {}",
             swap.resident_pages()
         );
+        let before = swap.stats().counters.evictions;
         swap.set_budget(64 * MIB).unwrap();
-        verify(&region, 5);
-        verify(&region, 5);
-        let evictions = swap.stats().counters.evictions;
-        verify(&region, 5);
+        // A batch the reclaimer chose under the cut may still go out: at
+        // nice 19 it can be off the CPU for a whole verify while four
+        // readers run (the CI saw 8 pages go after two).  One batch at
+        // most, and then nothing more while the region fits.
+        let mut evictions = before;
+        for _ in 0..5 {
+            verify(&region, 5);
+            let now = swap.stats().counters.evictions;
+            if now == evictions {
+                break;
+            }
+            evictions = now;
+        }
+        assert!(
+            evictions - before <= super::evict::batch::BATCH as u64,
+            "{mode:?}: {} evictions under a larger budget",
+            evictions - before
+        );
+        for _ in 0..3 {
+            verify(&region, 5);
+        }
         assert_eq!(
             swap.stats().counters.evictions,
             evictions,
