@@ -89,6 +89,10 @@ const FAULTING_WITHIN: Duration = Duration::from_millis(100);
 /// in between two ticks; the bound the tests hold the tree to
 /// (docs/DESIGN.md, "The process tree").
 pub const OOM_SLACK: u64 = (16 << 20) / PAGE_SIZE as u64;
+/// How often, at most, the arbiter reads every member's `smaps` to
+/// confirm memory past the bound: read every tick, a dozen Python
+/// processes' took the supervisor a CPU of this machine's two.
+const CONFIRM_EVERY: Duration = Duration::from_secs(1);
 /// How long the tree must stay past that bound: longer than a burst of
 /// faults between the members' reclaim passes, or a member's memory read
 /// from /proc before it let go of it.
@@ -602,6 +606,9 @@ pub struct Arbiter {
     /// (what it held, the bound), until taken.
     unpaged: Option<(u64, u64)>,
     unpaged_said: bool,
+    /// The members' other memory as `smaps` confirmed it last, and when
+    /// ([`CONFIRM_EVERY`]).
+    confirmed: Option<(Instant, u64)>,
 }
 
 /// The tree's compressed stores held more than its budget, overrun and
@@ -645,6 +652,7 @@ impl Arbiter {
             store_outside: false,
             unpaged: None,
             unpaged_said: false,
+            confirmed: None,
         })
     }
 
@@ -805,28 +813,19 @@ impl Arbiter {
             .budget_pages()
             .saturating_add(self.overrun)
             .saturating_add(OOM_SLACK);
-        if other > bound {
+        if other > bound && !self.unpaged_said {
             // Past the bound by `statm`, which counts a page a fork shares
             // in every process that maps it: confirmed at each page's
-            // share (`charge::anon_pages_outside`) before the clock runs.
-            other = idx
-                .iter()
-                .map(|&i| {
-                    let slot = &s.slots[i];
-                    let pid = slot.pid.load(Ordering::Relaxed);
-                    let (lo, hi) = (slot.heap_lo.load(Ordering::Relaxed), slot.heap_hi.load(Ordering::Relaxed));
-                    // Staged pages are counted as resident already.
-                    let mut uncharged = slot.ram.load(Ordering::Relaxed) + slot.staged.load(Ordering::Relaxed);
-                    if self.store_outside {
-                        uncharged += slot.store.load(Ordering::Relaxed);
-                    }
-                    match anon_pages_outside(pid, lo, hi) {
-                        Some(shared) if hi > lo => shared.saturating_sub(uncharged),
-                        // No heap said, or gone meanwhile: as statm had it.
-                        _ => slot.other.load(Ordering::Relaxed),
-                    }
-                })
-                .sum();
+            // share (`charge::anon_pages_outside`) before it is said, at
+            // most every [`CONFIRM_EVERY`].
+            other = match self.confirmed {
+                Some((at, v)) if now.duration_since(at) < CONFIRM_EVERY => v,
+                _ => {
+                    let v = self.confirm_outside(&idx);
+                    self.confirmed = Some((now, v));
+                    v
+                }
+            };
         }
 
         // What the bound kills for: the compressed stores uswap keeps in
@@ -882,6 +881,30 @@ impl Arbiter {
             .newcomer
             .store(self.budget_pages().saturating_sub(total).max(MIN_SHARE), Ordering::Relaxed);
         verdict
+    }
+
+    /// The members' other memory, each page at its share (`smaps`'
+    /// proportional count outside the heap), for [`tick`](Self::tick)'s
+    /// line: statm counts a page a fork shares in every process.
+    fn confirm_outside(&self, idx: &[usize]) -> u64 {
+        let s = shared(&self.map);
+        idx.iter()
+            .map(|&i| {
+                let slot = &s.slots[i];
+                let pid = slot.pid.load(Ordering::Relaxed);
+                let (lo, hi) = (slot.heap_lo.load(Ordering::Relaxed), slot.heap_hi.load(Ordering::Relaxed));
+                // Staged pages are counted as resident already.
+                let mut uncharged = slot.ram.load(Ordering::Relaxed) + slot.staged.load(Ordering::Relaxed);
+                if self.store_outside {
+                    uncharged += slot.store.load(Ordering::Relaxed);
+                }
+                match anon_pages_outside(pid, lo, hi) {
+                    Some(shared) if hi > lo => shared.saturating_sub(uncharged),
+                    // No heap said, or gone meanwhile: as statm had it.
+                    _ => slot.other.load(Ordering::Relaxed),
+                }
+            })
+            .sum()
     }
 
     /// Once per tree, the first time its memory uswap cannot page passed
