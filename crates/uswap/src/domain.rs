@@ -44,7 +44,11 @@
 //! memory mapped where uswap does not page) is charged too, so the shares
 //! leave room for it, but it never kills: it is what every process costs,
 //! and a kill takes nothing back that the next process does not pay
-//! again.  Past the bound it is said once ([`Arbiter::take_unpaged`]).
+//! again.  Where it leaves the resident pages and the stores less than
+//! half the budget ([`PAGED_FLOOR`]), they keep that half between them,
+//! the rest uncounted: squeezed further, the paged memory takes nothing
+//! of it back and the program pages through a megabyte a process.  The
+//! tree past the bound so is said once ([`Arbiter::take_unpaged`]).
 //! Resident pages a member cannot evict are uswap's limit, not the
 //! program's overrun (the dirty pages of a forked child that may not
 //! write its parent's swap file): they never count toward the bound.
@@ -89,6 +93,13 @@ const FAULTING_WITHIN: Duration = Duration::from_millis(100);
 /// in between two ticks; the bound the tests hold the tree to
 /// (docs/DESIGN.md, "The process tree").
 pub const OOM_SLACK: u64 = (16 << 20) / PAGE_SIZE as u64;
+/// The paged memory's floor, as a fraction of the budget: what uswap
+/// cannot page (`Demand::other`) never leaves the resident pages and
+/// stores less than a `1 / PAGED_FLOOR` of the budget between them.
+pub const PAGED_FLOOR: u64 = 2;
+/// How often, at most, members without a reclaimer are asked to start
+/// one: each member's next allocation then looks at its instances, once.
+const NUDGE_EVERY: Duration = Duration::from_secs(1);
 /// How often, at most, the arbiter reads every member's `smaps` to
 /// confirm memory past the bound: read every tick, a dozen Python
 /// processes' took the supervisor a CPU of this machine's two.
@@ -113,10 +124,12 @@ struct Header {
     /// spawned pool worker) took the whole budget until its first share,
     /// a tenth of a second of allocation past the tree's bound.
     newcomer: AtomicU64,
-    /// Bumped at each change of the budget from outside (`uswap ctl`): a
-    /// member that takes no fault and runs no reclaimer (an idle one, in
-    /// SIGBUS mode) looks at it from its allocations, one load
-    /// ([`budget_changed`]), and starts its reclaimer to follow.
+    /// Bumped at each change of the budget from outside (`uswap ctl`),
+    /// and when the tree is past what it divides while a member without
+    /// a reclaimer keeps its pages (`Demand::kept`): a member that takes
+    /// no fault and runs no reclaimer (an idle one, in SIGBUS mode) looks
+    /// at it from its allocations, one load ([`budget_changed`]), and
+    /// starts its reclaimer to follow.
     generation: AtomicU64,
 }
 
@@ -609,6 +622,9 @@ pub struct Arbiter {
     /// The members' other memory as `smaps` confirmed it last, and when
     /// ([`CONFIRM_EVERY`]).
     confirmed: Option<(Instant, u64)>,
+    /// When members without a reclaimer were last asked to start one
+    /// ([`NUDGE_EVERY`]).
+    nudged: Option<Instant>,
 }
 
 /// The tree's compressed stores held more than its budget, overrun and
@@ -653,6 +669,7 @@ impl Arbiter {
             unpaged: None,
             unpaged_said: false,
             confirmed: None,
+            nudged: None,
         })
     }
 
@@ -801,32 +818,16 @@ impl Arbiter {
                 faulting: now.duration_since(seen.active_at) < FAULTING_WITHIN,
             });
         }
-        let total: u64 = demand.iter().map(|d| d.resident + d.other).sum();
         // Memory no member can reclaim, alone past the bound: resident
         // pages never count (those a member cannot evict are uswap's
         // limit), nor do the floors of the members' shares (a forked
         // child's, a pool of workers', would tip a tree of small
         // processes over: a worker of Python's Pool killed holding its
         // queue's lock hung the pool).
-        let mut other: u64 = demand.iter().map(|d| d.other).sum();
-        let bound = self
-            .budget_pages()
-            .saturating_add(self.overrun)
-            .saturating_add(OOM_SLACK);
-        if other > bound && !self.unpaged_said {
-            // Past the bound by `statm`, which counts a page a fork shares
-            // in every process that maps it: confirmed at each page's
-            // share (`charge::anon_pages_outside`) before it is said, at
-            // most every [`CONFIRM_EVERY`].
-            other = match self.confirmed {
-                Some((at, v)) if now.duration_since(at) < CONFIRM_EVERY => v,
-                _ => {
-                    let v = self.confirm_outside(&idx);
-                    self.confirmed = Some((now, v));
-                    v
-                }
-            };
-        }
+        let other: u64 = demand.iter().map(|d| d.other).sum();
+        let budget = self.budget_pages();
+        let floor = budget / PAGED_FLOOR;
+        let bound = budget.saturating_add(self.overrun).saturating_add(OOM_SLACK);
 
         // What the bound kills for: the compressed stores uswap keeps in
         // memory and charges to the budget, not the rest of what it
@@ -848,9 +849,38 @@ impl Arbiter {
         let stored: u64 = idx.iter().map(|&i| store_of(i)).sum();
         // Outside the stores (counted in `other` when charged).
         let unpaged = other.saturating_sub(stored);
-        if unpaged > bound && !self.unpaged_said {
-            self.unpaged_said = true;
-            self.unpaged = Some((unpaged, bound));
+        // Where what uswap cannot page leaves the paged memory less than
+        // the floor, the paged memory keeps the floor: cutting it further
+        // takes back nothing of that memory and pages the program through
+        // a megabyte a process (at 24M, test_multiprocessing_fork's
+        // workers took half a million faults each at 1 MiB and ran past
+        // regrtest's five minutes, against a minute unlimited).  The
+        // stores stay charged in it.
+        let floored = unpaged > budget - floor;
+        if floored {
+            for (d, &i) in demand.iter_mut().zip(&idx) {
+                d.other = store_of(i);
+            }
+        }
+        let divided = if floored { floor } else { budget };
+        if unpaged + floor > bound && !self.unpaged_said {
+            // Past the bound by `statm`, which counts a page a fork shares
+            // in every process that maps it: confirmed at each page's
+            // share (`charge::anon_pages_outside`) before it is said, at
+            // most every [`CONFIRM_EVERY`].
+            let confirmed = match self.confirmed {
+                Some((at, v)) if now.duration_since(at) < CONFIRM_EVERY => v,
+                _ => {
+                    let v = self.confirm_outside(&idx);
+                    self.confirmed = Some((now, v));
+                    v
+                }
+            };
+            let unpaged = confirmed.saturating_sub(stored);
+            if unpaged + floor > bound {
+                self.unpaged_said = true;
+                self.unpaged = Some((unpaged, bound));
+            }
         }
         let verdict = if stored > bound {
             let since = *self.over_since.get_or_insert(now);
@@ -874,12 +904,26 @@ impl Arbiter {
             self.over_since = None;
             None
         };
-        for (i, share) in idx.into_iter().zip(shares(self.budget_pages(), &demand)) {
+        let total: u64 = demand.iter().map(Demand::charged).sum();
+        // Past what it divides, a member without a reclaimer keeps what
+        // it holds, and the others page within what it leaves: at 24M,
+        // regrtest's main process, idle while its worker ran the tests,
+        // kept 11 MiB and the worker was left 1 MiB.  Its pages are the
+        // tree's coldest: it is asked to start its reclaimer (from its
+        // next allocation), and is then divided as an idle member.
+        if total > divided
+            && demand.iter().any(|d| d.kept() && d.resident > MIN_SHARE)
+            && self.nudged.is_none_or(|t| now.duration_since(t) >= NUDGE_EVERY)
+        {
+            self.nudged = Some(now);
+            s.header.generation.fetch_add(1, Ordering::Release);
+        }
+        for (i, share) in idx.into_iter().zip(shares(divided, &demand)) {
             s.slots[i].limit.store(share, Ordering::Relaxed);
         }
         s.header
             .newcomer
-            .store(self.budget_pages().saturating_sub(total).max(MIN_SHARE), Ordering::Relaxed);
+            .store(divided.saturating_sub(total).max(MIN_SHARE), Ordering::Relaxed);
         verdict
     }
 

@@ -275,11 +275,27 @@ impl MemCgroup {
 
 impl Drop for MemCgroup {
     fn drop(&mut self) {
-        // The worker has been waited for, so the cgroup has no task left;
-        // rmdir can still see EBUSY for a moment while the exiting task is
+        // The worker has been waited for, but what the program left
+        // behind may still be in the group (a Python test's forkserver
+        // and resource tracker, orphaned when regrtest's timeout ended
+        // the worker): killed, as a cgroup's removal needs it empty.
+        // rmdir can still see EBUSY for a moment while an exiting task is
         // being detached.  Its charges move to the parent: v1 allows
         // removing a cgroup that still has some.
         let deadline = Instant::now() + Duration::from_secs(5);
+        let procs = self.path.join("cgroup.procs");
+        while let Ok(text) = fs::read_to_string(&procs) {
+            let pids: Vec<i32> = text.lines().filter_map(|l| l.trim().parse().ok()).collect();
+            if pids.is_empty() || Instant::now() >= deadline {
+                break;
+            }
+            for pid in pids {
+                // SAFETY: a signal to a process of this group, which only
+                // this benchmark's runs were put in.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
         loop {
             match fs::remove_dir(&self.path) {
                 Ok(()) => return,
