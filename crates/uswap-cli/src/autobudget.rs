@@ -13,7 +13,7 @@
 use std::time::Instant;
 
 use anyhow::{bail, Context};
-use uswap::domain::auto::{Controller, Tuning, Window};
+use uswap::domain::auto::{Counts, Driver, Tuning};
 use uswap::domain::{Activity, Arbiter};
 
 /// What `--budget auto...` asked for: the tuning, and the budget to start
@@ -66,24 +66,15 @@ pub fn parse(s: &str) -> anyhow::Result<Option<AutoSpec>> {
 
 /// The controller in the supervisor's loop.
 pub struct AutoBudget {
-    controller: Controller,
+    driver: Driver,
     on: bool,
-    /// When the last interval began, and the members' counts then.
-    last: Option<(Instant, Activity)>,
-    /// The last interval's pressure, for `uswap ctl status`.
-    pressure: f64,
-    /// The tree's charge at the last decision: whether it grows.
-    charge: u64,
 }
 
 impl AutoBudget {
     pub fn new(tuning: Tuning, start_pages: u64) -> AutoBudget {
         AutoBudget {
-            controller: Controller::new(tuning, start_pages),
+            driver: Driver::new(tuning, start_pages),
             on: true,
-            last: None,
-            pressure: 0.0,
-            charge: 0,
         }
     }
 
@@ -96,8 +87,7 @@ impl AutoBudget {
     /// Started again, it begins from the budget as it is.
     pub fn set_on(&mut self, on: bool, arbiter: &Arbiter) {
         if on && !self.on {
-            self.controller = Controller::new(self.controller.tuning, arbiter.budget_pages());
-            self.last = None;
+            self.driver = Driver::new(self.driver.controller.tuning, arbiter.budget_pages());
         }
         self.on = on;
     }
@@ -107,55 +97,36 @@ impl AutoBudget {
         if !self.on {
             return;
         }
-        let interval = self.controller.tuning.interval;
-        if self.last.is_some_and(|(t, _)| now.duration_since(t) < interval) {
+        // The members' counts are a pass over the domain's slots: read
+        // once an interval, not every tick.
+        if !self.driver.due(now) {
             return;
         }
-        let act = arbiter.activity();
+        let act: Activity = arbiter.activity();
         let (resident, other) = arbiter.charged();
-        let charge = resident + other;
-        self.controller.note_charge(charge);
-        if let Some((t, before)) = self.last {
-            // Not growing (by more than a sixty-fourth a second: staged
-            // pages and the other memory /proc shows move a little).
-            if charge <= self.charge + self.charge / 64 {
-                self.controller.settle_at(charge);
-            }
-            let wall = now.duration_since(t).as_nanos().max(1) as f64;
-            let stall = act.stall_ns.saturating_sub(before.stall_ns) as f64;
-            let faults = act.faults.saturating_sub(before.faults);
-            let swapins = act.swapins.saturating_sub(before.swapins);
-            // The stall a smaller budget caused: its swap-ins' part of
-            // it (a first touch, a zero fill, waits too, and a growing
-            // tree is not short of memory for it).
-            let share = if faults == 0 {
-                0.0
-            } else {
-                swapins.min(faults) as f64 / faults as f64
-            };
-            self.pressure = stall * share / wall;
-            let b = self.controller.decide(Window {
-                pressure: self.pressure,
-                touched: faults,
-            });
+        let counts = Counts {
+            charge: resident + other,
+            stall_ns: act.stall_ns,
+            faults: act.faults,
+            swapins: act.swapins,
+        };
+        if let Some(b) = self.driver.step(now, counts) {
             if b != arbiter.budget_pages() {
                 arbiter.set_budget(b);
             }
         }
-        self.last = Some((now, act));
-        self.charge = charge;
     }
 
     /// One line for `uswap ctl status`.
     pub fn describe(&self) -> String {
         let mib = |p: u64| (p * uswap::PAGE_SIZE as u64) >> 20;
-        let t = &self.controller.tuning;
+        let t = &self.driver.controller.tuning;
         format!(
             "auto {}: pressure {:.2}% against a target of {:.2}%, {} MiB saved under the peak, between {} and {} MiB",
             if self.on { "on" } else { "off" },
-            self.pressure * 100.0,
+            self.driver.pressure() * 100.0,
             t.target * 100.0,
-            mib(self.controller.saved()),
+            mib(self.driver.controller.saved()),
             mib(t.min),
             if t.max == u64::MAX { "no".to_string() } else { mib(t.max).to_string() },
         )

@@ -666,3 +666,74 @@ fn program_runs_each_runner_in_a_memory_group_and_counts_oom_kills() {
     assert_eq!(r["runs"][0]["oom_killed"], true, "{r}");
     assert_clean(dir.path());
 }
+
+/// `uswap bench program`'s auto runners: a service that loads 120 MiB
+/// and then reads a tenth of it, under `uswap run --budget auto` and in
+/// a memory group whose limit the same controller drives over kernel
+/// swap: the same output as plain (the bench checks it), memory sampled
+/// over the run, under the ceiling, and in the last third of the run
+/// (the service reading its tenth) both hold less than three quarters of
+/// their peak and less than plain's mean.  Release only: a minute of
+/// paging.
+#[test]
+#[cfg_attr(debug_assertions, ignore = "a minute of paging: run in the release pass")]
+fn program_auto_runners_give_back_cold_memory() {
+    let _k = KERNEL.lock().unwrap_or_else(|e| e.into_inner());
+    common::preload_built();
+    let dir = tempfile::tempdir_in(std::env::current_dir().unwrap()).unwrap();
+    let service = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/results/auto/service.py");
+    let v = json_of(&[
+        "bench",
+        "program",
+        "--json",
+        "--budget",
+        "512M",
+        "--rounds",
+        "1",
+        "--swap-dir",
+        dir.path().to_str().unwrap(),
+        "--runner",
+        "plain,uswap-auto,kernel-auto",
+        "--",
+        common::PYTHON,
+        service,
+        "120",
+        "500000",
+    ]);
+    let run = |name: &str| -> Value {
+        v["runners"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["runner"] == name)
+            .unwrap_or_else(|| panic!("no runner {name}: {v}"))["runs"][0]
+            .clone()
+    };
+    let mean = |r: &Value| r["tree_mean_mib"].as_f64().unwrap();
+    let plain = run("plain");
+    assert!(mean(&plain) >= 100.0, "{plain}");
+    for name in ["uswap-auto", "kernel-auto"] {
+        let r = run(name);
+        assert_eq!(r["oom_killed"], false, "{name}: {r}");
+        assert!(
+            r["memory"].as_array().is_some_and(|m| m.len() > 20),
+            "{name}: {r}"
+        );
+        assert!(r["tree_peak_mib"].as_f64().unwrap() <= 512.0, "{name}: {r}");
+        let memory: Vec<f64> = r["memory"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p[1].as_f64().unwrap())
+            .collect();
+        let last = &memory[memory.len() * 2 / 3..];
+        let late = last.iter().sum::<f64>() / last.len() as f64;
+        let peak = r["tree_peak_mib"].as_f64().unwrap();
+        assert!(
+            late < peak * 0.75 && late < mean(&plain),
+            "{name} held {late:.0} MiB in the last third, against its peak of {peak:.0} and plain's mean of {:.0}",
+            mean(&plain)
+        );
+    }
+    assert_clean(dir.path());
+}

@@ -16,6 +16,7 @@
 //!   swap.
 
 pub mod ablation;
+pub mod kernel_auto;
 pub mod kernel_swap;
 pub mod plot;
 pub mod program;

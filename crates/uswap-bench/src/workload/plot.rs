@@ -294,6 +294,60 @@ fn panels<DB: DrawingBackend>(root: &DrawingArea<DB, Shift>, report: &Report) ->
     Ok(())
 }
 
+/// `bench program --plot`: each runner's memory over time (its first
+/// run), one line each, in MiB against seconds.
+pub fn draw_memory(title: &str, lines: &[(String, Vec<(f64, f64)>)], path: &Path) -> Result<()> {
+    load_font()?;
+    let size = (1100, 600);
+    if path.extension().is_some_and(|e| e == "svg") {
+        let root = SVGBackend::new(path, size).into_drawing_area();
+        memory_panel(&root, title, lines)?;
+        root.present().map_err(err)
+    } else {
+        let root = BitMapBackend::new(path, size).into_drawing_area();
+        memory_panel(&root, title, lines)?;
+        root.present().map_err(err)
+    }
+}
+
+fn memory_panel<DB: DrawingBackend>(
+    root: &DrawingArea<DB, Shift>,
+    title: &str,
+    lines: &[(String, Vec<(f64, f64)>)],
+) -> Result<()> {
+    root.fill(&WHITE).map_err(err)?;
+    let all = lines.iter().flat_map(|(_, p)| p.iter());
+    let (t_max, m_max) = all.fold((1.0f64, 1.0f64), |(t, m), &(x, y)| (t.max(x), m.max(y)));
+    let mut chart = ChartBuilder::on(root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d(0.0..t_max * 1.02, 0.0..m_max * 1.1)
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("seconds")
+        .y_desc("tree's anonymous memory, MiB")
+        .draw()
+        .map_err(err)?;
+    for (i, (name, pts)) in lines.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        chart
+            .draw_series(LineSeries::new(pts.iter().copied(), color.stroke_width(2)))
+            .map_err(err)?
+            .label(name.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
+    }
+    chart
+        .configure_series_labels()
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()
+        .map_err(err)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

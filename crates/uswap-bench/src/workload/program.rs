@@ -24,6 +24,7 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 
+use super::kernel_auto::{self, GroupAuto};
 use super::kernel_swap::{self, interrupted, KernelDevice, KernelSwap, MemCgroup, Zswap};
 use crate::parse_bytes;
 use crate::report::median;
@@ -75,6 +76,13 @@ pub enum Runner {
     /// A memory cgroup of the budget and no swap at all: file-backed
     /// memory (`numpy.memmap`, the page cache) is all it can reclaim.
     Memcg,
+    /// `uswap run --budget auto,max=BUDGET` and nothing else (the default
+    /// mode and swap file): the budget finds itself under the ceiling.
+    UswapAuto,
+    /// A memory cgroup over a kernel swap file in --swap-dir, its limit
+    /// driven from the budget down by the same controller
+    /// (`kernel_auto.rs`): uswap-auto's like.
+    KernelAuto,
 }
 
 impl Runner {
@@ -95,13 +103,16 @@ impl Runner {
             Runner::LibraryZram => "library-zram",
             Runner::LibraryFile => "library-file",
             Runner::Memcg => "memcg",
+            Runner::UswapAuto => "uswap-auto",
+            Runner::KernelAuto => "kernel-auto",
         }
     }
 }
 
 #[derive(Args, Debug)]
 pub struct ProgramArgs {
-    /// Memory budget: `uswap run --budget`, the cgroup's memory limit.
+    /// Memory budget: `uswap run --budget`, the cgroup's memory limit;
+    /// for the auto runners the ceiling they start from.
     #[arg(long, value_parser = parse_bytes)]
     pub budget: u64,
     /// Swap space for every limited runner [default: eight times the budget].
@@ -143,6 +154,10 @@ pub struct ProgramArgs {
     /// Also write the JSON report to this file.
     #[arg(long)]
     pub json_out: Option<PathBuf>,
+    /// Draw each runner's memory over time (its first run) to this
+    /// file, PNG or SVG by its extension.
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
     /// The program and its arguments.
     #[arg(
         required = true,
@@ -171,6 +186,12 @@ pub struct Run {
     /// `total_rss`, sampled every 5 ms); None without a memory group
     /// (not root, or no cgroup v1 memory controller).
     pub tree_peak_mib: Option<f64>,
+    /// The tree's anonymous memory over the run, the time-weighted mean
+    /// of the same samples: what a budget that finds itself saves.
+    pub tree_mean_mib: Option<f64>,
+    /// The same samples every 100 ms: (seconds, MiB), for `--plot`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub memory: Vec<(f64, f64)>,
     /// The kernel's zram store at its peak (`mem_used_max`), outside any
     /// memory group: kernel-zram's memory past its group's.
     pub zram_peak_mib: Option<f64>,
@@ -189,21 +210,45 @@ pub struct RunnerReport {
     /// Median over rounds of this runner's wall time over uswap's in the
     /// same round (absent without a uswap runner).
     pub vs_uswap: Option<f64>,
+    /// The same over plain's (absent without a plain runner).
+    pub vs_plain: Option<f64>,
 }
 
 /// Run `cmd`, waited for with its resource use, sampling `group`'s
-/// anonymous memory meanwhile; its stdout is returned.
-fn timed(mut cmd: Command, group: Option<&MemCgroup>) -> Result<(Run, Vec<u8>, std::process::ExitStatus)> {
+/// anonymous memory meanwhile (and moving its limit with `auto`); its
+/// stdout is returned.
+fn timed(
+    mut cmd: Command,
+    group: Option<&MemCgroup>,
+    mut auto: Option<GroupAuto>,
+) -> Result<(Run, Vec<u8>, std::process::ExitStatus)> {
     let done = std::sync::atomic::AtomicBool::new(false);
     std::thread::scope(|s| {
         let sampler = group.map(|g| {
             let done = &done;
+            let auto = auto.as_mut();
             s.spawn(move || {
-                let mut peak = 0;
+                let mut auto = auto;
+                let start = Instant::now();
+                let (mut peak, mut area, mut last) = (0u64, 0.0f64, (0.0f64, 0u64));
+                let mut memory = Vec::new();
                 loop {
-                    peak = peak.max(g.anon_bytes());
+                    let now = Instant::now();
+                    let t = now.duration_since(start).as_secs_f64();
+                    let b = g.anon_bytes();
+                    peak = peak.max(b);
+                    // The trapezoid between two samples.
+                    area += (t - last.0) * (b + last.1) as f64 / 2.0;
+                    if memory.last().is_none_or(|&(s, _): &(f64, f64)| t - s >= 0.1) {
+                        memory.push((t, b as f64 / (1 << 20) as f64));
+                    }
+                    last = (t, b);
+                    if let Some(a) = auto.as_deref_mut() {
+                        a.tick(now);
+                    }
                     if done.load(std::sync::atomic::Ordering::Relaxed) {
-                        return peak;
+                        let mean = if t > 0.0 { area / t } else { b as f64 };
+                        return (peak, mean, memory);
                     }
                     std::thread::sleep(std::time::Duration::from_millis(5));
                 }
@@ -211,9 +256,14 @@ fn timed(mut cmd: Command, group: Option<&MemCgroup>) -> Result<(Run, Vec<u8>, s
         });
         let r = timed_child(&mut cmd);
         done.store(true, std::sync::atomic::Ordering::Relaxed);
-        let peak = sampler.map(|t| t.join().unwrap_or(0));
+        let sampled = sampler.and_then(|t| t.join().ok());
         r.map(|(mut run, out, st)| {
-            run.tree_peak_mib = peak.map(|b| b as f64 / (1 << 20) as f64);
+            let mib = |b: f64| b / (1 << 20) as f64;
+            if let Some((peak, mean, memory)) = sampled {
+                run.tree_peak_mib = Some(mib(peak as f64));
+                run.tree_mean_mib = Some(mib(mean));
+                run.memory = memory;
+            }
             (run, out, st)
         })
     })
@@ -245,6 +295,8 @@ fn timed_child(cmd: &mut Command) -> Result<(Run, Vec<u8>, std::process::ExitSta
         sys_s: tv(ru.ru_stime),
         peak_rss_mib: ru.ru_maxrss as f64 / 1024.0,
         tree_peak_mib: None,
+        tree_mean_mib: None,
+        memory: Vec::new(),
         zram_peak_mib: None,
         oom_killed: false,
     };
@@ -313,7 +365,13 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
         Runner::UswapZram => uswap_run("handler", format!("zram:{swap}")),
         Runner::UswapSigbusZram => uswap_run("sigbus", format!("zram:{swap}")),
         Runner::UswapTier => uswap_run("handler", format!("zram:{store},file:{}:{swap}", file.display())),
-        Runner::KernelZram | Runner::KernelFile | Runner::KernelZswap => {
+        Runner::UswapAuto => {
+            let mut c = Command::new(&exe);
+            c.args(["run", "--budget", &format!("auto,max={}", a.budget), "--"]);
+            c.args(&a.program);
+            c
+        }
+        Runner::KernelZram | Runner::KernelFile | Runner::KernelZswap | Runner::KernelAuto => {
             held = Some(kernel(kernel_device(a, r, swap).expect("a kernel runner"))?);
             program()
         }
@@ -358,7 +416,11 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
     for (k, v) in &a.env {
         cmd.env(k, v);
     }
-    let (mut run, out, status) = timed(cmd, group.as_ref())?;
+    let auto = match (r, &group) {
+        (Runner::KernelAuto, Some(g)) => Some(GroupAuto::new(g, a.budget)),
+        _ => None,
+    };
+    let (mut run, out, status) = timed(cmd, group.as_ref(), auto)?;
     if r == Runner::KernelZram {
         run.zram_peak_mib = kernel_swap::zram_peak_bytes().map(|b| b as f64 / (1 << 20) as f64);
     }
@@ -393,7 +455,7 @@ fn kernel_device(a: &ProgramArgs, r: Runner, swap: u64) -> Option<KernelDevice> 
             bytes: swap,
             algorithm: Some(a.zram_algorithm.clone()),
         }),
-        Runner::KernelFile => Some(KernelDevice::File {
+        Runner::KernelFile | Runner::KernelAuto => Some(KernelDevice::File {
             dir: a.swap_dir.clone(),
             bytes: swap,
         }),
@@ -412,6 +474,12 @@ fn kernel_device(a: &ProgramArgs, r: Runner, swap: u64) -> Option<KernelDevice> 
 pub fn run(a: &ProgramArgs) -> Result<()> {
     if a.rounds == 0 {
         bail!("--rounds must be at least 1");
+    }
+    if let Some(p) = &a.plot {
+        super::plot::check_path(p)?;
+    }
+    if a.runner.contains(&Runner::KernelAuto) && !kernel_auto::psi_available() {
+        bail!("the kernel-auto runner needs the kernel's memory pressure, /proc/pressure/memory: boot with psi=1 (CONFIG_PSI), or leave kernel-auto out of --runner");
     }
     let swap = a.swap_size.unwrap_or(8 * a.budget);
     let kernel: Vec<_> = a
@@ -458,6 +526,22 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
         .iter()
         .position(|&r| r == Runner::Uswap)
         .map(|u| runs[u].iter().map(|x| x.wall_s).collect());
+    let plain_walls: Option<Vec<f64>> = a
+        .runner
+        .iter()
+        .position(|&r| r == Runner::Plain)
+        .map(|u| runs[u].iter().map(|x| x.wall_s).collect());
+    let versus = |runs: &[Run], base: &Option<Vec<f64>>| {
+        base.as_ref().map(|u| {
+            median(
+                runs.iter()
+                    .zip(u)
+                    .filter(|(x, _)| !x.oom_killed)
+                    .map(|(x, u)| x.wall_s / u.max(1e-9))
+                    .collect(),
+            )
+        })
+    };
     let reports: Vec<RunnerReport> = a
         .runner
         .iter()
@@ -466,15 +550,8 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
             runner,
             median_wall_s: median(runs.iter().filter(|x| !x.oom_killed).map(|x| x.wall_s).collect()),
             oom_kills: runs.iter().filter(|x| x.oom_killed).count(),
-            vs_uswap: uswap_walls.as_ref().map(|u| {
-                median(
-                    runs.iter()
-                        .zip(u)
-                        .filter(|(x, _)| !x.oom_killed)
-                        .map(|(x, u)| x.wall_s / u.max(1e-9))
-                        .collect(),
-                )
-            }),
+            vs_uswap: versus(&runs, &uswap_walls),
+            vs_plain: versus(&runs, &plain_walls),
             runs,
         })
         .collect();
@@ -504,8 +581,18 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
         a.rounds
     );
     println!(
-        "{:<20} {:>9} {:>9} {:>8} {:>8} {:>10} {:>9} {:>10} {:>5}",
-        "runner", "wall s", "vs uswap", "user s", "sys s", "tree MiB", "+zram", "1-proc MiB", "OOM"
+        "{:<20} {:>9} {:>9} {:>9} {:>8} {:>8} {:>10} {:>9} {:>9} {:>10} {:>5}",
+        "runner",
+        "wall s",
+        "vs plain",
+        "vs uswap",
+        "user s",
+        "sys s",
+        "tree MiB",
+        "mean MiB",
+        "+zram",
+        "1-proc MiB",
+        "OOM"
     );
     for r in &reports {
         let done: Vec<&Run> = r.runs.iter().filter(|x| !x.oom_killed).collect();
@@ -520,13 +607,16 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
         };
         let some = !done.is_empty();
         println!(
-            "{:<20} {:>9} {:>9} {:>8} {:>8} {:>10} {:>9} {:>10} {:>5}",
+            "{:<20} {:>9} {:>9} {:>9} {:>8} {:>8} {:>10} {:>9} {:>9} {:>10} {:>5}",
             r.runner.name(),
             if some {
                 format!("{:.2}", r.median_wall_s)
             } else {
                 "-".into()
             },
+            r.vs_plain
+                .filter(|_| some)
+                .map_or("-".into(), |v| format!("{v:.3}x")),
             r.vs_uswap
                 .filter(|_| some)
                 .map_or("-".into(), |v| format!("{v:.2}x")),
@@ -541,6 +631,7 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
                 "-".into()
             },
             opt(&|x| x.tree_peak_mib),
+            opt(&|x| x.tree_mean_mib),
             opt(&|x| x.zram_peak_mib),
             if some {
                 format!("{:.1}", med(&|x| x.peak_rss_mib))
@@ -550,6 +641,20 @@ pub fn run(a: &ProgramArgs) -> Result<()> {
             format!("{}/{}", r.oom_kills, r.runs.len()),
         );
     }
-    println!("(medians over rounds; tree MiB: the tree's anonymous memory at its peak, all processes, sampled every 5 ms in a memory group of its own; +zram: kernel zram's store at its peak, held outside the group; 1-proc MiB: the largest process's peak RSS; OOM: runs the memory group killed, left out of the times; vs uswap: median of the per-round ratio of wall times, above 1 is slower than uswap)");
+    println!("(medians over rounds; tree MiB: the tree's anonymous memory at its peak, all processes, sampled every 5 ms in a memory group of its own; +zram: kernel zram's store at its peak, held outside the group; mean MiB: the same, its time-weighted mean over the run; 1-proc MiB: the largest process's peak RSS; OOM: runs the memory group killed, left out of the times; vs plain, vs uswap: median of the per-round ratio of wall times, above 1 is slower)");
+    if let Some(p) = &a.plot {
+        let lines: Vec<(String, Vec<(f64, f64)>)> = reports
+            .iter()
+            .filter_map(|r| {
+                r.runs
+                    .first()
+                    .map(|x| (r.runner.name().to_string(), x.memory.clone()))
+            })
+            .filter(|(_, m)| !m.is_empty())
+            .collect();
+        let title = format!("{} (budget {:.0} MiB)", a.program.join(" "), mib(a.budget));
+        super::plot::draw_memory(&title, &lines, p)?;
+        println!("plot: {}", p.display());
+    }
     Ok(())
 }

@@ -140,6 +140,91 @@ impl Controller {
     }
 }
 
+/// What a tree has done so far, as counters that only grow: the input of
+/// a [`Driver`], read from a domain's members (`uswap run`) or from a
+/// memory cgroup and the kernel's PSI (`uswap bench program`'s
+/// kernel-auto runner), so that both are driven by the same logic.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Pages the tree is charged now.
+    pub charge: u64,
+    /// Nanoseconds its threads stalled.
+    pub stall_ns: u64,
+    /// Faults: pages it touched that were not mapped.
+    pub faults: u64,
+    /// Of them, pages brought back from swap.
+    pub swapins: u64,
+}
+
+/// A [`Controller`] fed once an interval: turns two readings of
+/// [`Counts`] into a [`Window`] and a decision.
+#[derive(Clone, Debug)]
+pub struct Driver {
+    pub controller: Controller,
+    /// When the last interval began, and the counts then.
+    last: Option<(std::time::Instant, Counts)>,
+    /// The last interval's pressure.
+    pressure: f64,
+}
+
+impl Driver {
+    pub fn new(tuning: Tuning, budget: u64) -> Driver {
+        Driver {
+            controller: Controller::new(tuning, budget),
+            last: None,
+            pressure: 0.0,
+        }
+    }
+
+    /// The last interval's pressure (stall share).
+    pub fn pressure(&self) -> f64 {
+        self.pressure
+    }
+
+    /// Whether an interval has passed since the last decision (or none
+    /// was made yet).
+    pub fn due(&self, now: std::time::Instant) -> bool {
+        self.last
+            .is_none_or(|(t, _)| now.duration_since(t) >= self.controller.tuning.interval)
+    }
+
+    /// Called as often as the caller likes: once an interval has passed
+    /// since the last decision, decides from `now`'s counts and returns
+    /// the budget in pages; None between.  The first call only reads.
+    pub fn step(&mut self, now: std::time::Instant, c: Counts) -> Option<u64> {
+        if !self.due(now) {
+            return None;
+        }
+        self.controller.note_charge(c.charge);
+        let decided = self.last.map(|(t, before)| {
+            // Not growing (by more than a sixty-fourth an interval: staged
+            // pages and the other memory /proc shows move a little).
+            if c.charge <= before.charge + before.charge / 64 {
+                self.controller.settle_at(c.charge);
+            }
+            let wall = now.duration_since(t).as_nanos().max(1) as f64;
+            let stall = c.stall_ns.saturating_sub(before.stall_ns) as f64;
+            let faults = c.faults.saturating_sub(before.faults);
+            let swapins = c.swapins.saturating_sub(before.swapins);
+            // The stall a smaller budget caused: its swap-ins' part of
+            // it (a first touch, a zero fill, waits too, and a growing
+            // tree is not short of memory for it).
+            let share = if faults == 0 {
+                0.0
+            } else {
+                swapins.min(faults) as f64 / faults as f64
+            };
+            self.pressure = stall * share / wall;
+            self.controller.decide(Window {
+                pressure: self.pressure,
+                touched: faults,
+            })
+        });
+        self.last = Some((now, c));
+        decided
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -167,6 +252,35 @@ mod tests {
             touched: 0,
         });
         assert!(up >= 90_000 * 19 / 10 - 1, "{up}");
+    }
+
+    /// The driver decides once an interval from the counts' differences:
+    /// a tree that stopped growing is settled at its charge and probed
+    /// down; stall from swap-ins past the target raises it; stall from
+    /// first touches alone (no swap-in) is no pressure.
+    #[test]
+    fn the_driver_decides_once_an_interval_from_the_differences() {
+        let t = std::time::Instant::now();
+        let s = Duration::from_secs(1);
+        let mut d = Driver::new(tuning(100, 1 << 30), 1 << 20);
+        let at = |charge, stall_ns, faults, swapins| Counts {
+            charge,
+            stall_ns,
+            faults,
+            swapins,
+        };
+        assert_eq!(d.step(t, at(10_000, 0, 0, 0)), None, "the first call reads");
+        assert_eq!(d.step(t + s / 2, at(10_000, 0, 0, 0)), None, "within the interval");
+        // Not growing, no stall: settled at the charge and a sixteenth,
+        // then a full probe down.
+        assert_eq!(d.step(t + s, at(10_000, 0, 0, 0)), Some(10_625 * 9 / 10));
+        // 100 ms of stall in a second, all swap-ins: 10% against 0.17%.
+        let b = d.step(t + 2 * s, at(10_000, 100_000_000, 50, 50)).unwrap();
+        assert!(b > 10_625 * 9 / 10 * 3 / 2, "{b}");
+        assert!((d.pressure() - 0.1).abs() < 1e-3, "{}", d.pressure());
+        // The same stall from first touches (no swap-in): no pressure.
+        let c = d.step(t + 3 * s, at(10_000, 200_000_000, 100, 50)).unwrap();
+        assert!(c < b && d.pressure() == 0.0, "{c} {b}");
     }
 
     #[test]
