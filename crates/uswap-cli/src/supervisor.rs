@@ -56,13 +56,11 @@ fn out_of_memory(oom: uswap::domain::OutOfMemory) {
 
 /// The tree's memory uswap cannot page passed its budget, overrun and
 /// slack: said once, and left as it is.
-fn unpaged(held: u64, bound: u64, budget: u64) {
+fn unpaged(held: u64, bound: u64) {
     let mib = |pages: u64| (pages * uswap::PAGE_SIZE as u64) >> 20;
     eprintln!(
-        "uswap run: the process tree holds {} MiB that uswap cannot page (each process's memory outside its heap: an interpreter's data, thread stacks, uswap's own tables); with the {} MiB the paged memory keeps (1/{} of the budget) that is past its budget, overrun and overhead ({} MiB): left as it is; a larger --budget pages less",
+        "uswap run: the process tree holds {} MiB that uswap cannot page (each process's memory outside its heap: an interpreter's data, thread stacks, uswap's own tables), past its budget, overrun and overhead ({} MiB): left as it is, and the paged memory gets 1 MiB a process; a larger --budget pages less",
         mib(held),
-        mib(budget / uswap::domain::PAGED_FLOOR),
-        uswap::domain::PAGED_FLOOR,
         mib(bound)
     );
 }
@@ -125,7 +123,7 @@ pub fn supervise(
             out_of_memory(oom);
         }
         if let Some((held, bound)) = arbiter.take_unpaged() {
-            unpaged(held, bound, arbiter.budget_pages());
+            unpaged(held, bound);
         }
         if let Some(a) = auto.as_mut() {
             a.tick(&mut arbiter, now);

@@ -44,11 +44,7 @@
 //! memory mapped where uswap does not page) is charged too, so the shares
 //! leave room for it, but it never kills: it is what every process costs,
 //! and a kill takes nothing back that the next process does not pay
-//! again.  Where it leaves the resident pages and the stores less than
-//! half the budget ([`PAGED_FLOOR`]), they keep that half between them,
-//! the rest uncounted: squeezed further, the paged memory takes nothing
-//! of it back and the program pages through a megabyte a process.  The
-//! tree past the bound so is said once ([`Arbiter::take_unpaged`]).
+//! again.  Past the bound it is said once ([`Arbiter::take_unpaged`]).
 //! Resident pages a member cannot evict are uswap's limit, not the
 //! program's overrun (the dirty pages of a forked child that may not
 //! write its parent's swap file): they never count toward the bound.
@@ -93,10 +89,6 @@ const FAULTING_WITHIN: Duration = Duration::from_millis(100);
 /// in between two ticks; the bound the tests hold the tree to
 /// (docs/DESIGN.md, "The process tree").
 pub const OOM_SLACK: u64 = (16 << 20) / PAGE_SIZE as u64;
-/// The paged memory's floor, as a fraction of the budget: what uswap
-/// cannot page (`Demand::other`) never leaves the resident pages and
-/// stores less than a `1 / PAGED_FLOOR` of the budget between them.
-pub const PAGED_FLOOR: u64 = 2;
 /// How often, at most, members without a reclaimer are asked to start
 /// one: each member's next allocation then looks at its instances, once.
 const NUDGE_EVERY: Duration = Duration::from_secs(1);
@@ -826,7 +818,6 @@ impl Arbiter {
         // queue's lock hung the pool).
         let other: u64 = demand.iter().map(|d| d.other).sum();
         let budget = self.budget_pages();
-        let floor = budget / PAGED_FLOOR;
         let bound = budget.saturating_add(self.overrun).saturating_add(OOM_SLACK);
 
         // What the bound kills for: the compressed stores uswap keeps in
@@ -849,21 +840,7 @@ impl Arbiter {
         let stored: u64 = idx.iter().map(|&i| store_of(i)).sum();
         // Outside the stores (counted in `other` when charged).
         let unpaged = other.saturating_sub(stored);
-        // Where what uswap cannot page leaves the paged memory less than
-        // the floor, the paged memory keeps the floor: cutting it further
-        // takes back nothing of that memory and pages the program through
-        // a megabyte a process (at 24M, test_multiprocessing_fork's
-        // workers took half a million faults each at 1 MiB and ran past
-        // regrtest's five minutes, against a minute unlimited).  The
-        // stores stay charged in it.
-        let floored = unpaged > budget - floor;
-        if floored {
-            for (d, &i) in demand.iter_mut().zip(&idx) {
-                d.other = store_of(i);
-            }
-        }
-        let divided = if floored { floor } else { budget };
-        if unpaged + floor > bound && !self.unpaged_said {
+        if unpaged > bound && !self.unpaged_said {
             // Past the bound by `statm`, which counts a page a fork shares
             // in every process that maps it: confirmed at each page's
             // share (`charge::anon_pages_outside`) before it is said, at
@@ -877,7 +854,7 @@ impl Arbiter {
                 }
             };
             let unpaged = confirmed.saturating_sub(stored);
-            if unpaged + floor > bound {
+            if unpaged > bound {
                 self.unpaged_said = true;
                 self.unpaged = Some((unpaged, bound));
             }
@@ -905,25 +882,25 @@ impl Arbiter {
             None
         };
         let total: u64 = demand.iter().map(Demand::charged).sum();
-        // Past what it divides, a member without a reclaimer keeps what
+        // Past the budget, a member without a reclaimer keeps what
         // it holds, and the others page within what it leaves: at 24M,
         // regrtest's main process, idle while its worker ran the tests,
         // kept 11 MiB and the worker was left 1 MiB.  Its pages are the
         // tree's coldest: it is asked to start its reclaimer (from its
         // next allocation), and is then divided as an idle member.
-        if total > divided
+        if total > budget
             && demand.iter().any(|d| d.kept() && d.resident > MIN_SHARE)
             && self.nudged.is_none_or(|t| now.duration_since(t) >= NUDGE_EVERY)
         {
             self.nudged = Some(now);
             s.header.generation.fetch_add(1, Ordering::Release);
         }
-        for (i, share) in idx.into_iter().zip(shares(divided, &demand)) {
+        for (i, share) in idx.into_iter().zip(shares(budget, &demand)) {
             s.slots[i].limit.store(share, Ordering::Relaxed);
         }
         s.header
             .newcomer
-            .store(divided.saturating_sub(total).max(MIN_SHARE), Ordering::Relaxed);
+            .store(budget.saturating_sub(total).max(MIN_SHARE), Ordering::Relaxed);
         verdict
     }
 

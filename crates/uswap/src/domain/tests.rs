@@ -352,38 +352,6 @@ fn a_member_that_cannot_reclaim_keeps_its_pages_and_the_rest_divide_what_is_left
     assert_eq!(shares(100_000, &[parent, worker]), vec![3_000 + 90_500, 6_000 + 90_500]);
 }
 
-/// Memory uswap cannot page past half the budget leaves the paged memory
-/// half the budget, however much there is of it, not [`MIN_SHARE`]; a
-/// store stays charged in that half.
-#[test]
-fn what_cannot_be_paged_leaves_the_paged_memory_half_the_budget() {
-    // This process's anonymous memory, at least 64 MiB, is the member's
-    // other memory when it publishes no RAM pages (as in
-    // `a_tree_over_its_bound_names_its_largest_member`).
-    const NO_OTHER: u64 = 1 << 40;
-    let ballast = vec![1u8; 64 << 20];
-    let budget = 8u64 << 20;
-    let pages = budget / PAGE_SIZE as u64;
-    let floor = pages / PAGED_FLOOR;
-    let mut arb = Arbiter::create(budget).unwrap();
-    let a = Member::join(&arb.env_value()).unwrap();
-    let t0 = Instant::now();
-    // Nothing outside the pager: the budget.
-    a.publish(1_500, 0, 1, NO_OTHER, 0, 0, 0, true);
-    arb.tick(t0);
-    assert_eq!(a.share(), Some(pages as usize));
-    // 64 MiB outside it, eight budgets: half the budget.
-    a.publish(1_500, 0, 2, 0, 0, 0, 0, true);
-    arb.tick(t0 + LOOK_EVERY * 2);
-    assert_eq!(a.share(), Some(floor as usize));
-    // A store of 200 pages is charged in that half.
-    a.publish(1_500, 0, 3, 0, 200, 0, 0, true);
-    arb.tick(t0 + LOOK_EVERY * 4);
-    assert_eq!(a.share(), Some(floor as usize - 200));
-    drop(a);
-    assert_eq!(ballast[12345], 1);
-}
-
 /// A tree past its budget while a member without a reclaimer keeps its
 /// pages asks it, through the generation its allocations look at, to
 /// start one: at most every `NUDGE_EVERY`, and not while the tree fits.
