@@ -89,9 +89,6 @@ const FAULTING_WITHIN: Duration = Duration::from_millis(100);
 /// in between two ticks; the bound the tests hold the tree to
 /// (docs/DESIGN.md, "The process tree").
 pub const OOM_SLACK: u64 = (16 << 20) / PAGE_SIZE as u64;
-/// How often, at most, members without a reclaimer are asked to start
-/// one: each member's next allocation then looks at its instances, once.
-const NUDGE_EVERY: Duration = Duration::from_secs(1);
 /// How often, at most, the arbiter reads every member's `smaps` to
 /// confirm memory past the bound: read every tick, a dozen Python
 /// processes' took the supervisor a CPU of this machine's two.
@@ -116,12 +113,10 @@ struct Header {
     /// spawned pool worker) took the whole budget until its first share,
     /// a tenth of a second of allocation past the tree's bound.
     newcomer: AtomicU64,
-    /// Bumped at each change of the budget from outside (`uswap ctl`),
-    /// and when the tree is past what it divides while a member without
-    /// a reclaimer keeps its pages (`Demand::kept`): a member that takes
-    /// no fault and runs no reclaimer (an idle one, in SIGBUS mode) looks
-    /// at it from its allocations, one load ([`budget_changed`]), and
-    /// starts its reclaimer to follow.
+    /// Bumped at each change of the budget from outside (`uswap ctl`): a
+    /// member that takes no fault and runs no reclaimer (an idle one, in
+    /// SIGBUS mode) looks at it from its allocations, one load
+    /// ([`budget_changed`]), and starts its reclaimer to follow.
     generation: AtomicU64,
 }
 
@@ -614,9 +609,6 @@ pub struct Arbiter {
     /// The members' other memory as `smaps` confirmed it last, and when
     /// ([`CONFIRM_EVERY`]).
     confirmed: Option<(Instant, u64)>,
-    /// When members without a reclaimer were last asked to start one
-    /// ([`NUDGE_EVERY`]).
-    nudged: Option<Instant>,
 }
 
 /// The tree's compressed stores held more than its budget, overrun and
@@ -661,7 +653,6 @@ impl Arbiter {
             unpaged: None,
             unpaged_said: false,
             confirmed: None,
-            nudged: None,
         })
     }
 
@@ -882,19 +873,6 @@ impl Arbiter {
             None
         };
         let total: u64 = demand.iter().map(Demand::charged).sum();
-        // Past the budget, a member without a reclaimer keeps what
-        // it holds, and the others page within what it leaves: at 24M,
-        // regrtest's main process, idle while its worker ran the tests,
-        // kept 11 MiB and the worker was left 1 MiB.  Its pages are the
-        // tree's coldest: it is asked to start its reclaimer (from its
-        // next allocation), and is then divided as an idle member.
-        if total > budget
-            && demand.iter().any(|d| d.kept() && d.resident > MIN_SHARE)
-            && self.nudged.is_none_or(|t| now.duration_since(t) >= NUDGE_EVERY)
-        {
-            self.nudged = Some(now);
-            s.header.generation.fetch_add(1, Ordering::Release);
-        }
         for (i, share) in idx.into_iter().zip(shares(budget, &demand)) {
             s.slots[i].limit.store(share, Ordering::Relaxed);
         }

@@ -351,39 +351,3 @@ fn a_member_that_cannot_reclaim_keeps_its_pages_and_the_rest_divide_what_is_left
     // Under the budget, nothing changes: each may grow by what is left.
     assert_eq!(shares(100_000, &[parent, worker]), vec![3_000 + 90_500, 6_000 + 90_500]);
 }
-
-/// A tree past its budget while a member without a reclaimer keeps its
-/// pages asks it, through the generation its allocations look at, to
-/// start one: at most every `NUDGE_EVERY`, and not while the tree fits.
-#[test]
-fn a_member_keeping_its_pages_in_a_tree_past_its_budget_is_asked_to_reclaim() {
-    const NO_OTHER: u64 = 1 << 40;
-    let budget = 8u64 << 20;
-    let pages = budget / PAGE_SIZE as u64;
-    let mut arb = Arbiter::create(budget).unwrap();
-    let generation = |arb: &Arbiter| shared(&arb.map).header.generation.load(Ordering::Relaxed);
-    let a = Member::join(&arb.env_value()).unwrap();
-    let t0 = Instant::now();
-    // Within the budget, without a reclaimer: nothing asked.
-    a.publish(pages as usize / 2, 0, 1, NO_OTHER, 0, 0, 0, false);
-    arb.tick(t0);
-    arb.tick(t0 + FAULTING_WITHIN * 2);
-    let g0 = generation(&arb);
-    // Past it, faulting (it reclaims at its faults): nothing asked.
-    a.publish(pages as usize * 2, 0, 2, NO_OTHER, 0, 0, 0, false);
-    arb.tick(t0 + FAULTING_WITHIN * 3);
-    assert_eq!(generation(&arb), g0, "a faulting member reclaims at its faults");
-    // Past it, idle: asked once...
-    let t1 = t0 + FAULTING_WITHIN * 6;
-    arb.tick(t1);
-    assert_eq!(generation(&arb), g0 + 1);
-    arb.tick(t1 + NUDGE_EVERY / 2);
-    assert_eq!(generation(&arb), g0 + 1, "at most every NUDGE_EVERY");
-    arb.tick(t1 + NUDGE_EVERY);
-    assert_eq!(generation(&arb), g0 + 2);
-    // ...and not once its reclaimer runs.
-    a.publish(pages as usize * 2, 0, 2, NO_OTHER, 0, 0, 0, true);
-    arb.tick(t1 + NUDGE_EVERY * 3);
-    assert_eq!(generation(&arb), g0 + 2);
-    drop(a);
-}
