@@ -26,7 +26,7 @@ use std::time::Instant;
 
 use uswap::domain::auto::{Counts, Driver, Tuning};
 
-use super::kernel_swap::MemCgroup;
+use super::kernel_swap::{memory_stat, MemCgroup};
 
 const PAGE: u64 = uswap::PAGE_SIZE as u64;
 
@@ -36,8 +36,6 @@ pub struct GroupAuto {
     group: PathBuf,
     /// The limit written last, in pages.
     limit: u64,
-    /// Limits the kernel refused (EBUSY: it could not reclaim to them).
-    pub refused: u64,
 }
 
 impl GroupAuto {
@@ -52,7 +50,6 @@ impl GroupAuto {
             driver: Driver::new(tuning, max / PAGE),
             group: group.path().to_path_buf(),
             limit: max / PAGE,
-            refused: 0,
         }
     }
 
@@ -62,7 +59,7 @@ impl GroupAuto {
         if !self.driver.due(now) {
             return;
         }
-        let faults = self.stat("total_pgfault");
+        let faults = memory_stat(&self.group, "total_pgfault");
         let counts = Counts {
             charge: read_u64(self.group.join("memory.usage_in_bytes")) / PAGE,
             stall_ns: psi_some_us().saturating_mul(1000),
@@ -73,22 +70,12 @@ impl GroupAuto {
             return;
         };
         if b != self.limit {
-            match fs::write(self.group.join("memory.limit_in_bytes"), (b * PAGE).to_string()) {
-                Ok(()) => self.limit = b,
-                Err(_) => self.refused += 1,
+            // Refused (EBUSY: the kernel could not reclaim down to it),
+            // the old limit stays until the next interval.
+            if fs::write(self.group.join("memory.limit_in_bytes"), (b * PAGE).to_string()).is_ok() {
+                self.limit = b;
             }
         }
-    }
-
-    fn stat(&self, key: &str) -> u64 {
-        fs::read_to_string(self.group.join("memory.stat"))
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ').map(str::to_string))
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(0)
     }
 }
 

@@ -256,14 +256,7 @@ impl MemCgroup {
     }
 
     fn stat(&self, key: &str) -> u64 {
-        fs::read_to_string(self.path.join("memory.stat"))
-            .ok()
-            .and_then(|t| {
-                t.lines()
-                    .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ').map(str::to_string))
-                    .and_then(|v| v.trim().parse().ok())
-            })
-            .unwrap_or(0)
+        memory_stat(&self.path, key)
     }
 
     /// The cgroup's directory; a process joins by writing its pid to
@@ -271,6 +264,19 @@ impl MemCgroup {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// `key`'s value in the memory cgroup `group`'s `memory.stat`; 0 when
+/// unreadable.
+pub fn memory_stat(group: &Path, key: &str) -> u64 {
+    fs::read_to_string(group.join("memory.stat"))
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ').map(str::to_string))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
 }
 
 impl Drop for MemCgroup {
