@@ -367,11 +367,17 @@ pub fn run(a: &CtlArgs) -> anyhow::Result<()> {
         Action::Thaw => "thaw".into(),
         Action::Auto { state } => format!("auto {state}"),
     };
-    let socket = find(a.pid)?;
+    println!("{}", request(a.pid, &line)?);
+    Ok(())
+}
+
+/// Send one request line to the tree `pid` is in; its answer, or the
+/// error it gave.
+pub fn request(pid: i32, line: &str) -> anyhow::Result<String> {
+    let socket = find(pid)?;
     let mut stream = UnixStream::connect(&socket).with_context(|| {
         format!(
-            "the tree of process {} has ended (its control socket {} does not answer)",
-            a.pid,
+            "the tree of process {pid} has ended (its control socket {} does not answer)",
             socket.display()
         )
     })?;
@@ -383,13 +389,12 @@ pub fn run(a: &CtlArgs) -> anyhow::Result<()> {
         .context("no answer from the tree's supervisor")?;
     let reply = reply.trim_end();
     if reply.is_empty() {
-        bail!("the tree of process {} ended before it answered", a.pid);
+        bail!("the tree of process {pid} ended before it answered");
     }
     if let Some(e) = reply.strip_prefix("error: ") {
         bail!("{e}");
     }
-    println!("{reply}");
-    Ok(())
+    Ok(reply.to_string())
 }
 
 /// The control socket of the tree `pid` is in: that of the nearest

@@ -34,8 +34,13 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `uswap ctl` as `uid`, with `dir` as the statistics directory.
 fn ctl(uid: u32, dir: &str, args: &[&str]) -> (bool, String, String) {
+    uswap(uid, dir, "ctl", args)
+}
+
+/// `uswap VERB ARGS...` as `uid`, with `dir` as the statistics directory.
+fn uswap(uid: u32, dir: &str, verb: &str, args: &[&str]) -> (bool, String, String) {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-    cmd.arg("ctl").args(args).env("USWAP_RUNTIME_DIR", dir);
+    cmd.arg(verb).args(args).env("USWAP_RUNTIME_DIR", dir);
     // SAFETY: geteuid has no preconditions.
     if uid != unsafe { libc::geteuid() } {
         cmd.uid(uid).gid(uid);
@@ -284,8 +289,31 @@ print(f"{n} MiB, {bad} bad", flush=True)
             );
             std::thread::sleep(Duration::from_millis(500));
         }
+        // `uswap stat` and its Prometheus output show the controller:
+        // on, and the budget's distance under the tree's peak.
+        let (ok, stat, err) = uswap(uid, &d, "stat", &[&pid]);
+        assert!(ok, "{mode:?}: {err}");
+        assert!(stat.contains("\nauto on\n"), "{mode:?}: {stat}");
+        let saved: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("auto_saved "))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{mode:?}: {stat}"));
+        assert!(saved > 40 << 20, "{mode:?}: saved {saved}: {stat}");
+        let (ok, prom, err) = uswap(uid, &d, "stat", &["--prometheus", &pid]);
+        assert!(ok, "{mode:?}: {err}");
+        assert!(
+            prom.contains(&format!("uswap_auto_on{{group=\"{pid}\""))
+                && prom.contains("# TYPE uswap_auto_saved_bytes gauge"),
+            "{mode:?}: {prom}"
+        );
         let (ok, _, err) = ctl(uid, &d, &[&pid, "budget", "64M"]);
         assert!(!ok && err.contains("auto off"), "{mode:?}: {err}");
+        // Turned off, the state says so.
+        let (ok, _, err) = ctl(uid, &d, &[&pid, "auto", "off"]);
+        assert!(ok, "{mode:?}: {err}");
+        let (_, stat, _) = uswap(uid, &d, "stat", &[&pid]);
+        assert!(stat.contains("\nauto off\n"), "{mode:?}: {stat}");
         ends_with_its_data(child, mode);
     }
 }

@@ -16,6 +16,8 @@ pub mod top;
 use std::collections::BTreeMap;
 
 use anyhow::Context;
+
+use crate::autobudget::AutoState;
 use uswap::stats::live::{self, Entry};
 use uswap::stats::{Counters, Gauges, Identity, Latency, Stats};
 
@@ -35,6 +37,9 @@ pub struct Group {
     pub tree: bool,
     /// Its processes, oldest first.
     pub members: Vec<Process>,
+    /// For a tree under `--budget auto`, what its controller published
+    /// last.
+    pub auto: Option<AutoState>,
 }
 
 impl Group {
@@ -110,7 +115,11 @@ pub fn gather() -> anyhow::Result<Vec<Group>> {
         return Ok(Vec::new());
     }
     let entries = live::scan(&dir).map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(group(entries))
+    let mut groups = group(entries);
+    for g in groups.iter_mut().filter(|g| g.tree) {
+        g.auto = AutoState::read(&dir, g.id);
+    }
+    Ok(groups)
 }
 
 fn group(entries: Vec<Entry>) -> Vec<Group> {
@@ -129,7 +138,12 @@ fn group(entries: Vec<Entry>) -> Vec<Group> {
     }
     groups
         .into_iter()
-        .map(|((id, tree), members)| Group { id, tree, members })
+        .map(|((id, tree), members)| Group {
+            id,
+            tree,
+            members,
+            auto: None,
+        })
         .collect()
 }
 
@@ -151,6 +165,7 @@ pub fn select(groups: Vec<Group>, pid: Option<i32>) -> anyhow::Result<Vec<Group>
                 id: m.id.pid,
                 tree: false,
                 members: vec![m],
+                auto: None,
             });
         }
     }

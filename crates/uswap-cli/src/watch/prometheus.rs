@@ -10,6 +10,7 @@ use uswap::stats::{Counters, EventKind, Gauges, Unit, LATENCY_BUCKETS};
 use uswap::PAGE_SIZE;
 
 use super::{Group, Process};
+use crate::autobudget::AutoState;
 
 /// One metric family: its samples, each a label set (beyond the
 /// process's) and a value.
@@ -297,6 +298,64 @@ pub fn render(groups: &[Group]) -> String {
         help: "Bytes the swap device can hold.".into(),
         samples: device(false),
     });
+
+    // `--budget auto`: one sample a tree, labelled with its group and the
+    // command it began with (the controller is the tree's, not a
+    // process's).
+    let auto = |f: &dyn Fn(&AutoState) -> f64| {
+        groups
+            .iter()
+            .filter_map(|g| {
+                let a = g.auto.as_ref()?;
+                Some((
+                    format!("group=\"{}\",command=\"{}\"", g.id, escape(&g.root().id.command)),
+                    num(f(a)),
+                ))
+            })
+            .collect::<Vec<_>>()
+    };
+    for (name, help, value) in [
+        (
+            "uswap_auto_on",
+            "Whether --budget auto drives the tree's budget (uswap ctl auto on|off).",
+            &(|a: &AutoState| a.on as u8 as f64) as &dyn Fn(&AutoState) -> f64,
+        ),
+        (
+            "uswap_auto_budget_bytes",
+            "The budget --budget auto set last.",
+            &|a: &AutoState| a.budget as f64,
+        ),
+        (
+            "uswap_auto_pressure_ratio",
+            "The tree's stall share for want of memory over the controller's last interval.",
+            &|a: &AutoState| a.pressure,
+        ),
+        (
+            "uswap_auto_target_ratio",
+            "The stall share the controller keeps the tree under.",
+            &|a: &AutoState| a.target,
+        ),
+        (
+            "uswap_auto_peak_bytes",
+            "The tree's charge at its peak.",
+            &|a: &AutoState| a.peak as f64,
+        ),
+        (
+            "uswap_auto_saved_bytes",
+            "The budget's distance under the tree's peak charge.",
+            &|a: &AutoState| a.saved as f64,
+        ),
+    ] {
+        let samples = auto(value);
+        if !samples.is_empty() {
+            fams.push(Family {
+                name: name.into(),
+                kind: "gauge",
+                help: help.into(),
+                samples,
+            });
+        }
+    }
 
     let mut o = String::new();
     for f in &fams {

@@ -71,6 +71,7 @@ fn json(groups: &[Group]) -> anyhow::Result<String> {
                 "group": g.id,
                 "tree": g.tree,
                 "command": g.root().id.command,
+                "auto": g.auto,
                 "processes": g.members.iter().map(|m| serde_json::json!({
                     "pid": m.id.pid,
                     "parent": m.id.parent,
@@ -96,6 +97,7 @@ pub fn left_without_exit(group: i32, left: Vec<(uswap::stats::Identity, uswap::s
             .into_iter()
             .map(|(id, stats)| Process { id, stats })
             .collect(),
+        auto: None,
     };
     format!(
         "uswap run: {} process{} ended without exit handlers (a raw exit_group, as Go's runtime makes, or killed); what {} published last:\n{}",
@@ -136,6 +138,15 @@ pub fn text(g: &Group) -> String {
         let _ = writeln!(o, "{k} {v}");
     };
     kv("budget", (gauges.budget * page).to_string());
+    // `--budget auto`: the controller's last interval, and the budget's
+    // distance under the tree's peak charge.
+    if let Some(a) = &g.auto {
+        kv("auto", if a.on { "on" } else { "off" }.to_string());
+        kv("auto_target", format!("{:.4}", a.target));
+        kv("auto_pressure", format!("{:.4}", a.pressure));
+        kv("auto_peak", a.peak.to_string());
+        kv("auto_saved", a.saved.to_string());
+    }
     kv("resident", (gauges.resident * page).to_string());
     if g.members.len() == 1 {
         kv("resident_peak", (gauges.resident_peak * page).to_string());

@@ -67,16 +67,42 @@ pub struct Window {
     pub pressure: f64,
     /// Pages the tree faulted in during the interval: the floor.
     pub touched: u64,
+    /// Pages the tree is charged at its end.
+    pub charge: u64,
 }
 
-/// The controller's state: the budget it set last.
+/// The controller's state: the budget it set last, and what the last
+/// back-off taught it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Controller {
     pub tuning: Tuning,
     budget: u64,
     /// The tree's charge at its peak: what the savings are counted from.
     peak: u64,
+    /// The budget under which pressure last passed the target: the tree's
+    /// working set, as far as a probe found it.  Probes stop there for
+    /// `hold` intervals.
+    knee: u64,
+    /// Intervals left before a probe may go under `knee` again.
+    hold: u32,
+    /// How long the next hold lasts: none after a first back-off (uswap
+    /// learns a hot set by its refaults, and a probe that evicted pages
+    /// the tree reads again has activated them: the next may cost
+    /// nothing), then `HOLD_FIRST`, doubled by every back-off that follows
+    /// a probe under the knee (the tree has no more to give), halved by
+    /// every probe under it that costs nothing (it has again).
+    hold_len: u32,
+    /// The budget of the last interval without pressure: where the knee
+    /// goes when the next one has it.
+    good: u64,
 }
+
+/// The first hold, in intervals (after the second back-off at a knee),
+/// and the longest: a tree with no cold memory is probed under its
+/// working set at most once in `HOLD_MOST` intervals once it has shown it
+/// a few times.
+const HOLD_FIRST: u32 = 8;
+const HOLD_MOST: u32 = 128;
 
 impl Controller {
     /// Starting at `budget` pages (the ceiling, unless `max` is lower).
@@ -86,6 +112,10 @@ impl Controller {
             tuning,
             budget,
             peak: 0,
+            knee: 0,
+            hold: 0,
+            hold_len: 0,
+            good: 0,
         }
     }
 
@@ -102,13 +132,19 @@ impl Controller {
     /// A tree that stopped growing, charged `pages`: a budget far above it
     /// takes nothing from it, and probing down from there would only take
     /// time, so it comes down to the charge and a sixteenth at once (never
-    /// below `min`).  Not while the tree grows: a budget just behind a
-    /// growing tree makes its every fault reclaim.
+    /// below `min`, nor below the knee while it holds).  Not while the
+    /// tree grows: a budget just behind a growing tree makes its every
+    /// fault reclaim.
     pub fn settle_at(&mut self, pages: u64) {
         let near = pages + pages / 16;
         if self.budget > near {
-            self.budget = near.max(self.tuning.min);
+            self.budget = near.max(self.tuning.min).max(self.held());
         }
+    }
+
+    /// The tree's charge at its peak, in pages.
+    pub fn peak(&self) -> u64 {
+        self.peak
     }
 
     /// Pages the budget holds under the tree's peak.
@@ -116,27 +152,96 @@ impl Controller {
         self.peak.saturating_sub(self.budget)
     }
 
+    /// The lowest budget a probe may set now: the knee while it holds.
+    fn held(&self) -> u64 {
+        if self.hold > 0 {
+            self.knee
+        } else {
+            0
+        }
+    }
+
     /// One interval's decision: the new budget in pages.
     pub fn decide(&mut self, w: Window) -> u64 {
         let t = &self.tuning;
         let b = self.budget as f64;
-        let next = if w.pressure <= t.target {
+        if w.pressure > t.target {
+            return self.back_off(w);
+        }
+        let next = {
             // Probe: a full step with no pressure at all, shrinking as
-            // pressure nears the target (Senpai's quadratic).
+            // pressure nears the target (Senpai's quadratic), and not
+            // under the knee while it holds.
             let error = (t.target - w.pressure) / t.target;
             let step = (error * error).min(1.0) * t.max_probe;
-            (b * (1.0 - step)) as u64
-        } else {
-            // Back off at once, as far as the excess asks: twice the
-            // target asks for a tenth more, ten times for all of it.
-            let error = (w.pressure - t.target) / t.target;
-            let step = (error / 10.0).min(t.max_backoff);
-            (b * (1.0 + step)).ceil() as u64 + 1
+            self.good = self.budget;
+            if self.hold > 0 {
+                self.hold -= 1;
+            } else if self.knee > 0 && self.budget < self.knee {
+                // Under the knee and no pressure: the tree gave memory
+                // back since; probes may come sooner next time.
+                self.hold_len = if self.hold_len > HOLD_FIRST {
+                    self.hold_len / 2
+                } else {
+                    0
+                };
+                self.knee = 0;
+            }
+            ((b * (1.0 - step)) as u64).max(self.held())
         };
-        // The ceiling is hard (`max=`): it wins over the floor.
-        let floor = t.min.max(w.touched);
-        self.budget = next.max(floor).min(t.max.max(t.min));
+        self.budget = self.bounded(next, w.touched);
         self.budget
+    }
+
+    /// Pressure past the target: the budget goes back up at once, as far
+    /// as the excess asks (twice the target asks for a tenth more, ten
+    /// times for all of it), and the budget that caused it is the knee
+    /// probes hold at.
+    ///
+    /// Only where the budget binds (the tree charged within a sixteenth
+    /// of it): under a budget it does not reach, the stall is pages coming
+    /// back that went out before, and a higher budget would not bring one
+    /// of them sooner.  Without this rule every look of a refill doubled
+    /// the budget again, to thousands of times the tree.  Nor above the
+    /// tree's peak and a sixteenth: a budget it never reached holds
+    /// nothing back.
+    pub fn back_off(&mut self, w: Window) -> u64 {
+        let t = &self.tuning;
+        if w.charge + self.budget / 16 < self.budget {
+            self.budget = self.bounded(self.budget, w.touched);
+            return self.budget;
+        }
+        let top = self.peak.max(w.charge);
+        let cap = top + top / 16;
+        let error = (w.pressure - t.target).max(0.0) / t.target;
+        let step = (error / 10.0).min(t.max_backoff);
+        let next = ((self.budget as f64 * (1.0 + step)).ceil() as u64 + 1)
+            .min(cap)
+            .max(self.budget);
+        // The last budget that cost nothing, or, without one over this
+        // budget, a sixteenth over it (the slack each member keeps over
+        // its share).
+        let knee = if self.good > self.budget {
+            self.good
+        } else {
+            self.budget + self.budget / 16
+        };
+        if self.hold == 0 && self.knee > 0 {
+            // Probed under the knee again, and it cost: hold, longer
+            // each time.
+            self.hold_len = (self.hold_len * 2).clamp(HOLD_FIRST, HOLD_MOST);
+        }
+        self.knee = knee.min(cap);
+        self.hold = self.hold_len;
+        self.budget = self.bounded(next, w.touched);
+        self.budget
+    }
+
+    /// `next` within the bounds: over what the tree touched and `min`,
+    /// under the ceiling, which is hard (`max=`) and wins over the floor.
+    fn bounded(&self, next: u64, touched: u64) -> u64 {
+        let t = &self.tuning;
+        next.max(t.min.max(touched)).min(t.max.max(t.min))
     }
 }
 
@@ -157,14 +262,42 @@ pub struct Counts {
 }
 
 /// A [`Controller`] fed once an interval: turns two readings of
-/// [`Counts`] into a [`Window`] and a decision.
+/// [`Counts`] into a [`Window`] and a decision.  Between decisions it
+/// looks at every tenth of an interval, for one thing: pressure far past
+/// the target (a probe that went under the working set) is answered at
+/// once, not at the interval's end.  A probe under a tree's working set
+/// is how the controller finds it, and this bounds what finding it costs
+/// the tree.
 #[derive(Clone, Debug)]
 pub struct Driver {
     pub controller: Controller,
     /// When the last interval began, and the counts then.
     last: Option<(std::time::Instant, Counts)>,
+    /// When the last look began, and the counts then.
+    look: Option<(std::time::Instant, Counts)>,
     /// The last interval's pressure.
     pressure: f64,
+}
+
+/// A look's pressure answered at once: this many times the target.  A
+/// tenth of an interval holds a few swap-ins at most when all is well,
+/// and one look's share is noisy; ten times the target is a probe that
+/// cut into the working set.
+const LOOK_FACTOR: f64 = 10.0;
+
+/// The stall a smaller budget caused, as a share of `wall_ns`: the
+/// swap-ins' part of the stall (a first touch, a zero fill, waits too,
+/// and a growing tree is not short of memory for it).
+fn pressure(before: &Counts, now: &Counts, wall_ns: f64) -> (f64, u64) {
+    let stall = now.stall_ns.saturating_sub(before.stall_ns) as f64;
+    let faults = now.faults.saturating_sub(before.faults);
+    let swapins = now.swapins.saturating_sub(before.swapins);
+    let share = if faults == 0 {
+        0.0
+    } else {
+        swapins.min(faults) as f64 / faults as f64
+    };
+    (stall * share / wall_ns.max(1.0), faults)
 }
 
 impl Driver {
@@ -172,6 +305,7 @@ impl Driver {
         Driver {
             controller: Controller::new(tuning, budget),
             last: None,
+            look: None,
             pressure: 0.0,
         }
     }
@@ -181,43 +315,53 @@ impl Driver {
         self.pressure
     }
 
-    /// Whether an interval has passed since the last decision (or none
-    /// was made yet).
+    /// Whether a tenth of an interval has passed since the last look
+    /// (or none was made yet): when [`Driver::step`] wants counts.
     pub fn due(&self, now: std::time::Instant) -> bool {
-        self.last
-            .is_none_or(|(t, _)| now.duration_since(t) >= self.controller.tuning.interval)
+        self.look
+            .is_none_or(|(t, _)| now.duration_since(t) >= self.controller.tuning.interval / 10)
     }
 
     /// Called as often as the caller likes: once an interval has passed
     /// since the last decision, decides from `now`'s counts and returns
-    /// the budget in pages; None between.  The first call only reads.
+    /// the budget in pages, or sooner when a look finds pressure far past
+    /// the target; None between.  The first call only reads.
     pub fn step(&mut self, now: std::time::Instant, c: Counts) -> Option<u64> {
         if !self.due(now) {
             return None;
         }
         self.controller.note_charge(c.charge);
+        let target = self.controller.tuning.target;
+        if let Some((t, before)) = self.look.replace((now, c)) {
+            let (p, touched) = pressure(&before, &c, now.duration_since(t).as_nanos() as f64);
+            if p > LOOK_FACTOR * target {
+                // The interval starts again from here: the next decision
+                // sees what the new budget did.
+                self.last = Some((now, c));
+                self.pressure = p;
+                return Some(self.controller.back_off(Window {
+                    pressure: p,
+                    touched,
+                    charge: c.charge,
+                }));
+            }
+        }
+        let interval = self.controller.tuning.interval;
+        if self.last.is_some_and(|(t, _)| now.duration_since(t) < interval) {
+            return None;
+        }
         let decided = self.last.map(|(t, before)| {
             // Not growing (by more than a sixty-fourth an interval: staged
             // pages and the other memory /proc shows move a little).
             if c.charge <= before.charge + before.charge / 64 {
                 self.controller.settle_at(c.charge);
             }
-            let wall = now.duration_since(t).as_nanos().max(1) as f64;
-            let stall = c.stall_ns.saturating_sub(before.stall_ns) as f64;
-            let faults = c.faults.saturating_sub(before.faults);
-            let swapins = c.swapins.saturating_sub(before.swapins);
-            // The stall a smaller budget caused: its swap-ins' part of
-            // it (a first touch, a zero fill, waits too, and a growing
-            // tree is not short of memory for it).
-            let share = if faults == 0 {
-                0.0
-            } else {
-                swapins.min(faults) as f64 / faults as f64
-            };
-            self.pressure = stall * share / wall;
+            let (p, touched) = pressure(&before, &c, now.duration_since(t).as_nanos() as f64);
+            self.pressure = p;
             self.controller.decide(Window {
-                pressure: self.pressure,
-                touched: faults,
+                pressure: p,
+                touched,
+                charge: c.charge,
             })
         });
         self.last = Some((now, c));
@@ -241,17 +385,30 @@ mod tests {
     #[test]
     fn no_pressure_lowers_by_the_largest_probe_and_pressure_raises_at_once() {
         let mut c = Controller::new(tuning(100, 1 << 20), 100_000);
+        c.note_charge(100_000);
         let b = c.decide(Window {
             pressure: 0.0,
             touched: 0,
+            charge: 100_000,
         });
         assert_eq!(b, 90_000);
-        // Ten times the target: back to where it was and more.
+        // Ten times the target, under a budget that binds: back over the
+        // peak by a sixteenth at once, and no further.
         let up = c.decide(Window {
             pressure: 10.0 * 0.0017,
             touched: 0,
+            charge: 90_000,
         });
-        assert!(up >= 90_000 * 19 / 10 - 1, "{up}");
+        assert_eq!(up, 106_250);
+        // Under a budget the tree does not reach, pressure is pages coming
+        // back: the budget stays.
+        let mut c = Controller::new(tuning(100, 1 << 20), 100_000);
+        let same = c.decide(Window {
+            pressure: 0.5,
+            touched: 0,
+            charge: 50_000,
+        });
+        assert_eq!(same, 100_000);
     }
 
     /// The driver decides once an interval from the counts' differences:
@@ -274,13 +431,72 @@ mod tests {
         // Not growing, no stall: settled at the charge and a sixteenth,
         // then a full probe down.
         assert_eq!(d.step(t + s, at(10_000, 0, 0, 0)), Some(10_625 * 9 / 10));
-        // 100 ms of stall in a second, all swap-ins: 10% against 0.17%.
+        // 100 ms of stall in a second, all swap-ins: 10% against 0.17%,
+        // and the budget binds: back to the peak and a sixteenth.
         let b = d.step(t + 2 * s, at(10_000, 100_000_000, 50, 50)).unwrap();
-        assert!(b > 10_625 * 9 / 10 * 3 / 2, "{b}");
+        assert_eq!(b, 10_625);
         assert!((d.pressure() - 0.1).abs() < 1e-3, "{}", d.pressure());
-        // The same stall from first touches (no swap-in): no pressure.
+        // The same stall from first touches (no swap-in): no pressure,
+        // and the probes go on (a first back-off holds nothing).
         let c = d.step(t + 3 * s, at(10_000, 200_000_000, 100, 50)).unwrap();
         assert!(c < b && d.pressure() == 0.0, "{c} {b}");
+    }
+
+    /// A probe that cuts into the working set is answered at the next
+    /// look, a tenth of an interval later, not at the interval's end.
+    #[test]
+    fn pressure_far_past_the_target_is_answered_within_a_look() {
+        let t = std::time::Instant::now();
+        let s = Duration::from_secs(1);
+        let mut d = Driver::new(tuning(100, 1 << 30), 20_000);
+        let at = |stall_ns, n| Counts {
+            charge: 10_000,
+            stall_ns,
+            faults: n,
+            swapins: n,
+        };
+        d.step(t, at(0, 0));
+        let low = d.step(t + s, at(0, 0)).unwrap();
+        assert_eq!(None, d.step(t + s + s / 20, at(0, 0)), "not a look yet");
+        assert_eq!(low, 10_625 * 9 / 10);
+        // 20 ms of swap-ins in the next tenth: 20% against 0.17%.
+        let up = d.step(t + s + s / 10, at(20_000_000, 300)).unwrap();
+        assert_eq!(up, 10_625, "back to the peak and a sixteenth");
+        // The refill goes on at the next look: no higher (it compounded
+        // to thousands of times the tree once).
+        let again = d.step(t + s + s / 5, at(40_000_000, 600));
+        assert!(again.is_none_or(|b| b == up), "{again:?}");
+        // The interval starts again from the back-off.
+        assert_eq!(None, d.step(t + s + 3 * s / 10, at(40_000_000, 600)));
+    }
+
+    /// A tree whose every page is in use (pressure whenever the budget is
+    /// under its working set): probes stop at the knee the first back-off
+    /// found, and come back under it less and less often.
+    #[test]
+    fn a_tree_without_cold_memory_is_probed_less_and_less() {
+        let ws = 100_000;
+        let mut c = Controller::new(tuning(100, 1 << 30), 2 * ws);
+        c.note_charge(ws);
+        let (mut under, mut backoffs) = (0, 0);
+        for _ in 0..300 {
+            let short = c.budget() < ws;
+            under += short as u32;
+            let b = c.decide(Window {
+                pressure: if short { 0.5 } else { 0.0 },
+                touched: 0,
+                charge: c.budget().min(ws),
+            });
+            if short {
+                backoffs += 1;
+                assert!(b > ws, "a back-off goes over the working set: {b}");
+            }
+        }
+        // The first back-off after the descent, one more probe, then
+        // holds of 8, 16, 32, 64 and 128 intervals.
+        assert!(backoffs <= 7, "{backoffs} back-offs in 300 intervals");
+        assert!(under <= 7, "under the working set {under} of 300 intervals");
+        assert!(c.budget() >= ws, "{}", c.budget());
     }
 
     #[test]
@@ -290,6 +506,7 @@ mod tests {
         let b = c.decide(Window {
             pressure: 0.0017,
             touched: 0,
+            charge: 50_000,
         });
         assert_eq!(b, 50_000);
     }
@@ -297,24 +514,31 @@ mod tests {
     proptest! {
         /// Whatever the tree does, the budget stays within its bounds and
         /// above what the tree touched, moves down by at most a probe, and
-        /// goes up whenever pressure passes the target.
+        /// goes up when pressure passes the target under a budget that
+        /// binds, to the tree's charge and a sixteenth at most.
         #[test]
         fn the_budget_stays_bounded_and_moves_as_pressure_says(
             start in 1u64..1 << 24,
             min in 1u64..1 << 12,
             max in 1u64 << 12..1 << 26,
-            windows in proptest::collection::vec((0.0f64..0.05, 0u64..1 << 22), 1..64),
+            windows in proptest::collection::vec((0.0f64..0.05, 0u64..1 << 22, 0u64..1 << 24), 1..64),
         ) {
             let mut c = Controller::new(tuning(min, max), start);
             prop_assert!(c.budget() >= min.min(max) && c.budget() <= max.max(min));
-            for (pressure, touched) in windows {
+            for (pressure, touched, charge) in windows {
                 let before = c.budget();
-                let b = c.decide(Window { pressure, touched });
+                let b = c.decide(Window { pressure, touched, charge });
                 let ceiling = max.max(min);
-                prop_assert!(b >= min.max(touched).min(ceiling));
+                let floor = min.max(touched).min(ceiling);
+                prop_assert!(b >= floor);
                 prop_assert!(b <= ceiling);
-                if pressure > c.tuning.target && before < ceiling {
-                    prop_assert!(b > before);
+                if pressure > c.tuning.target {
+                    let binds = charge + before / 16 >= before;
+                    let cap = charge + charge / 16;
+                    if binds && before < ceiling.min(cap) {
+                        prop_assert!(b > before);
+                    }
+                    prop_assert!(b <= before.max(cap).max(floor));
                 }
                 if b < before {
                     prop_assert!((before - b) as f64 <= before as f64 * c.tuning.max_probe + 1.0);

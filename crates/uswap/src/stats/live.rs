@@ -163,13 +163,17 @@ pub fn scan(dir: &Path) -> Result<Vec<Entry>, LiveError> {
     let mut out = Vec::new();
     for ent in rd.flatten() {
         let path = ent.path();
-        // `uswap run`'s control socket, `ctl-PID.sock` (`uswap ctl`), left
-        // by a supervisor killed outright: removed with the statistics of
-        // its tree.
+        // `uswap run`'s control socket, `ctl-PID.sock` (`uswap ctl`), and
+        // its auto budget's state, `auto-PID.state`, left by a supervisor
+        // killed outright: removed with the statistics of its tree.
         if let Some(pid) = path
             .file_name()
             .and_then(|n| n.to_str())
-            .and_then(|n| n.strip_prefix("ctl-")?.strip_suffix(".sock"))
+            .and_then(|n| {
+                n.strip_prefix("ctl-")
+                    .and_then(|n| n.strip_suffix(".sock"))
+                    .or_else(|| n.strip_prefix("auto-")?.strip_suffix(".state"))
+            })
             .and_then(|p| p.parse::<i32>().ok())
         {
             if crate::sys::start_time(pid).is_none() {
