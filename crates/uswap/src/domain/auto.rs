@@ -79,9 +79,9 @@ pub struct Controller {
     budget: u64,
     /// The tree's charge at its peak: what the savings are counted from.
     peak: u64,
-    /// The budget under which pressure last passed the target: the tree's
-    /// working set, as far as a probe found it.  Probes stop there for
-    /// `hold` intervals.
+    /// The last budget that cost nothing before pressure passed the
+    /// target: over the tree's working set, as far as a probe found it.
+    /// Probes stop there for `hold` intervals.
     knee: u64,
     /// Intervals left before a probe may go under `knee` again.
     hold: u32,
@@ -101,7 +101,7 @@ pub struct Controller {
 /// and the longest: a tree with no cold memory is probed under its
 /// working set at most once in `HOLD_MOST` intervals once it has shown it
 /// a few times.
-const HOLD_FIRST: u32 = 8;
+const HOLD_FIRST: u32 = 2;
 const HOLD_MOST: u32 = 128;
 
 impl Controller {
@@ -195,8 +195,8 @@ impl Controller {
 
     /// Pressure past the target: the budget goes back up at once, as far
     /// as the excess asks (twice the target asks for a tenth more, ten
-    /// times for all of it), and the budget that caused it is the knee
-    /// probes hold at.
+    /// times for all of it), and the last budget that cost nothing is the
+    /// knee probes hold at.
     ///
     /// Only where the budget binds (the tree charged within a sixteenth
     /// of it): under a budget it does not reach, the stall is pages coming
@@ -493,9 +493,9 @@ mod tests {
             }
         }
         // The first back-off after the descent, one more probe, then
-        // holds of 8, 16, 32, 64 and 128 intervals.
-        assert!(backoffs <= 7, "{backoffs} back-offs in 300 intervals");
-        assert!(under <= 7, "under the working set {under} of 300 intervals");
+        // holds of 2, 4, 8, 16, 32, 64 and 128 intervals.
+        assert!(backoffs <= 9, "{backoffs} back-offs in 300 intervals");
+        assert!(under <= 9, "under the working set {under} of 300 intervals");
         assert!(c.budget() >= ws, "{}", c.budget());
     }
 
