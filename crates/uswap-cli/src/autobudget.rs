@@ -215,16 +215,19 @@ impl AutoBudget {
         }
     }
 
-    /// One line for `uswap ctl status`.
-    pub fn describe(&self) -> String {
+    /// One line for `uswap ctl status`, from the state as published (the
+    /// savings against the budget as it is, `budget_pages`, which `uswap
+    /// ctl budget` may have set while the controller was off).
+    pub fn describe(&self, budget_pages: u64) -> String {
         let mib = |p: u64| (p * uswap::PAGE_SIZE as u64) >> 20;
         let t = &self.driver.controller.tuning;
+        let s = self.state(budget_pages);
         format!(
             "auto {}: pressure {:.2}% against a target of {:.2}%, {} MiB saved under the peak, between {} and {} MiB",
-            if self.on { "on" } else { "off" },
-            self.driver.pressure() * 100.0,
-            t.target * 100.0,
-            mib(self.driver.controller.saved()),
+            if s.on { "on" } else { "off" },
+            s.pressure * 100.0,
+            s.target * 100.0,
+            s.saved >> 20,
             mib(t.min),
             if t.max == u64::MAX { "no".to_string() } else { mib(t.max).to_string() },
         )

@@ -206,7 +206,7 @@ impl Control {
                 members,
                 mib(resident),
                 mib(other)
-            ) + &auto.as_ref().map(|a| format!("; {}", a.describe())).unwrap_or_default()),
+            ) + &auto.as_ref().map(|a| format!("; {}", a.describe(budget))).unwrap_or_default()),
             "auto" => match (arg, auto.as_mut()) {
                 (Some("on"), Some(a)) => {
                     a.set_on(true, arbiter);

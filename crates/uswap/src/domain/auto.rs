@@ -124,7 +124,7 @@ impl Controller {
         self.budget
     }
 
-    /// Note what the tree is charged now (for [`Controller::saved`]).
+    /// Note what the tree is charged now (for [`Controller::peak`]).
     pub fn note_charge(&mut self, pages: u64) {
         self.peak = self.peak.max(pages);
     }
@@ -145,11 +145,6 @@ impl Controller {
     /// The tree's charge at its peak, in pages.
     pub fn peak(&self) -> u64 {
         self.peak
-    }
-
-    /// Pages the budget holds under the tree's peak.
-    pub fn saved(&self) -> u64 {
-        self.peak.saturating_sub(self.budget)
     }
 
     /// The lowest budget a probe may set now: the knee while it holds.
