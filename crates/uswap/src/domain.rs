@@ -107,11 +107,15 @@ struct Header {
     budget: AtomicU64,
     /// The last claim's number (see `Slot::claim`).
     claims: AtomicU64,
-    /// What a member the arbiter has not seen yet may hold (0: the whole
-    /// budget, before the arbiter's first look): the budget less what the
-    /// tree holds.  A process just started (a compiler `make` runs, a
-    /// spawned pool worker) took the whole budget until its first share,
-    /// a tenth of a second of allocation past the tree's bound.
+    /// What the members the arbiter has not seen yet may hold between
+    /// them (0: the whole budget, before the arbiter's first look): the
+    /// newcomers' part of the room the tree leaves ([`shares`]).  Each
+    /// takes half of what is left of it ([`Member::share`]).  A process
+    /// just started (a compiler `make` runs, a spawned pool worker) took
+    /// the whole budget until its first share, a tenth of a second of
+    /// allocation past the tree's bound; then each took the whole room,
+    /// and two pool workers spawned together held it twice (60 MiB of a
+    /// 40 MiB tree, whose bound is 60).
     newcomer: AtomicU64,
     /// Bumped at each change of the budget from outside (`uswap ctl`): a
     /// member that takes no fault and runs no reclaimer (an idle one, in
@@ -408,14 +412,38 @@ impl Member {
     /// parents held the budget, the newest process got no room, and the
     /// chain missed its 30-second joins.  The arbiter's water-filling
     /// gives a newcomer its share out of what the idle hold.
+    ///
+    /// Before the arbiter has seen it, a member takes half of what is left
+    /// of the newcomers' part ([`Header::newcomer`]) and keeps it in its
+    /// slot until the arbiter's share replaces it: the processes that
+    /// start within one tick cannot hold more than that part together.
     pub(crate) fn share(&self) -> Option<usize> {
-        let l = self.mine()?.limit.load(Ordering::Relaxed);
-        let l = if l != 0 {
-            l
-        } else {
-            self.shared().header.newcomer.load(Ordering::Relaxed)
+        let mine = self.mine()?;
+        let l = mine.limit.load(Ordering::Relaxed);
+        if l != 0 {
+            return Some(l.max(MIN_SHARE) as usize);
+        }
+        let pool = &self.shared().header.newcomer;
+        let mut taken = 0;
+        // The pool is 0 before the arbiter's first look: the whole budget
+        // then, as nothing else can hold any of it yet.
+        let _ = pool.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+            taken = left.div_ceil(2);
+            (left != 0).then_some(left - taken)
+        });
+        if taken == 0 {
+            return None;
+        }
+        let taken = taken.max(MIN_SHARE);
+        // The arbiter's share, if it came meanwhile, wins.
+        let l = match mine
+            .limit
+            .compare_exchange(0, taken, Ordering::Relaxed, Ordering::Relaxed)
+        {
+            Ok(_) => taken,
+            Err(arbiters) => arbiters,
         };
-        (l != 0).then_some(l.max(MIN_SHARE) as usize)
+        Some(l.max(MIN_SHARE) as usize)
     }
 
     /// The domain's budget in pages.
@@ -478,6 +506,16 @@ impl Demand {
         self.fixed && !self.faulting
     }
 
+    /// Its weight in the split of the room under the budget: whether it
+    /// grows now.
+    fn growth_weight(&self) -> u64 {
+        if self.faulting {
+            ACTIVE_WEIGHT
+        } else {
+            1
+        }
+    }
+
     fn weight(&self) -> u64 {
         if self.active {
             ACTIVE_WEIGHT
@@ -487,23 +525,40 @@ impl Demand {
     }
 }
 
-/// The members' shares (resident pages each may hold) of `budget` pages.
+/// The weight of the members the arbiter has not seen yet, together, in
+/// the split of the room: one faulting member's (a spawned pool worker,
+/// a compiler, faults from its first instruction).
+const NEWCOMER_WEIGHT: u64 = ACTIVE_WEIGHT;
+
+/// The members' shares (resident pages each may hold) of `budget` pages,
+/// and the newcomers' part ([`Header::newcomer`]).
 ///
-/// While they are charged less than the budget, each may grow by what is
-/// left.  Past it, the level `L` such that the members' charges, each
+/// While they are charged less than the budget, what is left (the room)
+/// is split between the members by weight: a faulting member's is
+/// [`ACTIVE_WEIGHT`], another's 1, so that members growing at once cannot
+/// hold more than the budget between two ticks.  (Each once took the
+/// whole room, and two pool workers growing together held it twice.)  A
+/// process alone, or faulting beside idle ones, takes all or most of it,
+/// as before.  The newcomers' part is what one more faulting member's
+/// would be, at most the room, and each newcomer takes half of what is
+/// left of it: the tree may pass its budget by that part between two
+/// ticks, and no more.  Past it, the level `L` such that the members' charges, each
 /// capped at `weight * L`, fill the budget: a member's share is its cap
 /// less its other memory.  So a member charged under its cap keeps all it
 /// holds (and may grow to the cap), one over it is cut to it: reclaim
 /// falls on those furthest over their share, idle ones (weight 1 to an
 /// active one's 8) first.  Never under [`MIN_SHARE`].
-pub fn shares(budget: u64, members: &[Demand]) -> Vec<u64> {
+pub fn shares(budget: u64, members: &[Demand]) -> (Vec<u64>, u64) {
     let total: u64 = members.iter().map(Demand::charged).sum();
     if total <= budget {
         let room = budget - total;
-        return members
+        let weights: u64 = members.iter().map(Demand::growth_weight).sum::<u64>().max(1);
+        let part = |w: u64| (room as u128 * w as u128 / weights as u128).min(room as u128) as u64;
+        let each = members
             .iter()
-            .map(|m| (m.resident + room).max(MIN_SHARE))
+            .map(|m| (m.resident + part(m.growth_weight())).max(MIN_SHARE))
             .collect();
+        return (each, part(NEWCOMER_WEIGHT));
     }
     // Past the budget, a member that cannot reclaim now (`fixed`, and
     // idle: one that faults reclaims at its own faults) keeps what it
@@ -514,8 +569,9 @@ pub fn shares(budget: u64, members: &[Demand]) -> Vec<u64> {
     if members.iter().any(Demand::kept) {
         let held: u64 = members.iter().filter(|m| m.kept()).map(Demand::charged).sum();
         let rest: Vec<Demand> = members.iter().filter(|m| !m.kept()).copied().collect();
-        let mut theirs = shares(budget.saturating_sub(held), &rest).into_iter();
-        return members
+        let (theirs, newcomer) = shares(budget.saturating_sub(held), &rest);
+        let mut theirs = theirs.into_iter();
+        let each = members
             .iter()
             .map(|m| {
                 if m.kept() {
@@ -525,6 +581,7 @@ pub fn shares(budget: u64, members: &[Demand]) -> Vec<u64> {
                 }
             })
             .collect();
+        return (each, newcomer);
     }
     let filled = |level: u64| -> u64 {
         members
@@ -544,7 +601,7 @@ pub fn shares(budget: u64, members: &[Demand]) -> Vec<u64> {
             hi = mid - 1;
         }
     }
-    members
+    let each = members
         .iter()
         .map(|m| {
             m.weight()
@@ -552,7 +609,9 @@ pub fn shares(budget: u64, members: &[Demand]) -> Vec<u64> {
                 .saturating_sub(m.other)
                 .max(MIN_SHARE)
         })
-        .collect()
+        .collect();
+    // No room: a newcomer's share is the floor until the arbiter's first.
+    (each, MIN_SHARE)
 }
 
 /// The members' counts, summed ([`Arbiter::activity`]).
@@ -872,13 +931,11 @@ impl Arbiter {
             self.over_since = None;
             None
         };
-        let total: u64 = demand.iter().map(Demand::charged).sum();
-        for (i, share) in idx.into_iter().zip(shares(budget, &demand)) {
+        let (each, newcomer) = shares(budget, &demand);
+        for (i, share) in idx.into_iter().zip(each) {
             s.slots[i].limit.store(share, Ordering::Relaxed);
         }
-        s.header
-            .newcomer
-            .store(budget.saturating_sub(total).max(MIN_SHARE), Ordering::Relaxed);
+        s.header.newcomer.store(newcomer.max(MIN_SHARE), Ordering::Relaxed);
         verdict
     }
 

@@ -21,14 +21,30 @@ proptest! {
         budget in 1u64..1_000_000,
         members in prop::collection::vec(demand(), 1..12),
     ) {
-        let s = shares(budget, &members);
+        let (s, newcomer) = shares(budget, &members);
         prop_assert_eq!(s.len(), members.len());
         prop_assert!(s.iter().all(|&x| x >= MIN_SHARE));
         let total: u64 = members.iter().map(Demand::charged).sum();
         if total <= budget {
-            // Nobody is cut, and each may take what is left.
+            // Nobody is cut, and what is left is split by weight: the
+            // members growing at once into all of it hold no more than
+            // the budget, but for the floors; the newcomers' part is at
+            // most what is left.
+            let room = budget - total;
+            let grown: u64 = members.iter().zip(&s).map(|(m, x)| x - m.resident).sum::<u64>();
+            let floors = members.len() as u64 * MIN_SHARE;
+            prop_assert!(grown <= room.max(floors), "grown {grown} of room {room}");
+            // Less only the rounding: a page for each.
+            prop_assert!(grown + members.len() as u64 >= room, "grown {grown} of room {room}");
+            prop_assert!(newcomer <= room);
             for (m, x) in members.iter().zip(&s) {
-                prop_assert_eq!(*x, (m.resident + budget - total).max(MIN_SHARE));
+                prop_assert!(*x >= m.resident);
+                for (n, y) in members.iter().zip(&s) {
+                    if m.faulting && !n.faulting && *y > MIN_SHARE {
+                        // A growing member's part is the larger.
+                        prop_assert!(x - m.resident >= y - n.resident);
+                    }
+                }
             }
             return Ok(());
         }
@@ -87,7 +103,7 @@ fn one_idle_member_gives_way_to_an_active_one() {
         fixed: false,
         faulting: false,
     };
-    let s = shares(100_000, &[idle, active]);
+    let (s, _) = shares(100_000, &[idle, active]);
     // The level L: min(60000, L) + min(61000, 8 L) = 100000 at L = 39000
     // (the active member's cap, 312000, passes all it holds).
     assert_eq!(s, vec![39_000, 8 * 39_000 - 1_000]);
@@ -113,15 +129,17 @@ fn members_join_publish_get_shares_and_leave() {
     let other = m[0].other;
     assert!(other > 0, "a process holds some anonymous memory of its own");
     let share = a.share().unwrap() as u64;
-    assert_eq!(
-        share,
-        (arb.budget_pages().saturating_sub(10 + other) + 10).max(MIN_SHARE)
-    );
+    let room = arb.budget_pages().saturating_sub(10 + other);
+    assert_eq!(share, (room + 10).max(MIN_SHARE));
     // The same process joining again is a new image (exec): the old slot
-    // goes.
+    // goes.  The new one, not seen yet, takes half the newcomers' part
+    // and keeps it; the next newcomer would find half of that.
     let b = Member::join(&arb.env_value()).unwrap();
-    assert_eq!(arb.members().len(), 1);
     assert_eq!(a.share(), None, "the earlier image's slot is gone");
+    let pool = room;
+    assert_eq!(b.share(), Some(pool.div_ceil(2).max(MIN_SHARE) as usize));
+    assert_eq!(b.share(), Some(pool.div_ceil(2).max(MIN_SHARE) as usize), "kept");
+    assert_eq!(arb.members().len(), 1);
     drop(a);
     assert_eq!(
         arb.members().len(),
@@ -341,13 +359,27 @@ fn a_member_that_cannot_reclaim_keeps_its_pages_and_the_rest_divide_what_is_left
         fixed: false,
         faulting: false,
     };
-    let s = shares(10_000, &[parent, worker, worker]);
+    let (s, _) = shares(10_000, &[parent, worker, worker]);
     assert_eq!(s[0], 3_000, "it keeps what it holds");
     // The workers: 7,000 pages between them, 3,500 charged each, 500 of
     // it their other memory (to the level's step: 8 pages, their weight).
     assert!(s[1] == s[2] && (2_992..=3_000).contains(&s[1]), "{s:?}");
     let charged: u64 = s[0] + s[1] + s[2] + 2 * 500;
     assert!((9_984..=10_000).contains(&charged), "{s:?}");
-    // Under the budget, nothing changes: each may grow by what is left.
-    assert_eq!(shares(100_000, &[parent, worker]), vec![3_000 + 90_500, 6_000 + 90_500]);
+    // Under the budget, nobody is cut, and the 90,500 pages left are
+    // split by weight: the parent's 1 and the worker's 1 (neither faults
+    // now).  A newcomer's part would be 8 times theirs: all of it.
+    assert_eq!(
+        shares(100_000, &[parent, worker]),
+        (vec![3_000 + 45_250, 6_000 + 45_250], 90_500)
+    );
+    // The worker grows: 8 ninths are its.
+    let growing = Demand {
+        faulting: true,
+        ..worker
+    };
+    assert_eq!(
+        shares(100_000, &[parent, growing]),
+        (vec![3_000 + 10_055, 6_000 + 80_444], 80_444)
+    );
 }
