@@ -531,11 +531,11 @@ impl Demand {
 const NEWCOMER_WEIGHT: u64 = ACTIVE_WEIGHT;
 
 /// The members' shares (resident pages each may hold) of `budget` pages,
-/// and the newcomers' part ([`Header::newcomer`]).
+/// and the newcomers' part (the header's `newcomer`).
 ///
 /// While they are charged less than the budget, what is left (the room)
 /// is split between the members by weight: a faulting member's is
-/// [`ACTIVE_WEIGHT`], another's 1, so that members growing at once cannot
+/// `ACTIVE_WEIGHT`, another's 1, so that members growing at once cannot
 /// hold more than the budget between two ticks.  (Each once took the
 /// whole room, and two pool workers growing together held it twice.)  A
 /// process alone, or faulting beside idle ones, takes all or most of it,
