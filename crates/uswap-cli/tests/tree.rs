@@ -171,19 +171,6 @@ fn make_j2_builds_under_one_budget() {
     tree_within_budget("make -s -j2 && ./prog && rm -f *.o prog", 24, &[], dir.path());
 }
 
-/// The budget of the `Pool` trees: 3.2 times plain's 155 MiB.  Five
-/// interpreters (the shell, the parent, the resource tracker and two
-/// workers) hold 27 MiB uswap cannot page (each one's data, bss and
-/// stacks, measured): at 40 MiB the four paging members shared 13 MiB
-/// and evicted five times the data they built, and the shares swung with
-/// every task (a worker that freed its list left room the other took,
-/// then was cut when its next task began), 11-21 MiB past the budget for
-/// about 150 ms at a time, 61 MiB at worst, the bound then being 60
-/// (docs/DESIGN.md, "The process tree", "Not yet").  At 48 MiB they
-/// share 21 MiB, and the test holds what it is for: every member paged
-/// within one budget.
-const POOL_BUDGET_MIB: u64 = 48;
-
 const POOL: &str = r#"
 import hashlib, multiprocessing as mp, sys
 def work(seed):
@@ -211,7 +198,7 @@ fn python_multiprocessing_spawn() {
     let dir = open_dir(true);
     std::fs::write(dir.path().join("pool.py"), POOL).unwrap();
     let script = format!("{PYTHON} pool.py spawn");
-    tree_within_budget(&script, POOL_BUDGET_MIB, &[], dir.path());
+    tree_within_budget(&script, 40, &[], dir.path());
 }
 
 /// Python's multiprocessing with `forkserver` (the default start method on
@@ -229,7 +216,7 @@ fn python_multiprocessing_forkserver() {
     let dir = open_dir(true);
     std::fs::write(dir.path().join("pool.py"), POOL).unwrap();
     let script = format!("{PYTHON} pool.py forkserver");
-    tree_within_budget(&script, POOL_BUDGET_MIB, &[], dir.path());
+    tree_within_budget(&script, 40, &[], dir.path());
 }
 
 /// Python's multiprocessing with `fork` (the default start method on

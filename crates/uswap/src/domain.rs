@@ -533,7 +533,7 @@ const NEWCOMER_WEIGHT: u64 = ACTIVE_WEIGHT;
 /// The members' shares (resident pages each may hold) of `budget` pages,
 /// and the newcomers' part (the header's `newcomer`).
 ///
-/// While they are charged less than the budget, what is left (the room)
+/// While they are charged no more than the budget, what is left (the room)
 /// is split between the members by weight: a faulting member's is
 /// `ACTIVE_WEIGHT`, another's 1, so that members growing at once cannot
 /// hold more than the budget between two ticks.  (Each once took the
@@ -543,11 +543,11 @@ const NEWCOMER_WEIGHT: u64 = ACTIVE_WEIGHT;
 /// would be, at most the room, and each newcomer takes half of what is
 /// left of it: the tree may pass its budget by that part between two
 /// ticks, and no more.  Past it, the level `L` such that the members' charges, each
-/// capped at `weight * L`, fill the budget: a member's share is its cap
-/// less its other memory.  So a member charged under its cap keeps all it
-/// holds (and may grow to the cap), one over it is cut to it: reclaim
-/// falls on those furthest over their share, idle ones (weight 1 to an
-/// active one's 8) first.  Never under [`MIN_SHARE`].
+/// capped at `weight * L`, fill the budget.  A member over its cap is cut
+/// to it (its share is the cap less its other memory); one under it keeps
+/// all it holds and may grow by its part of what the cuts leave.  So
+/// reclaim falls on those furthest over their share, idle ones (weight 1
+/// to an active one's 8) first.  Never under [`MIN_SHARE`].
 pub fn shares(budget: u64, members: &[Demand]) -> (Vec<u64>, u64) {
     let total: u64 = members.iter().map(Demand::charged).sum();
     if total <= budget {
@@ -601,13 +601,26 @@ pub fn shares(budget: u64, members: &[Demand]) -> (Vec<u64>, u64) {
             hi = mid - 1;
         }
     }
+    // A member over its cap is cut to it.  One under it keeps what it
+    // holds and grows only by its part (by weight) of what the cuts leave
+    // under the budget, less than a level's step: its cap is room the
+    // budget does not have.  Given the cap, two pool workers under it
+    // while an idle member (weight 1) was cut to a level of 4 MiB had
+    // shares of 32 MiB each, and grew into them together: a 40 MiB tree
+    // held 61 MiB.
+    let cap = |m: &Demand| m.weight().saturating_mul(lo);
+    let uncut = |m: &&Demand| m.charged() <= cap(m);
+    let spare = budget.saturating_sub(filled(lo));
+    let weights: u64 = members.iter().filter(uncut).map(Demand::weight).sum::<u64>().max(1);
     let each = members
         .iter()
         .map(|m| {
-            m.weight()
-                .saturating_mul(lo)
-                .saturating_sub(m.other)
-                .max(MIN_SHARE)
+            let share = if uncut(&m) {
+                m.resident + (spare as u128 * m.weight() as u128 / weights as u128) as u64
+            } else {
+                cap(m).saturating_sub(m.other)
+            };
+            share.max(MIN_SHARE)
         })
         .collect();
     // No room: a newcomer's share is the floor until the arbiter's first.
