@@ -176,7 +176,12 @@ fn writers_racing_batched_eviction_lose_nothing() {
             // no eviction lands between reading one counter and another.
             drop(region);
             let st = swap.stats();
-            assert!(st.counters.evict_clean > 100, "{what}: {:?}", st.counters);
+            // Far fewer than the pages read: a RAM device's read-ahead
+            // pages come in dirty (`read_ahead_dirty`), and how many are
+            // read ahead depends on the timing.  Measured 151-1155 a run
+            // alone, 99 with the whole suite beside it (held above 100,
+            // it failed so once).
+            assert!(st.counters.evict_clean > 32, "{what}: {:?}", st.counters);
             assert!(st.counters.staged > 100, "{what}: {:?}", st.counters);
             let (moves, staged) = (st.counters.evict_moves, st.counters.staged);
             if per_page {
