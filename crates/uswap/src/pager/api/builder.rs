@@ -465,13 +465,12 @@ impl SwapBuilder {
                 .neighbours(neighbours),
             &registry,
         )?;
-        let staging =
-            FramePool::new(staging_frames, &registry, LockId::STAGING_FRAMES).map_err(|source| {
-                PagerError::Mmap {
-                    bytes: staging_frames as usize * PAGE_SIZE,
-                    source,
-                }
-            })?;
+        let staging = FramePool::new(staging_frames, &registry, LockId::STAGING_FRAMES)
+            .map_err(|source| PagerError::Mmap {
+                bytes: staging_frames as usize * PAGE_SIZE,
+                source,
+            })?
+            .kept_empty();
         // Bounce frames: one per fault reading a page in, a run per
         // readahead (runs shrink to the frames free; a fault waits for
         // one).  Populated at start, so they are memory every process

@@ -26,6 +26,14 @@ pub(crate) struct FramePool {
     map: Mapping,
     free: StatMutex<FreeFrames>,
     discarder: Discarder,
+    /// Whether a free frame holds no page: true of the staging pool,
+    /// whose frames receive pages by `UFFDIO_MOVE` and `UFFDIO_COPY`, which
+    /// refuse a populated destination (`EEXIST`); false of the bounce
+    /// pool, populated at start and read into.  Checked in debug builds
+    /// as each frame is handed out: a free frame that holds a page is one
+    /// freed while a staged page still lived in it, whose contents the
+    /// next discard would drop (docs/RELIABILITY.md).
+    empty_when_free: bool,
 }
 
 /// Which frames are free: bit set = free.  `next` is where the last
@@ -126,7 +134,14 @@ impl FramePool {
             map,
             free: StatMutex::new(free, registry.lock_site(site)),
             discarder: Discarder::new(),
+            empty_when_free: false,
         })
+    }
+
+    /// A pool whose free frames hold no page (the staging pool's rule).
+    pub fn kept_empty(mut self) -> FramePool {
+        self.empty_when_free = true;
+        self
     }
 
     pub fn mapping(&self) -> &Mapping {
@@ -146,11 +161,23 @@ impl FramePool {
     /// find nothing to evict (the likely cause of an over-budget count a
     /// `uswap run` test saw once; docs/RELIABILITY.md).
     pub fn get_run(&self, n: u32) -> Option<u32> {
-        if let Some(f) = self.free.lock().take_run(n) {
-            return Some(f);
+        // Two statements: the first lock must be dropped before
+        // `flush_retired` takes it again.
+        let mut got = self.free.lock().take_run(n);
+        if got.is_none() {
+            self.flush_retired();
+            got = self.free.lock().take_run(n);
         }
-        self.flush_retired();
-        self.free.lock().take_run(n)
+        #[cfg(debug_assertions)]
+        if let (Some(first), true) = (got, self.empty_when_free) {
+            for f in first..first + n {
+                assert!(
+                    !crate::sys::page_mapped(self.addr(f)),
+                    "staging frame {f} handed out holding a page: freed while a staged page lived in it"
+                );
+            }
+        }
+        got
     }
 
     /// A free frame, waiting for one if all are in use: their holders hold
@@ -450,7 +477,9 @@ mod tests {
     #[test]
     fn retired_frames_come_back_discarded() {
         let reg = Registry::new();
-        let pool = FramePool::new(80, &reg, LockId::STAGING_FRAMES).unwrap();
+        let pool = FramePool::new(80, &reg, LockId::STAGING_FRAMES)
+            .unwrap()
+            .kept_empty();
         let mut held: Vec<u32> = (0..80).map(|_| pool.get().unwrap()).collect();
         assert_eq!(pool.get(), None);
         for &f in &held {
@@ -485,6 +514,25 @@ mod tests {
             let first = unsafe { *(pool.addr(f) as *const u8) };
             assert_eq!(first, 0, "frame {f} not discarded");
         }
+    }
+
+    /// A staging frame given back while it still holds a page is caught
+    /// as it is handed out again, in debug builds: the next `UFFDIO_MOVE`
+    /// into it would fail with `EEXIST`, and the next discard of it would
+    /// drop a page someone still owns.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "handed out holding a page")]
+    fn a_free_staging_frame_that_holds_a_page_is_caught() {
+        let reg = Registry::new();
+        let pool = FramePool::new(4, &reg, LockId::STAGING_FRAMES)
+            .unwrap()
+            .kept_empty();
+        let f = pool.get().unwrap();
+        // SAFETY: frame f is held (from get), inside the pool's mapping.
+        unsafe { *(pool.addr(f) as *mut u8) = 7 };
+        pool.put(f);
+        let _ = pool.get_run(4);
     }
 
     proptest! {
