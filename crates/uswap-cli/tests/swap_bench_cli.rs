@@ -694,7 +694,7 @@ fn program_auto_runners_give_back_cold_memory() {
         "--swap-dir",
         dir.path().to_str().unwrap(),
         "--runner",
-        "plain,uswap-auto,kernel-auto",
+        "plain,uswap-auto,uswap-sigbus-auto,kernel-auto",
         "--",
         common::PYTHON,
         service,
@@ -714,7 +714,7 @@ fn program_auto_runners_give_back_cold_memory() {
     let mean = |r: &Value| r["tree_mean_mib"].as_f64().unwrap();
     let plain = run("plain");
     assert!(mean(&plain) >= 100.0, "{plain}");
-    for name in ["uswap-auto", "kernel-auto"] {
+    for name in ["uswap-auto", "uswap-sigbus-auto", "kernel-auto"] {
         let r = run(name);
         assert_eq!(r["oom_killed"], false, "{name}: {r}");
         assert!(

@@ -79,6 +79,10 @@ pub enum Runner {
     /// `uswap run --budget auto,max=BUDGET` and nothing else (the default
     /// mode and swap file): the budget finds itself under the ceiling.
     UswapAuto,
+    /// `uswap run --mode sigbus --budget auto,max=BUDGET`: uswap-auto in
+    /// the mode an ordinary user gets (`--mode auto` picks handler-thread
+    /// mode for root).
+    UswapSigbusAuto,
     /// A memory cgroup over a kernel swap file in --swap-dir, its limit
     /// driven from the budget down by the same controller
     /// (`kernel_auto.rs`): uswap-auto's like.
@@ -104,6 +108,7 @@ impl Runner {
             Runner::LibraryFile => "library-file",
             Runner::Memcg => "memcg",
             Runner::UswapAuto => "uswap-auto",
+            Runner::UswapSigbusAuto => "uswap-sigbus-auto",
             Runner::KernelAuto => "kernel-auto",
         }
     }
@@ -365,9 +370,14 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
         Runner::UswapZram => uswap_run("handler", format!("zram:{swap}")),
         Runner::UswapSigbusZram => uswap_run("sigbus", format!("zram:{swap}")),
         Runner::UswapTier => uswap_run("handler", format!("zram:{store},file:{}:{swap}", file.display())),
-        Runner::UswapAuto => {
+        Runner::UswapAuto | Runner::UswapSigbusAuto => {
             let mut c = Command::new(&exe);
-            c.args(["run", "--budget", &format!("auto,max={}", a.budget), "--"]);
+            if r == Runner::UswapSigbusAuto {
+                c.args(["run", "--mode", "sigbus"]);
+            } else {
+                c.arg("run");
+            }
+            c.args(["--budget", &format!("auto,max={}", a.budget), "--"]);
             c.args(&a.program);
             c
         }
