@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 use crate::pager::fault::serve::{self, Access};
 use crate::pager::fault::stall::Stall;
 use crate::pager::instance::inner::Inner;
-use crate::pager::instance::page::Kind;
+use crate::pager::instance::page::{self, Kind};
 use crate::pager::instance::regions;
 use crate::PAGE_SIZE;
 
@@ -33,6 +33,10 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// bytes.
 const WINDOW: usize = 256;
 
+/// How long a walk waits for a claimed page to settle, in
+/// [`page::pause`]s of 50 us: 100 ms, far more than an eviction takes.
+const SETTLE_PAUSES: u32 = 2000;
+
 /// Bring in every page of `inner`'s regions that is swapped out or
 /// staged, up to `most` pages; the budget must be held (`Budget::hold`)
 /// or the pages go out again as they come in.  With `whole`, pages never
@@ -41,7 +45,12 @@ const WINDOW: usize = 256;
 /// whose table pages were never written goes to `untouched`.  Returns
 /// the pages brought in (what the resident set grew by: staged pages were
 /// in already).  A page that cannot be read (a failed device) stays out,
-/// poisoned as a fault of the program's would leave it.
+/// poisoned as a fault of the program's would leave it.  A page claimed
+/// as the walk meets it is waited for; a walk that brought something in
+/// or met a claim is followed by another (three at most), for a page a
+/// reclaim pass begun before the hold took behind it (a debugger read one
+/// such page as EIO: `held_in_memory_reads_through_proc_mem`, beside the
+/// whole suite).
 fn bring_in(inner: &Inner, most: usize, whole: bool, untouched: &mut dyn FnMut(u64, u64)) -> usize {
     let mut served = 0;
     let before = inner.budget().resident();
@@ -49,41 +58,67 @@ fn bring_in(inner: &Inner, most: usize, whole: bool, untouched: &mut dyn FnMut(u
         present: Some(false),
         write: false,
     };
-    regions::for_each_region(inner, |r| {
-        let pages = ((r.end - r.base) / PAGE) as usize;
-        let ids = r.id_base as usize..r.id_base as usize + pages;
-        let serve_one = |p: usize| {
-            if served >= most {
-                return false;
-            }
-            let id = r.id_base as usize + p;
-            match inner.states()[id].load().kind() {
-                Kind::Swapped | Kind::Staged => {}
-                Kind::Never if whole => {}
-                _ => return true,
-            }
-            let addr = r.base + p as u64 * PAGE;
-            let mut stall = Stall::new();
-            if r.huge {
-                let unit = crate::pager::instance::page::UNIT_PAGES;
-                let head = r.id_base as usize + p / unit * unit;
-                let base = r.base + (p / unit * unit) as u64 * PAGE;
-                serve::serve_unit(inner, base, head as u32, addr, access, &mut stall);
-            } else {
-                serve::serve(inner, addr, id as u32, access, &mut stall);
-            }
-            if inner.spawn().handlers > 0 {
-                // A thread of the program may be waiting on the page.
-                let _ = inner.uffd().wake(addr & !(PAGE - 1), PAGE);
-            }
-            served += 1;
-            true
-        };
-        let mut serve_one = serve_one;
-        for_each_written(&inner.states()[ids], &mut serve_one, &mut |first, last| {
-            untouched(r.base + first as u64 * PAGE, r.base + last as u64 * PAGE);
+    // A second walk finds what a pass begun before the hold took behind
+    // the first (a page it claimed after the walk had passed it); a third
+    // only if the second still met claims or pages to bring in.
+    for walk in 0..3 {
+        let served_before = served;
+        let mut busy = false;
+        regions::for_each_region(inner, |r| {
+            let pages = ((r.end - r.base) / PAGE) as usize;
+            let ids = r.id_base as usize..r.id_base as usize + pages;
+            let serve_one = |p: usize| {
+                if served >= most {
+                    return false;
+                }
+                let id = r.id_base as usize + p;
+                let st = &inner.states()[id];
+                let mut w = st.load();
+                // A page claimed now may be on its way out (a reclaim pass
+                // begun before the hold takes up to a batch more): wait for
+                // its claim to settle and look again.  Bounded, as a fatal
+                // signal's handler runs this too, on a thread that may hold
+                // the claim itself.
+                let mut pauses = 0;
+                while w.is_busy() && pauses < SETTLE_PAUSES {
+                    page::pause();
+                    w = st.load();
+                    pauses += 1;
+                }
+                busy |= w.is_busy();
+                match w.kind() {
+                    Kind::Swapped | Kind::Staged => {}
+                    Kind::Never if whole && walk == 0 => {}
+                    _ => return true,
+                }
+                let addr = r.base + p as u64 * PAGE;
+                let mut stall = Stall::new();
+                if r.huge {
+                    let unit = crate::pager::instance::page::UNIT_PAGES;
+                    let head = r.id_base as usize + p / unit * unit;
+                    let base = r.base + (p / unit * unit) as u64 * PAGE;
+                    serve::serve_unit(inner, base, head as u32, addr, access, &mut stall);
+                } else {
+                    serve::serve(inner, addr, id as u32, access, &mut stall);
+                }
+                if inner.spawn().handlers > 0 {
+                    // A thread of the program may be waiting on the page.
+                    let _ = inner.uffd().wake(addr & !(PAGE - 1), PAGE);
+                }
+                served += 1;
+                true
+            };
+            let mut serve_one = serve_one;
+            for_each_written(&inner.states()[ids], &mut serve_one, &mut |first, last| {
+                if walk == 0 {
+                    untouched(r.base + first as u64 * PAGE, r.base + last as u64 * PAGE);
+                }
+            });
         });
-    });
+        if served == served_before && !busy {
+            break;
+        }
+    }
     // Readahead brings neighbours in with a page: what came in is what
     // the resident set grew by (staged pages were counted already).
     let brought = inner.budget().resident().saturating_sub(before);
