@@ -78,7 +78,8 @@ fn bring_in(inner: &Inner, most: usize, whole: bool, untouched: &mut dyn FnMut(u
                 // begun before the hold takes up to a batch more): wait for
                 // its claim to settle and look again.  Bounded, as a fatal
                 // signal's handler runs this too, on a thread that may hold
-                // the claim itself.
+                // the claim itself: not `wait_unbusy`, which waits for as
+                // long as the claim is held.
                 let mut pauses = 0;
                 while w.is_busy() && pauses < SETTLE_PAUSES {
                     page::pause();
