@@ -136,10 +136,15 @@ pub struct AutoBudget {
 }
 
 impl AutoBudget {
-    pub fn new(tuning: Tuning, start_pages: u64) -> AutoBudget {
+    /// A controller starting at `start_pages`, over `arbiter`'s domain,
+    /// whose members it puts on probation for an interval at each cut
+    /// (`SwapBuilder::probation`): made before the program starts, so
+    /// that every member sets staging frames aside for it.
+    pub fn new(tuning: Tuning, start_pages: u64, arbiter: &Arbiter) -> AutoBudget {
         let published = uswap::stats::live::ensure_directory()
             .ok()
             .map(|d| AutoState::path(&d, std::process::id() as i32));
+        arbiter.set_dwell(Some(tuning.interval));
         AutoBudget {
             driver: Driver::new(tuning, start_pages),
             on: true,
@@ -183,6 +188,8 @@ impl AutoBudget {
             self.driver = Driver::new(self.driver.controller.tuning, arbiter.budget_pages());
         }
         self.on = on;
+        // Off, a cut (`uswap ctl budget`) is followed at once.
+        arbiter.set_dwell(on.then_some(self.driver.controller.tuning.interval));
         self.publish(arbiter.budget_pages());
     }
 

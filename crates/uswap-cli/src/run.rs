@@ -536,7 +536,7 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             uswap_env::GuardLayout::new(u64::from_ne_bytes(random), heap, uswap_env::seccomp_filters());
         cmd.env(uswap_env::GUARD, layout.to_env());
     }
-    let auto = auto.map(|a| crate::autobudget::AutoBudget::new(a.tuning, budget / page));
+    let auto = auto.map(|a| crate::autobudget::AutoBudget::new(a.tuning, budget / page, &arbiter));
     let ended = crate::supervisor::supervise(cmd, arbiter, auto)?;
     // What members killed outright, or gone through a raw `exit_group`
     // (Go's runtime leaves that way: no exit handler of the library

@@ -122,6 +122,11 @@ struct Header {
     /// SIGBUS mode) looks at it from its allocations, one load
     /// ([`budget_changed`]), and starts its reclaimer to follow.
     generation: AtomicU64,
+    /// How long the pages a cut of a member's share takes dwell on
+    /// probation before they are written, in milliseconds (0: none, a
+    /// cut is followed at once): `--budget auto`'s interval while its
+    /// controller drives the budget (`Budget`'s probation).
+    dwell_ms: AtomicU64,
 }
 
 /// The `generation` word of the first domain this process joined, in a
@@ -195,6 +200,9 @@ struct Slot {
     /// Pages it brought back from swap (refaults): published, the share
     /// of its stall that a lower budget caused.
     swapins: AtomicU64,
+    /// Of its staged pages, those on probation (off its charge for the
+    /// current dwell): published, and left out of its charge.
+    probation: AtomicU64,
 }
 
 #[repr(C)]
@@ -234,6 +242,29 @@ pub mod auto;
 mod charge;
 
 use charge::{anon_pages, anon_pages_outside};
+
+/// What a member's instance holds, as it publishes it
+/// ([`Member::publish`]).
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Holding {
+    /// Resident pages, staged ones included.
+    pub resident: usize,
+    /// Of them, staged.
+    pub staged: usize,
+    /// Of the staged, on probation: off its charge for the dwell.
+    pub probation: usize,
+    /// Faults served.
+    pub faults: u64,
+    /// Pages its RAM devices and its compressed stores hold.
+    pub ram: u64,
+    pub store: u64,
+    /// Nanoseconds its threads stalled ("some"), and pages it swapped in.
+    pub stall_ns: u64,
+    pub swapins: u64,
+    /// A reclaimer of its runs, which takes its resident pages down to a
+    /// share cut below them (else they stay: `Demand`'s `fixed`).
+    pub reclaims: bool,
+}
 
 /// A process's membership of a domain (`SwapBuilder::domain`).
 pub struct Member {
@@ -330,6 +361,7 @@ impl Member {
                 s.ram.store(0, Ordering::Relaxed);
                 s.store.store(0, Ordering::Relaxed);
                 s.staged.store(0, Ordering::Relaxed);
+                s.probation.store(0, Ordering::Relaxed);
                 s.fixed.store(1, Ordering::Relaxed);
                 s.stall_ns.store(0, Ordering::Relaxed);
                 s.swapins.store(0, Ordering::Relaxed);
@@ -359,33 +391,26 @@ impl Member {
         .then_some(s)
     }
 
-    /// Say what this member's instance holds: resident pages, faults
-    /// served, pages its RAM devices and its compressed stores hold.
-    /// `reclaims`: a reclaimer of its runs, which takes its resident
-    /// pages down to a share cut below them (else they stay: `Demand`'s
-    /// `fixed`).
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn publish(
-        &self,
-        resident: usize,
-        staged: usize,
-        faults: u64,
-        ram: u64,
-        store: u64,
-        stall_ns: u64,
-        swapins: u64,
-        reclaims: bool,
-    ) {
+    /// Say what this member's instance holds ([`Holding`]).
+    pub(crate) fn publish(&self, h: &Holding) {
         if let Some(s) = self.mine() {
-            s.stall_ns.store(stall_ns, Ordering::Relaxed);
-            s.swapins.store(swapins, Ordering::Relaxed);
-            s.fixed.store(u64::from(!reclaims), Ordering::Relaxed);
-            s.resident.store(resident as u64, Ordering::Relaxed);
-            s.staged.store(staged as u64, Ordering::Relaxed);
-            s.faults.store(faults, Ordering::Relaxed);
-            s.ram.store(ram, Ordering::Relaxed);
-            s.store.store(store, Ordering::Relaxed);
+            s.stall_ns.store(h.stall_ns, Ordering::Relaxed);
+            s.swapins.store(h.swapins, Ordering::Relaxed);
+            s.fixed.store(u64::from(!h.reclaims), Ordering::Relaxed);
+            s.probation.store(h.probation as u64, Ordering::Relaxed);
+            s.resident.store(h.resident as u64, Ordering::Relaxed);
+            s.staged.store(h.staged as u64, Ordering::Relaxed);
+            s.faults.store(h.faults, Ordering::Relaxed);
+            s.ram.store(h.ram, Ordering::Relaxed);
+            s.store.store(h.store, Ordering::Relaxed);
         }
+    }
+
+    /// How long a cut of this member's share puts its pages on probation
+    /// (`Budget`'s), as the supervisor set it: None for none.
+    pub(crate) fn dwell(&self) -> Option<Duration> {
+        let ms = self.shared().header.dwell_ms.load(Ordering::Relaxed);
+        (ms > 0).then(|| Duration::from_millis(ms))
     }
 
     /// Say where this member's heap is (its instance's largest region):
@@ -642,7 +667,7 @@ pub struct Activity {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MemberView {
     pub pid: i32,
-    /// Resident pages of its instance.
+    /// Resident pages of its instance, less those on probation.
     pub resident: u64,
     /// Its other anonymous pages (at the last look).
     pub other: u64,
@@ -767,6 +792,15 @@ impl Arbiter {
         h.generation.fetch_add(1, Ordering::Release);
     }
 
+    /// Put the pages a cut of a member's share takes on probation for
+    /// `dwell` (None: none): `--budget auto`, while its controller
+    /// drives the budget.  Members follow at their next look; those that
+    /// start afterwards set staging frames aside for it.
+    pub fn set_dwell(&self, dwell: Option<Duration>) {
+        let ms = dwell.map_or(0, |d| d.as_millis().max(1) as u64);
+        shared(&self.map).header.dwell_ms.store(ms, Ordering::Relaxed);
+    }
+
     /// The overrun in pages (`u64::MAX`: unbounded).
     pub fn overrun_pages(&self) -> u64 {
         self.overrun
@@ -842,6 +876,9 @@ impl Arbiter {
             };
             self.seen[i] = Some(seen);
             let resident = slot.resident.load(Ordering::Relaxed);
+            // Pages on probation are staged (resident, so not in its
+            // other memory either) and off the charge for their dwell.
+            let probation = slot.probation.load(Ordering::Relaxed).min(resident);
             if look {
                 match start_time(pid) {
                     Some((st, state)) if st.max(1) == start && state != b'Z' && state != b'X' => {
@@ -867,7 +904,7 @@ impl Arbiter {
             idx.push(i);
             demand.push(Demand {
                 fixed: slot.fixed.load(Ordering::Relaxed) != 0,
-                resident,
+                resident: resident - probation,
                 other: slot.other.load(Ordering::Relaxed),
                 active: now.duration_since(seen.active_at) < IDLE_AFTER,
                 faulting: now.duration_since(seen.active_at) < FAULTING_WITHIN,
@@ -990,7 +1027,10 @@ impl Arbiter {
             .filter(|s| s.start.load(Ordering::Acquire) != 0)
             .map(|s| MemberView {
                 pid: s.pid.load(Ordering::Relaxed),
-                resident: s.resident.load(Ordering::Relaxed),
+                resident: s
+                    .resident
+                    .load(Ordering::Relaxed)
+                    .saturating_sub(s.probation.load(Ordering::Relaxed)),
                 other: s.other.load(Ordering::Relaxed),
                 share: s.limit.load(Ordering::Relaxed),
             })

@@ -126,7 +126,7 @@ fn members_join_publish_get_shares_and_leave() {
     let a = Member::join(&arb.env_value()).unwrap();
     assert_eq!(a.budget_pages(), arb.budget_pages());
     assert_eq!(a.share(), None, "no share before the arbiter's first tick");
-    a.publish(10, 0, 5, 0, 0, 0, 0, true);
+    a.publish(&Holding { resident: 10, faults: 5, reclaims: true, ..Holding::default() });
     arb.tick(Instant::now());
     let m = arb.members();
     assert_eq!(m.len(), 1);
@@ -279,7 +279,7 @@ fn a_compressed_store_is_charged_unless_left_outside_the_budget() {
         let a = Member::join(&arb.env_value()).unwrap();
         // All this process's anonymous memory (64 MiB and more) said to
         // be its compressed store's.
-        a.publish(0, 0, 1, 0, 1 << 40, 0, 0, true);
+        a.publish(&Holding { faults: 1, store: 1 << 40, reclaims: true, ..Holding::default() });
         arb.tick(Instant::now());
         let other = arb.members()[0].other;
         if outside {
@@ -308,17 +308,17 @@ fn a_tree_over_its_bound_names_its_largest_member() {
     let a = Member::join(&arb.env_value()).unwrap();
     let t0 = Instant::now();
     // Under the bound: nothing, however long.
-    a.publish(0, 0, 1, NO_OTHER, 0, 0, 0, true);
+    a.publish(&Holding { faults: 1, ram: NO_OTHER, reclaims: true, ..Holding::default() });
     assert_eq!(arb.tick(t0), None);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 2), None);
     // Over it by resident pages alone: never named.
     let over = (pages + pages / 10 + OOM_SLACK) as usize * 4;
-    a.publish(over, 0, 2, NO_OTHER, 0, 0, 0, true);
+    a.publish(&Holding { resident: over, faults: 2, ram: NO_OTHER, reclaims: true, ..Holding::default() });
     assert_eq!(arb.tick(t0 + OOM_AFTER * 3), None);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 6), None, "resident pages alone");
     // Over it by memory uswap cannot page, outside any store (this
     // process's 64 MiB): said once, never named.
-    a.publish(0, 0, 3, 0, 0, 0, 0, true);
+    a.publish(&Holding { faults: 3, reclaims: true, ..Holding::default() });
     assert_eq!(arb.tick(t0 + OOM_AFTER * 7), None);
     assert_eq!(arb.tick(t0 + OOM_AFTER * 10), None, "memory outside the pager alone");
     let (held, said_bound) = arb.take_unpaged().expect("said");
@@ -326,13 +326,13 @@ fn a_tree_over_its_bound_names_its_largest_member() {
     assert_eq!(arb.take_unpaged(), None, "said once");
     // Over it by its compressed store: named after OOM_AFTER.
     let store = pages + pages / 10 + OOM_SLACK + 1;
-    a.publish(0, 0, 4, NO_OTHER, store, 0, 0, true);
+    a.publish(&Holding { faults: 4, ram: NO_OTHER, store, reclaims: true, ..Holding::default() });
     let t1 = t0 + OOM_AFTER * 11;
     assert_eq!(arb.tick(t1), None, "over for an instant");
     // Back under in time: the clock starts again.
-    a.publish(0, 0, 5, NO_OTHER, 0, 0, 0, true);
+    a.publish(&Holding { faults: 5, ram: NO_OTHER, reclaims: true, ..Holding::default() });
     assert_eq!(arb.tick(t1 + OOM_AFTER / 2), None);
-    a.publish(0, 0, 6, NO_OTHER, store, 0, 0, true);
+    a.publish(&Holding { faults: 6, ram: NO_OTHER, store, reclaims: true, ..Holding::default() });
     assert_eq!(arb.tick(t1 + OOM_AFTER), None, "over again, from now");
     let v = arb.tick(t1 + OOM_AFTER * 2).expect("over for OOM_AFTER");
     assert_eq!(v.pid, std::process::id() as i32);
@@ -341,7 +341,7 @@ fn a_tree_over_its_bound_names_its_largest_member() {
     // Unbounded: never named.
     let mut free = Arbiter::create(budget).unwrap();
     let b = Member::join(&free.env_value()).unwrap();
-    b.publish(0, 0, 1, 0, 0, 0, 0, true);
+    b.publish(&Holding { faults: 1, reclaims: true, ..Holding::default() });
     assert_eq!(free.tick(t0), None);
     assert_eq!(free.tick(t0 + OOM_AFTER * 10), None);
     drop((a, b));
@@ -390,4 +390,37 @@ fn a_member_that_cannot_reclaim_keeps_its_pages_and_the_rest_divide_what_is_left
         shares(100_000, &[parent, growing]),
         (vec![3_000 + 10_055, 6_000 + 80_444], 80_444)
     );
+}
+
+/// The supervisor's dwell reaches the members, and the pages a member
+/// has on probation are left out of its charge, its share and the tree's
+/// charge: it is cut no further for what a cut of its own keeps staged.
+#[test]
+fn pages_on_probation_are_left_out_of_the_charge() {
+    let mut arb = Arbiter::create(64 << 20).unwrap();
+    let a = Member::join(&arb.env_value()).unwrap();
+    assert_eq!(a.dwell(), None);
+    arb.set_dwell(Some(Duration::from_secs(1)));
+    assert_eq!(a.dwell(), Some(Duration::from_secs(1)));
+    let held = Holding {
+        resident: 5000,
+        staged: 1500,
+        faults: 5,
+        reclaims: true,
+        ..Holding::default()
+    };
+    a.publish(&held);
+    arb.tick(Instant::now());
+    let share = a.share().unwrap();
+    assert_eq!(arb.members()[0].resident, 5000);
+    a.publish(&Holding { probation: 1000, ..held });
+    arb.tick(Instant::now());
+    let m = arb.members();
+    assert_eq!(m[0].resident, 4000, "resident less what is on probation");
+    assert_eq!(arb.charged().0, 4000);
+    // The other memory is read as before (the staged frames are resident
+    // pages, not other memory), so the share is as large as before.
+    assert_eq!(a.share().unwrap(), share);
+    arb.set_dwell(None);
+    assert_eq!(a.dwell(), None);
 }

@@ -50,6 +50,9 @@ pub struct SwapBuilder {
     max_mapped: Option<u64>,
     /// None: sized from the budget at build.
     staging_frames: Option<u32>,
+    /// How long the pages a cut of the budget takes dwell staged before
+    /// they are written (`probation`); None: no probation.
+    probation: Option<std::time::Duration>,
     switches: Switches,
     lru_batch: LruBatch,
     background: bool,
@@ -89,6 +92,7 @@ impl Default for SwapBuilder {
             handler_threads: 1,
             max_mapped: None,
             staging_frames: None,
+            probation: None,
             switches: Switches::DEFAULT,
             lru_batch: LruBatch::default(),
             background: true,
@@ -153,6 +157,24 @@ impl SwapBuilder {
     /// docs/history/PERFORMANCE-LOG.md).
     pub fn staging_frames(mut self, n: u32) -> Self {
         self.staging_frames = Some(n);
+        self
+    }
+
+    /// Probation for the pages a cut of the budget takes
+    /// ([`Swap::set_budget`] lower, or a domain's smaller share): they are
+    /// staged (moved out of their regions, kept in memory) and written
+    /// only if nothing touched them for `dwell`; a touch meanwhile takes
+    /// one back with no IO and marks it in use.  User space sees no
+    /// accessed bits, and without probation a cut takes the pages longest
+    /// unfaulted, hot ones that were loaded first among them, which then
+    /// come back from the device.  For the dwell the instance holds up to
+    /// the budget it had before the cut (what the cuts of one dwell take
+    /// is bounded by an eighth of the budget, in staging frames set aside
+    /// for it).  `uswap run --budget auto` turns it on with the
+    /// controller's interval; a budget lowered as a hard limit wants it
+    /// off (the default).
+    pub fn probation(mut self, dwell: std::time::Duration) -> Self {
+        self.probation = Some(dwell);
         self
     }
 
@@ -349,14 +371,27 @@ impl SwapBuilder {
                 64 * page
             )));
         }
-        let staging_frames = self
+        let window_frames = self
             .staging_frames
             .unwrap_or_else(|| ((self.budget / page / 128) as u32).clamp(256, 4096));
-        if !(16..=1 << 20).contains(&staging_frames) {
+        if !(16..=1 << 20).contains(&window_frames) {
             return Err(PagerError::Config(format!(
-                "staging_frames must be 16..=1048576, got {staging_frames}"
+                "staging_frames must be 16..=1048576, got {window_frames}"
             )));
         }
+        // A domain whose budget finds itself asks for probation itself
+        // (`Member::dwell`), from the start: its frames are set aside
+        // here, and the dwell follows the domain's from then on.
+        let dwell = self
+            .probation
+            .or_else(|| self.domain.as_ref().and_then(|m| m.dwell()));
+        // An eighth of the budget, more than a probe's cut (a tenth):
+        // address space and a bit each until used.
+        let probation_frames = match dwell {
+            Some(_) => ((self.budget / page / 8) as u32).min((1 << 20) - window_frames),
+            None => 0,
+        };
+        let staging_frames = window_frames + probation_frames;
         if self.mode == FaultMode::HandlerThread && !(1..=64).contains(&self.handler_threads) {
             return Err(PagerError::Config(format!(
                 "handler_threads must be 1..=64, got {}",
@@ -479,7 +514,7 @@ impl SwapBuilder {
         // of a tree's small members (a shell, `sha256sum`, a compiler
         // pass) a quarter of their memory; one frame per 256 pages of the
         // budget, 64 (two full readahead runs) at the least.
-        let bounce_frames = staging_frames.min(((self.budget / page / 256) as u32).clamp(64, 256));
+        let bounce_frames = window_frames.min(((self.budget / page / 256) as u32).clamp(64, 256));
         let bounce = FramePool::new(bounce_frames, &registry, LockId::BOUNCE_FRAMES).map_err(|source| {
             PagerError::Mmap {
                 bytes: bounce_frames as usize * PAGE_SIZE,
@@ -567,7 +602,8 @@ impl SwapBuilder {
                 budget,
                 if self.background { reclaim::SLACK } else { 0 },
                 self.overrun,
-                staging_frames as usize / 2,
+                window_frames as usize / 2,
+                probation_frames as usize,
             ),
             backing: Backing {
                 space,
@@ -595,6 +631,9 @@ impl SwapBuilder {
             registry,
         }));
         inner.counters().levels.budget.set(self.budget / page);
+        if let Some(d) = dwell {
+            inner.budget().set_dwell(d.as_nanos() as u64);
+        }
         inner.registry().label(&crate::stats::Label {
             group: self.group,
             mode: match (self.mode, inner.uffd().user_mode_only()) {

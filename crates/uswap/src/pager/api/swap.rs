@@ -248,7 +248,7 @@ impl Swap {
         self.inner.budget().set(pages);
         // A budget cut below what is resident is the reclaimer's to meet
         // now, not at its next look: awake it, or have it started.
-        if self.inner.budget().resident() > self.inner.budget().low() {
+        if self.inner.budget().charged() > self.inner.budget().low() {
             self.inner.background().want();
             threads::start_wanted(&self.inner);
             self.inner.background().kick();

@@ -78,11 +78,11 @@ pub(crate) fn follow_domain(inner: &Inner) {
     let Some(m) = inner.member() else {
         return;
     };
-    let resident = inner.budget().resident();
-    if resident as u64 > m.budget_pages() || resident > inner.budget().low() {
+    let charged = inner.budget().charged();
+    if charged as u64 > m.budget_pages() || charged > inner.budget().low() {
         inner.background().want();
     }
-    inner.tell_domain(resident, inner.background().running());
+    inner.tell_domain(inner.budget().resident(), inner.background().running());
 }
 
 /// How long a handler thread keeps reading after its last event before it
@@ -280,8 +280,10 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                 inner.open_layers();
             }
             inner.tell_domain(resident, true);
-            let over = resident > inner.budget().low();
-            if over && reclaim::reclaim(&inner, resident - inner.budget().low(), ring.as_mut()) > 0 {
+            // Held to the budget: resident pages less those on probation.
+            let charged = inner.budget().charged();
+            let over = charged > inner.budget().low();
+            if over && reclaim::reclaim(&inner, charged - inner.budget().low(), ring.as_mut()) > 0 {
                 continue;
             }
             // Idle: the frames written back and not yet discarded (a
@@ -304,7 +306,7 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             // an idle process.
             inner
                 .background()
-                .sleep(IDLE_SLEEP, || inner.budget().resident() >= inner.budget().wake());
+                .sleep(IDLE_SLEEP, || inner.budget().charged() >= inner.budget().wake());
             drop(inner);
         }
     })

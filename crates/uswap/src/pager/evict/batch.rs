@@ -61,6 +61,9 @@ pub(crate) const BATCH: usize = sys::DISCARD_BATCH;
 pub(crate) struct Outcome {
     /// Pages that left memory (dropped, or found discarded).
     pub gone: usize,
+    /// Pages staged on probation: in memory, and off the charge for the
+    /// dwell (`Budget`'s probation).
+    pub probation: usize,
     /// Victims that stay resident, for the LRU: (id, refused by the
     /// kernel: pinned, locked).
     pub back: [(u32, bool); BATCH],
@@ -71,6 +74,7 @@ impl Outcome {
     pub fn new() -> Outcome {
         Outcome {
             gone: 0,
+            probation: 0,
             back: [(0, false); BATCH],
             nback: 0,
         }
@@ -84,6 +88,7 @@ impl Outcome {
     fn settle(&mut self, id: u32, how: Evicted) {
         match how {
             Evicted::Gone | Evicted::Dropped(_) => self.gone += 1,
+            Evicted::Probation => self.probation += 1,
             Evicted::InMemory => {}
             Evicted::Not => self.keep(id, false),
             Evicted::Refused => self.keep(id, true),
@@ -97,6 +102,9 @@ pub(crate) enum Evicted {
     Gone,
     /// Moved to staging, still in memory.
     InMemory,
+    /// Moved to staging on probation: in memory, and off the charge for
+    /// the dwell.
+    Probation,
     /// Dropped outright (clean, never written: zeros); its frame is to be
     /// discarded and returned.
     Dropped(u32),
@@ -350,7 +358,7 @@ fn stage_sealed(
             }
         }
         inner.counters().evict_copies.inc();
-        staged(inner, claim, e);
+        staged(inner, claim, e, out);
     }
     enqueue_run(
         inner,
@@ -426,7 +434,12 @@ fn stage_run(
             Err((moved, err)) => ((moved / PAGE) as usize, Some(err)),
         };
         for j in s..s + k {
-            staged(inner, claims[idx[j] as usize].take().expect("claimed"), slots[j]);
+            staged(
+                inner,
+                claims[idx[j] as usize].take().expect("claimed"),
+                slots[j],
+                out,
+            );
         }
         // On the ring together, so writeback finds them as one run.
         enqueue_run(inner, (s..s + k).map(|j| (ids[idx[j] as usize], slots[j])));
@@ -441,7 +454,12 @@ fn stage_run(
             inner.counters().evict_moves.inc();
             match inner.move_out(pool.addr(frame(s)), addr(s), PAGE) {
                 Ok(()) => {
-                    staged(inner, claims[idx[s] as usize].take().expect("claimed"), slots[s]);
+                    staged(
+                        inner,
+                        claims[idx[s] as usize].take().expect("claimed"),
+                        slots[s],
+                        out,
+                    );
                     enqueue(inner, ids[idx[s] as usize], slots[s]);
                     s += 1;
                     continue;
@@ -456,7 +474,7 @@ fn stage_run(
             // that fails, is made this process's own and comes back next
             // pass (`unshare`).
             let rest = s..m;
-            if stage_shared(inner, ids, claims, idx, rest.clone(), f0, &slots) {
+            if stage_shared(inner, ids, claims, idx, rest.clone(), f0, &slots, out) {
                 return;
             }
             for j in rest {
@@ -506,6 +524,7 @@ fn stage_shared(
     run: std::ops::Range<usize>,
     f0: u32,
     slots: &[SwapEntry; BATCH],
+    out: &mut Outcome,
 ) -> bool {
     let pool = &inner.frames().staging;
     let n = run.len() as u64;
@@ -535,7 +554,12 @@ fn stage_shared(
     for j in run.clone() {
         inner.counters().evict_copies.inc();
         inner.counters().evict_shared.inc();
-        staged(inner, claims[idx[j] as usize].take().expect("claimed"), slots[j]);
+        staged(
+            inner,
+            claims[idx[j] as usize].take().expect("claimed"),
+            slots[j],
+            out,
+        );
     }
     enqueue_run(inner, run.map(|j| (ids[idx[j] as usize], slots[j])));
     true
@@ -575,14 +599,16 @@ fn unshare(inner: &Inner, addr: u64, len: u64) {
 
 /// A dirty page is in its staging frame now, cached under slot `e`; the
 /// caller puts it on the staged ring.
-fn staged(inner: &Inner, claim: PageClaim<'_>, e: SwapEntry) {
+fn staged(inner: &Inner, claim: PageClaim<'_>, e: SwapEntry, out: &mut Outcome) {
     let w = claim.found();
     // Its old slot (if any) holds an older copy.
     if let Some(o) = w.slot() {
         inner.free_slot(o);
     }
     inner.counters().staged.inc();
-    inner.budget().stage();
+    if inner.budget().stage() {
+        out.probation += 1;
+    }
     claim.commit(
         PageWord::of(Kind::Staged)
             .dirty()

@@ -76,7 +76,8 @@ pub(crate) const SLACK: usize = BATCH;
 /// overrun's bound, past which the process is killed (`overrun.rs`).
 pub(crate) fn make_room(inner: &Inner) -> Room {
     let b = &inner.budget();
-    let resident = b.resident();
+    // Held to the budget: resident pages less those on probation.
+    let resident = b.charged();
     need_background(inner, resident);
     if resident < b.limit() + b.slack() {
         // Within a batch of the budget, not from the low watermark: the
@@ -95,7 +96,7 @@ pub(crate) fn make_room(inner: &Inner) -> Room {
     }
     inner.counters().direct_reclaim.inc();
     reclaim_for_fault(inner, BATCH, 1, 1, || {
-        inner.budget().resident() >= b.limit() + b.slack()
+        inner.budget().charged() >= b.limit() + b.slack()
     })
 }
 
@@ -142,20 +143,22 @@ const TICK: u32 = 64;
 /// the reclaimer is kicked awake, or wanted where it has not started
 /// (`background.rs`); while it has not, the faults publish the levels and
 /// the domain's share every [`TICK`] of them, as its loop would.
+/// `charged`: what the budget holds the instance to now.
 #[inline]
-fn need_background(inner: &Inner, resident: usize) {
+fn need_background(inner: &Inner, charged: usize) {
     let bg = inner.background();
     let running = bg.running();
     if running {
-        if resident >= inner.budget().wake() {
+        if charged >= inner.budget().wake() {
             bg.kick();
         }
-    } else if resident >= inner.budget().low() || inner.backing().hold.waiting() {
+    } else if charged >= inner.budget().low() || inner.backing().hold.waiting() {
         bg.want();
     }
     if !bg.tick(TICK) {
         return;
     }
+    let resident = inner.budget().resident();
     if !running {
         inner.publish_levels(resident, false);
     }
@@ -166,14 +169,14 @@ fn need_background(inner: &Inner, resident: usize) {
     // (a process that faults at full speed grows tens of MiB past a share
     // cut under it in 100 ms: a spawned pool worker starts with the whole
     // tree's budget).
-    if inner.tell_domain(resident, running) && running && resident > inner.budget().low() {
+    if inner.tell_domain(resident, running) && running && inner.budget().charged() > inner.budget().low() {
         bg.kick();
     }
 }
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).
 pub(crate) fn make_room_for(inner: &Inner, n: usize) -> Room {
-    let resident = inner.budget().resident();
+    let resident = inner.budget().charged();
     need_background(inner, resident + n);
     if resident + n <= inner.budget().limit() + inner.budget().slack() {
         return Room::default();
@@ -195,7 +198,7 @@ pub(crate) fn make_room_for(inner: &Inner, n: usize) -> Room {
     // process running over its budget, it was reported as one (a vfork
     // test under load, 1 run in 3).
     reclaim_for_fault(inner, want, want.min(n), n, || {
-        inner.budget().resident() + n > inner.budget().limit()
+        inner.budget().charged() + n > inner.budget().limit()
     })
 }
 
@@ -350,7 +353,7 @@ fn hold_to_bound(inner: &Inner, n: usize) {
     // waits in memory, up to the bound.
     let full =
         || space.nr_free() < UNIT_PAGES as u64 || inner.backing().devices.iter().any(|d| d.cannot_grow());
-    let over = || b.resident() + n > b.limit().saturating_add(b.max_overrun()) && full();
+    let over = || b.charged() + n > b.limit().saturating_add(b.max_overrun()) && full();
     let mut tries = 0;
     let mut waited = 0;
     while tries < TRIES && waited < PATIENCE_MS {
@@ -473,7 +476,7 @@ fn evict_batch(inner: &Inner, want: usize, nr: usize, done: &mut usize) {
         }
         match stage(inner, id) {
             Evicted::InMemory => {}
-            Evicted::Gone => *done += 1,
+            Evicted::Gone | Evicted::Probation => *done += 1,
             Evicted::Dropped(f) => {
                 freed[nfreed] = f;
                 nfreed += 1;
@@ -485,7 +488,7 @@ fn evict_batch(inner: &Inner, want: usize, nr: usize, done: &mut usize) {
     if nsmall > 0 {
         let mut out = Outcome::new();
         evict::evict(inner, &small[..nsmall], &mut out);
-        *done += out.gone;
+        *done += out.gone + out.probation;
         for &(id, refused) in &out.back[..out.nback] {
             back_on_lru(inner, id, if refused { Evicted::Refused } else { Evicted::Not });
         }
@@ -590,7 +593,7 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
         }
     }
     inner.counters().staged.inc();
-    inner.budget().stage();
+    let probation = inner.budget().stage();
     claim.commit(
         PageWord::of(Kind::Staged)
             .dirty_if(w.is_dirty())
@@ -598,7 +601,11 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
             .with_shadow(inner.workingset().shadow()),
     );
     enqueue(inner, id, e);
-    Evicted::InMemory
+    if probation {
+        Evicted::Probation
+    } else {
+        Evicted::InMemory
+    }
 }
 
 /// A free staging frame, writing back the oldest staged page if none is.

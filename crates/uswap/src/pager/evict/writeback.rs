@@ -34,12 +34,12 @@ const BATCH: usize = evict::BATCH;
 const BACKOFF_MIN_NS: u64 = 1_000_000;
 const BACKOFF_MAX_NS: u64 = 1_000_000_000;
 
-/// Write back the oldest staged pages down to half the staging frames
-/// (the younger half stays in memory, where a touch costs no IO), at most
-/// a batch, until `done` reaches `nr`.  A run staged together goes with one
-/// write.
+/// Write back the oldest staged pages down to half the staging window
+/// and those on probation (the younger pages stay in memory, where a
+/// touch costs no IO: `Budget::keep`), at most a batch, until `done`
+/// reaches `nr`.  A run staged together goes with one write.
 pub(crate) fn write_back_oldest(inner: &Inner, nr: usize, done: &mut usize) {
-    write_back_down_to(inner, inner.budget().staging_target, nr, done);
+    write_back_down_to(inner, inner.budget().keep(), nr, done);
 }
 
 /// `write_back_oldest` down to `keep` staged pages: 0 for a fault over
@@ -84,7 +84,7 @@ const QUEUE_PAGES: usize = 4 * BATCH;
 pub(crate) fn write_back_queued(inner: &Inner, ring: &mut WriteRing, nr: usize, done: &mut usize) {
     let mut freed = [0u32; QUEUE_PAGES];
     let mut nfreed = 0;
-    while nfreed < QUEUE_PAGES && more_to_write(inner, inner.budget().staging_target, nr, *done) {
+    while nfreed < QUEUE_PAGES && more_to_write(inner, inner.budget().keep(), nr, *done) {
         let mut runs = [[(0u32, 0u64); BATCH]; QUEUE_RUNS];
         let mut lens = [0usize; QUEUE_RUNS];
         let mut nruns = 0;

@@ -203,7 +203,7 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
     let mut st = Readahead::get();
     let in_order = st.lo != 0 && st.lo <= addr && addr <= st.hi;
     let wide =
-        first_touch && inner.wide_fault_around() && inner.budget().resident() < inner.budget().limit() / 2;
+        first_touch && inner.wide_fault_around() && inner.budget().charged() < inner.budget().limit() / 2;
     if inner.trend_prefetch() && !in_order && !wide {
         // The trend's turn (trend.rs).  A fault on the trend's steps
         // within its window's reach is one step of it; just past the
@@ -300,7 +300,7 @@ fn make_room(inner: &Inner, pages: u32) {
 /// budget (`read_ahead_run` stops there).
 fn room(inner: &Inner) -> usize {
     let b = inner.budget();
-    b.limit().saturating_sub(b.resident() + 1)
+    b.limit().saturating_sub(b.charged() + 1)
 }
 
 /// Install up to `pages` pages from page `id` at `addr` on, run by run,
@@ -400,7 +400,7 @@ pub(crate) fn read_ahead_range(inner: &Inner, addr: u64, id: u32, pages: u32, wr
             // page on (a claimed page is being served by its fault).
             let nid = (id + done) as usize;
             if inner.addrs().get(nid as u32) != addr + PAGE * done as u64
-                || inner.budget().resident() + 1 >= inner.budget().limit()
+                || inner.budget().charged() + 1 >= inner.budget().limit()
             {
                 return;
             }
@@ -424,7 +424,7 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         let (nid, naddr) = (id as usize + n, addr + PAGE * n as u64);
         if nid >= inner.states().len()
             || inner.addrs().get(nid as u32) != naddr
-            || inner.budget().resident() + n + 1 >= inner.budget().limit()
+            || inner.budget().charged() + n + 1 >= inner.budget().limit()
         {
             break;
         }

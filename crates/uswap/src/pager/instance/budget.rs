@@ -1,8 +1,33 @@
 //! The budget: how many pages may be resident, how many are, how many
 //! are staged on their way out, and the watermarks the reclaimer keeps
-//! under.
+//! under; and the probation a cut of the budget gives the pages it takes.
+//!
+//! **Probation** (`--budget auto`'s probes, `SwapBuilder::probation`).
+//! User space sees no accessed bits, so a cut of the budget takes the
+//! pages longest unfaulted, and a hot set that was loaded first is the
+//! first to go: it came back as refaults from the device, at major
+//! faults' cost, and the controller read them as pressure and backed off
+//! (a 1 GiB Node cache: every probe of its first 20 s undone within a
+//! tenth of a second, at 20-60% pressure).  Under probation the pages a
+//! cut takes are staged, as every dirty victim is, but not written for a
+//! dwell: a touch meanwhile takes one back from its frame (a swap-cache
+//! hit: no IO, and no pressure, which counts swap-ins only) and
+//! activates it, and only what stays untouched is written when the dwell
+//! ends.  This is the kernel's inactive list with its second chance,
+//! done with the fault that a moved-out page takes instead of an accessed
+//! bit; the kernel's reclaim probes through its swap cache the same way.
+//!
+//! The cost is memory: for the dwell, the pages a cut took stay in
+//! memory off the charge.  So `probation` is the sum of the cuts made
+//! within the last dwell, and `charged()`, what every bound is held to,
+//! leaves out that many staged pages; writeback keeps them (`keep()`),
+//! newest first out of reach, so the oldest staged pages, those of cuts
+//! whose dwell is over, are the ones written.  A raise gives back what it
+//! covers.  The tree holds at most the budget it had before the cut, and
+//! never more than the highest budget of the last dwell: under a hard
+//! ceiling (`auto,max=`) still.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 /// What is resident against what may be.  The four bounds change together
 /// when the budget does (`Swap::set_budget`), each an atomic of its own:
@@ -52,6 +77,18 @@ pub(crate) struct Budget {
     /// The limit last asked for (`set`, `share`), held or not: what the
     /// bounds return to when let go.
     wanted: AtomicUsize,
+    /// How long a cut's pages dwell staged before they are written, in
+    /// nanoseconds; 0: no probation (a cut is followed at once).
+    dwell_ns: AtomicU64,
+    /// Pages the cuts of the current dwell took: that many staged pages
+    /// are off the charge, at most `probation_max`.
+    probation: AtomicUsize,
+    /// When the current dwell ends (monotonic nanoseconds); the first
+    /// cut after it starts the next.
+    dwell_until: AtomicU64,
+    /// The most pages on probation at once: what the staging frames
+    /// hold besides the staging window.
+    pub probation_max: usize,
 }
 
 /// The bounds while held: out of reach, and far from overflowing when a
@@ -65,6 +102,7 @@ impl Budget {
         slack_max: usize,
         overrun: crate::pager::instance::overrun::Overrun,
         staging_target: usize,
+        probation_max: usize,
     ) -> Budget {
         let b = Budget {
             limit: AtomicUsize::new(0),
@@ -80,6 +118,10 @@ impl Budget {
             peak: AtomicUsize::new(0),
             staged: AtomicUsize::new(0),
             staging_target,
+            dwell_ns: AtomicU64::new(0),
+            probation: AtomicUsize::new(0),
+            dwell_until: AtomicU64::new(0),
+            probation_max,
         };
         b.set(limit);
         b
@@ -96,7 +138,13 @@ impl Budget {
     /// watermarks follow, the overrun stays the domain budget's (a share
     /// cut to a few pages must not make a full swap space fatal at once).
     pub fn share(&self, limit: usize) {
-        self.wanted.store(limit, Ordering::Relaxed);
+        self.share_at(limit, crate::sys::monotonic_ns());
+    }
+
+    /// [`Budget::share`] at `now` (monotonic nanoseconds).
+    fn share_at(&self, limit: usize, now: u64) {
+        let before = self.wanted.swap(limit, Ordering::Relaxed);
+        self.on_probation(before, limit, now);
         if self.held.load(Ordering::Acquire) {
             return;
         }
@@ -106,6 +154,88 @@ impl Budget {
         self.low.store(low, Ordering::Relaxed);
         self.wake.store(low + (limit - low) / 2, Ordering::Relaxed);
         self.limit.store(limit, Ordering::Release);
+    }
+
+    /// Give the cuts of the budget a dwell of `ns` nanoseconds from now
+    /// on (0: none, and what is on probation now is charged again).
+    pub fn set_dwell(&self, ns: u64) {
+        if self.dwell_ns.load(Ordering::Relaxed) == ns {
+            return;
+        }
+        self.dwell_ns.store(ns, Ordering::Relaxed);
+        if ns == 0 {
+            self.probation.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The limit moved from `before` to `after` at `now`: a cut puts its
+    /// pages on probation (added to the current dwell's, or starting the
+    /// next dwell), a raise gives back what it covers.
+    fn on_probation(&self, before: usize, after: usize, now: u64) {
+        let dwell = self.dwell_ns.load(Ordering::Relaxed);
+        if dwell == 0 || before == after {
+            return;
+        }
+        if after > before {
+            let _ = self
+                .probation
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                    Some(p.saturating_sub(after - before))
+                });
+            return;
+        }
+        if now >= self.dwell_until.load(Ordering::Relaxed) {
+            // The last dwell is over: its pages are charged again, and
+            // this cut's dwell begins.
+            self.probation.store(0, Ordering::Relaxed);
+            self.dwell_until.store(now + dwell, Ordering::Relaxed);
+        }
+        let cut = before - after;
+        let _ = self
+            .probation
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |p| {
+                Some((p + cut).min(self.probation_max))
+            });
+    }
+
+    /// End the dwell if it is over at `now`: its pages are charged again
+    /// (the reclaimer writes them, oldest first).  True when it ended.
+    /// Called by the reclaimer each pass and at the domain's looks, so
+    /// that the fault path reads no clock for it.
+    pub fn end_dwell(&self, now: u64) -> bool {
+        if self.probation.load(Ordering::Relaxed) == 0 || now < self.dwell_until.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.probation.store(0, Ordering::Relaxed);
+        true
+    }
+
+    /// [`Budget::end_dwell`] now, reading the clock only while pages are
+    /// on probation.
+    #[inline]
+    pub fn end_dwell_if_due(&self) -> bool {
+        self.probation.load(Ordering::Relaxed) != 0 && self.end_dwell(crate::sys::monotonic_ns())
+    }
+
+    /// Pages on probation now: staged, and off the charge for the
+    /// current dwell.
+    #[inline]
+    pub fn on_probation_now(&self) -> usize {
+        self.staged().min(self.probation.load(Ordering::Relaxed))
+    }
+
+    /// What the bounds are held to: the resident pages less those on
+    /// probation.  Without probation, `resident()`.
+    #[inline]
+    pub fn charged(&self) -> usize {
+        self.resident().saturating_sub(self.on_probation_now())
+    }
+
+    /// Staged pages writeback keeps in memory: the staging window's, and
+    /// those on probation.
+    #[inline]
+    pub fn keep(&self) -> usize {
+        self.staging_target + self.probation.load(Ordering::Relaxed)
     }
 
     /// Hold the bounds open (`held`).  Allocation-free and lock-free: a
@@ -193,9 +323,10 @@ impl Budget {
     }
 
     /// A page moved out into a staging frame: staged, still resident.
+    /// True when it is on probation, off the charge (`charged`).
     #[inline]
-    pub fn stage(&self) {
-        self.staged.fetch_add(1, Ordering::Relaxed);
+    pub fn stage(&self) -> bool {
+        self.staged.fetch_add(1, Ordering::Relaxed) < self.probation.load(Ordering::Relaxed)
     }
 
     /// A staged page moved back into its region: resident as before.
@@ -210,5 +341,110 @@ impl Budget {
     pub fn free_staged(&self) {
         self.staged.fetch_sub(1, Ordering::Relaxed);
         self.resident.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pager::instance::overrun::Overrun;
+    use proptest::prelude::*;
+
+    const DWELL: u64 = 1_000_000_000;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// A new limit, after `dt` nanoseconds.
+        Share {
+            limit: usize,
+            dt: u64,
+        },
+        Stage,
+        Unstage,
+        FreeStaged,
+        Charge(usize),
+        /// The reclaimer's look, after `dt`.
+        Look {
+            dt: u64,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (1000usize..20_000, 0u64..2 * DWELL).prop_map(|(limit, dt)| Op::Share { limit, dt }),
+            Just(Op::Stage),
+            Just(Op::Unstage),
+            Just(Op::FreeStaged),
+            (0usize..64).prop_map(Op::Charge),
+            (0u64..2 * DWELL).prop_map(|dt| Op::Look { dt }),
+        ]
+    }
+
+    proptest! {
+        /// The budget's probation against a model: what is off the charge
+        /// is the staged pages up to the cuts of the current dwell (never
+        /// more than `probation_max`); a raise gives back what it covers;
+        /// a look past the dwell's end charges everything again; writeback
+        /// keeps the staging window and the pages on probation.  Without
+        /// a dwell nothing is ever off the charge.
+        #[test]
+        fn probation_is_the_cuts_of_the_current_dwell(
+            dwell in prop_oneof![Just(0u64), Just(DWELL)],
+            ops in proptest::collection::vec(op(), 1..200),
+        ) {
+            let max = 3000;
+            let b = Budget::new(10_000, 64, Overrun::default(), 128, max);
+            b.set_dwell(dwell);
+            let (mut now, mut until, mut model) = (0u64, 0u64, 0usize);
+            let mut wanted = 10_000usize;
+            for op in ops {
+                match op {
+                    Op::Share { limit, dt } => {
+                        now += dt;
+                        if dwell > 0 && limit < wanted {
+                            if now >= until {
+                                model = 0;
+                                until = now + dwell;
+                            }
+                            model = (model + (wanted - limit)).min(max);
+                        } else if dwell > 0 && limit > wanted {
+                            model = model.saturating_sub(limit - wanted);
+                        }
+                        wanted = limit;
+                        b.share_at(limit, now);
+                        prop_assert_eq!(b.limit(), limit);
+                    }
+                    Op::Stage => {
+                        if b.staged() < b.resident() {
+                            let staged = b.staged();
+                            prop_assert_eq!(b.stage(), staged < model);
+                        }
+                    }
+                    Op::Unstage => if b.staged() > 0 { b.unstage() },
+                    Op::FreeStaged => if b.staged() > 0 { b.free_staged() },
+                    Op::Charge(n) => b.charge(n),
+                    Op::Look { dt } => {
+                        now += dt;
+                        let ended = b.end_dwell(now);
+                        if model > 0 && now >= until {
+                            prop_assert!(ended);
+                            model = 0;
+                        } else {
+                            prop_assert!(!ended);
+                        }
+                    }
+                }
+                prop_assert!(model <= max);
+                prop_assert_eq!(b.keep(), 128 + model);
+                prop_assert_eq!(b.on_probation_now(), b.staged().min(model));
+                prop_assert_eq!(b.charged(), b.resident() - b.staged().min(model));
+                if dwell == 0 {
+                    prop_assert_eq!(b.charged(), b.resident());
+                }
+            }
+            // Turned off, whatever was on probation is charged again.
+            b.set_dwell(0);
+            prop_assert_eq!(b.charged(), b.resident());
+        }
     }
 }

@@ -503,23 +503,30 @@ impl Inner {
     /// Tell the domain, if any, what this process holds (`reclaims`: a
     /// reclaimer of its runs), and take the share it gives.  True when
     /// the share changed.
+    ///
+    /// Also where a dwell of probation ends (`Budget::end_dwell`), for an
+    /// instance in a domain or not: the reclaimer comes here every pass,
+    /// faults every 64th fault.
     pub fn tell_domain(&self, resident: usize, reclaims: bool) -> bool {
+        let ended = self.budget().end_dwell_if_due();
         let Some(m) = self.member() else {
-            return false;
+            return ended;
         };
+        // The domain's dwell, which `--budget auto` turns on and off.
+        self.budget()
+            .set_dwell(m.dwell().map_or(0, |d| d.as_nanos() as u64));
         let devices = &self.backing().devices;
-        let ram = devices.iter().map(|d| d.ram_pages()).sum();
-        let store = devices.iter().map(|d| d.store_pages()).sum();
-        m.publish(
+        m.publish(&crate::domain::Holding {
             resident,
-            self.budget().staged(),
-            self.counters().faults.get(),
-            ram,
-            store,
-            self.registry.stall_some_ns(),
-            self.counters().swapins.get(),
+            staged: self.budget().staged(),
+            probation: self.budget().on_probation_now(),
+            faults: self.counters().faults.get(),
+            ram: devices.iter().map(|d| d.ram_pages()).sum(),
+            store: devices.iter().map(|d| d.store_pages()).sum(),
+            stall_ns: self.registry.stall_some_ns(),
+            swapins: self.counters().swapins.get(),
             reclaims,
-        );
+        });
         match m.share() {
             Some(share) if share != self.budget().wanted() => {
                 self.budget().share(share);

@@ -225,3 +225,94 @@ fn sealing_stops_while_the_program_writes_what_it_reads_back_and_resumes_after()
         }
     }
 }
+
+/// A cut of the budget on probation (`SwapBuilder::probation`) stages the
+/// pages it takes and writes none of them for the dwell; a hot set loaded
+/// first, which is what such a cut takes first (uswap's LRU is in fault
+/// order), comes back from the frames with no IO and stays in memory;
+/// when the dwell ends only the untouched pages are written, and the
+/// resident set comes down to the new budget.  Every read checks the data.
+#[test]
+fn a_cut_on_probation_writes_only_what_the_dwell_left_untouched() {
+    const DWELL: std::time::Duration = std::time::Duration::from_secs(4);
+    for mode in both_modes() {
+        let what = mode_name(mode);
+        let swap = Swap::builder()
+            .budget(32 * MIB)
+            .device(SwapDeviceSpec::ram(64 * MIB))
+            .fault_mode(mode)
+            .probation(DWELL)
+            .build()
+            .unwrap();
+        let mut region = swap.map((30 * MIB) as usize).unwrap();
+        let base = region.as_mut_slice().as_mut_ptr();
+        let pages = region.len() / PAGE_SIZE;
+        // The hot set: the first pages loaded, the oldest in the LRU.
+        let hot = 0..256;
+        write_pages(base, 0..pages);
+        assert_eq!(swap.stats().counters.staged, 0, "{what}: staged under the budget");
+        // 7,680 pages under a budget of 7,168 (its low watermark 6,720):
+        // 960 pages to take, within the cut's 1,024 and the eighth of the
+        // budget (1,024 pages) probation may hold.
+        let cut = std::time::Instant::now();
+        swap.set_budget(28 * MIB).unwrap();
+        let deadline = cut + DWELL / 2;
+        while swap.stats().counters.staged < 900 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {:?}",
+                swap.stats().counters.staged
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // Staged, on probation: nothing written, still all resident.
+        let st = swap.stats();
+        assert_eq!(st.counters.evict_write, 0, "{what}: written during the dwell");
+        assert_eq!(swap.resident_pages(), pages, "{what}");
+        // The hot set, touched during the dwell: what the cut took of it
+        // comes back from its frames (swap-cache hits), none from the
+        // device.
+        assert_eq!(check_pages(base, hot.clone()), None, "{what}");
+        let touched = swap.stats();
+        assert!(
+            touched.counters.swapcache_hits >= 200,
+            "{what}: {} swap-cache hits for the hot set",
+            touched.counters.swapcache_hits
+        );
+        assert_eq!(
+            touched.counters.swapins, 0,
+            "{what}: read from the device during the dwell"
+        );
+        assert!(
+            std::time::Instant::now() < cut + DWELL,
+            "{what}: the checks outlived the dwell"
+        );
+        // Past the dwell: the untouched pages are written and the
+        // resident set comes down to the new budget's low watermark (and
+        // a batch).
+        let deadline = cut + DWELL + std::time::Duration::from_secs(20);
+        while swap.resident_pages() > 6720 + 64 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{what}: {} resident",
+                swap.resident_pages()
+            );
+            assert_eq!(check_pages(base, hot.clone()), None, "{what}");
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        let after = swap.stats();
+        assert!(
+            after.counters.evict_write >= 800,
+            "{what}: {} written",
+            after.counters.evict_write
+        );
+        // The hot set was activated by its touches: still in memory.
+        for _ in 0..3 {
+            assert_eq!(check_pages(base, hot.clone()), None, "{what}");
+        }
+        assert_eq!(swap.stats().counters.swapins, 0, "{what}: the hot set went out");
+        assert_eq!(check_pages(base, 0..pages), None, "{what}");
+        drop(region);
+        assert_all_returned(&swap, what);
+    }
+}
