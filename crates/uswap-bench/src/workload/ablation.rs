@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 17] = [
+pub const ABLATIONS: [&str; 18] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -27,6 +27,7 @@ pub const ABLATIONS: [&str; 17] = [
     "activate-all-refaults",
     "no-trend-prefetch",
     "always-seal",
+    "always-clean",
     "no-neighbour-evict",
 ];
 
@@ -58,6 +59,9 @@ pub struct Ablation {
     /// Pages a compressed device let go come in sealed only while that
     /// pays; off: always.
     pub adaptive_seal: bool,
+    /// Pages read back from a swap file come in clean only while that
+    /// pays; off: always.
+    pub adaptive_clean: bool,
     /// A victim's cold neighbours go with it; off: one by one.
     pub evict_neighbours: bool,
 }
@@ -77,6 +81,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         refault_distance: true,
         trend_prefetch: true,
         adaptive_seal: true,
+        adaptive_clean: true,
         evict_neighbours: true,
     };
     match name {
@@ -96,6 +101,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "activate-all-refaults" => a.refault_distance = false,
         "no-trend-prefetch" => a.trend_prefetch = false,
         "always-seal" => a.adaptive_seal = false,
+        "always-clean" => a.adaptive_clean = false,
         "no-neighbour-evict" => a.evict_neighbours = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }

@@ -401,6 +401,7 @@ impl Pager {
             .refault_distance(a.refault_distance)
             .trend_prefetch(a.trend_prefetch)
             .adaptive_seal(a.adaptive_seal)
+            .adaptive_clean(a.adaptive_clean)
             .evict_neighbours(a.evict_neighbours)
             // Published, as `uswap run` publishes.
             .publish(true)

@@ -64,6 +64,7 @@ pub struct SwapBuilder {
     refault_distance: bool,
     trend_prefetch: bool,
     adaptive_seal: bool,
+    adaptive_clean: bool,
     evict_neighbours: bool,
     overrun: Overrun,
     domain: Option<Arc<crate::domain::Member>>,
@@ -104,6 +105,7 @@ impl Default for SwapBuilder {
             refault_distance: true,
             trend_prefetch: true,
             adaptive_seal: true,
+            adaptive_clean: true,
             evict_neighbours: true,
             overrun: Overrun::default(),
             domain: None,
@@ -295,6 +297,16 @@ impl SwapBuilder {
     /// still sealed to keep measuring.  Off: every such page is sealed.
     pub fn adaptive_seal(mut self, on: bool) -> Self {
         self.adaptive_seal = on;
+        self
+    }
+
+    /// Pages read back from a device that keeps its copy (a swap file,
+    /// an NBD export) come in clean (write-protected, the slot's copy
+    /// kept) while most of them go unwritten, and writable while the
+    /// program writes what it reads (instance/seal.rs); off, always clean,
+    /// as before.  Default on.
+    pub fn adaptive_clean(mut self, on: bool) -> Self {
+        self.adaptive_clean = on;
         self
     }
 
@@ -626,6 +638,7 @@ impl SwapBuilder {
             refault_distance: self.refault_distance,
             trend_prefetch: self.trend_prefetch,
             adaptive_seal: self.adaptive_seal,
+            adaptive_clean: self.adaptive_clean,
             prefetch,
             member: self.domain.clone(),
             registry,

@@ -419,6 +419,9 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
     let mut claims: [Option<PageClaim<'_>>; MAX] = [const { None }; MAX];
     let mut slots = [SwapEntry::NONE; MAX];
     let (mut never, mut dirty, mut device) = (false, false, 0);
+    // Whether pages whose device keeps its copy come in writable this
+    // run: the program writes what it reads (seal.rs, "Clean pages").
+    let mut writable = None;
     let mut n = 0;
     while n < max as usize {
         let (nid, naddr) = (id as usize + n, addr + PAGE * n as u64);
@@ -439,7 +442,11 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
         let this_device = e.map_or(0, |e| e.device());
         let this_dirty = match e {
             None => write,
-            Some(e) => inner.backing().devices[e.device() as usize].read_ahead_dirty(e.offset()),
+            Some(e) => {
+                let d = &inner.backing().devices[e.device() as usize];
+                d.read_ahead_dirty(e.offset())
+                    || (d.waits_on_disk() && *writable.get_or_insert_with(|| !inner.clean_gate().seal()))
+            }
         };
         if n > 0 && (this_never != never || this_dirty != dirty || this_device != device) {
             break;
@@ -519,6 +526,9 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
                 inner.free_slot(slots[j]);
                 PageWord::of(Kind::Resident).dirty().sealed_if(sealed)
             } else {
+                if inner.backing().devices[device as usize].waits_on_disk() {
+                    inner.clean_gate().sealed(1);
+                }
                 PageWord::of(Kind::Resident).with_slot(slots[j])
             }
         };

@@ -117,6 +117,10 @@ fn unprotect(inner: &Inner, claim: PageClaim<'_>, page: u64, id: u32) -> bool {
         return inner.retry_later(claim, e.errno());
     }
     if let Some(e) = w.slot() {
+        // A clean page, written after all.
+        if inner.backing().devices[e.device() as usize].waits_on_disk() {
+            inner.clean_gate().written();
+        }
         inner.free_slot(e);
     }
     if w.is_sealed() {
@@ -191,10 +195,15 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             // in dirty, its slot freed; for a read, write-protected
             // (sealed) while sealed pages mostly go unwritten, so that
             // evicted again it is copied out without a move, else
-            // writable (seal.rs).
+            // writable (seal.rs).  A page from a swap file (or an NBD
+            // export), which keeps its copy, comes in clean (its slot
+            // kept) while clean pages mostly go unwritten, else writable
+            // too, its copy let go: the program writes what it reads
+            // (seal.rs, "Clean pages").
             let frees = !write && inner.backing().devices[e.device() as usize].frees_on_swapin(e.offset());
             let sealed = frees && inner.seal_gate().seal();
-            let dirty = write || frees;
+            let writable = !write && !frees && from_file && !inner.clean_gate().seal();
+            let dirty = write || frees || writable;
             let shadow = claim.found().shadow();
             let copied = inner.copy(addr, buf.as_ptr(), PAGE, !dirty || sealed);
             drop(bounce);
@@ -215,6 +224,9 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             } else {
                 // Clean, and its slot still holds a valid copy.
                 claim.commit(PageWord::of(Kind::Resident).with_slot(e));
+                if from_file {
+                    inner.clean_gate().sealed(1);
+                }
             }
             // A refault: the page was needed again after it was evicted.
             // Activated when it came back soon enough to be working set

@@ -78,6 +78,9 @@ pub(crate) struct Inner {
     /// Whether pages a compressed device let go come in sealed
     /// (`SwapBuilder::adaptive_seal`).
     seal: SealGate,
+    /// Whether pages read back from a device that keeps its copy come in
+    /// clean (`SwapBuilder::adaptive_clean`).
+    clean: SealGate,
     /// Held by the one fault evicting a batch for the pace (others write
     /// back, or go on: two batches at once would only contend on the LRU).
     pacing: AtomicBool,
@@ -247,6 +250,7 @@ pub(crate) struct Parts {
     pub refault_distance: bool,
     pub trend_prefetch: bool,
     pub adaptive_seal: bool,
+    pub adaptive_clean: bool,
     /// Readahead goes to a prefetcher thread (swap files).
     pub prefetch: bool,
     pub member: Option<Arc<crate::domain::Member>>,
@@ -281,7 +285,8 @@ impl Inner {
             frames: p.frames,
             workingset: Workingset::new(p.budget.limit(), p.refault_distance),
             trend_prefetch: p.trend_prefetch,
-            seal: SealGate::new(p.adaptive_seal),
+            seal: SealGate::new(p.adaptive_seal, crate::pager::instance::seal::SEALED_WRITTEN_MAX),
+            clean: SealGate::new(p.adaptive_clean, crate::pager::instance::seal::CLEAN_WRITTEN_MAX),
             budget: p.budget,
             backing: p.backing,
             readahead: p.readahead,
@@ -375,6 +380,12 @@ impl Inner {
     #[inline]
     pub fn seal_gate(&self) -> &SealGate {
         &self.seal
+    }
+
+    /// The gate of clean pages (seal.rs).
+    #[inline]
+    pub fn clean_gate(&self) -> &SealGate {
+        &self.clean
     }
     #[inline]
     pub fn workingset(&self) -> &Workingset {

@@ -37,6 +37,24 @@
 //!
 //! `SwapBuilder::adaptive_seal(false)` seals every page a compressed
 //! device lets go, as before (`--ablate` `always-seal`).
+//!
+//! **Clean pages, the same way.**  A page read back from a device that
+//! keeps its copy on a disk or across a network (a swap file, an NBD
+//! export) came in clean: writable
+//! only after a write-protect fault, its slot kept, so that evicted
+//! unwritten it is dropped with no IO.  A program that writes what it
+//! reads pays that fault on every page: Python writes an object's
+//! reference count on every touch, and walking 1 GiB of records back in
+//! from a swap file took 262,144 write-protect faults a pass, a
+//! signal, an `UFFDIO_WRITEPROTECT` and its TLB flush each, where the
+//! kernel's hardware dirty bit costs nothing.  A second gate measures it:
+//! while fewer than one clean page in [`CLEAN_WRITTEN_MAX`] is written
+//! before it goes, pages come in clean; past it, writable and dirty (the
+//! slot's copy let go), but for one in [`PROBE`].  The bound is a half,
+//! not a third: a writable page evicted unwritten costs a write the
+//! reclaimer makes off the program's path, where a clean one written
+//! costs the program a fault.  `SwapBuilder::adaptive_clean(false)` keeps
+//! every such page clean, as before (`--ablate` `always-clean`).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -49,8 +67,12 @@ const WINDOW: u64 = 1024;
 /// pages come in sealed.
 const MIN_SAMPLE: u64 = 256;
 /// The share of sealed pages written past which sealing stops paying:
-/// one in `WRITTEN_MAX` (see the module's note for how it was chosen).
-const WRITTEN_MAX: u64 = 3;
+/// one in `SEALED_WRITTEN_MAX` (see the module's note for how it was
+/// chosen).
+pub(crate) const SEALED_WRITTEN_MAX: u64 = 3;
+/// The same for pages that come in clean from a device that keeps its
+/// copy.
+pub(crate) const CLEAN_WRITTEN_MAX: u64 = 2;
 /// While sealing is off, one page in `PROBE` is sealed still.
 const PROBE: u32 = 16;
 
@@ -62,34 +84,37 @@ pub(crate) struct SealGate {
     window: AtomicU64,
     /// Decisions made while sealing was off: every `PROBE`th seals.
     probes: AtomicU32,
-    /// Off: every page a compressed device lets go comes in sealed.
+    /// Off: every page comes in write-protected.
     adaptive: bool,
+    /// One page in this many written, and write protection stops paying.
+    written_max: u64,
 }
 
 impl SealGate {
-    pub fn new(adaptive: bool) -> SealGate {
+    pub fn new(adaptive: bool, written_max: u64) -> SealGate {
         SealGate {
             window: AtomicU64::new(0),
             probes: AtomicU32::new(0),
             adaptive,
+            written_max,
         }
     }
 
-    /// Whether the pages coming back now from a device that let their
-    /// copies go come in sealed.
+    /// Whether the pages coming back now come in write-protected (sealed,
+    /// or clean).
     #[inline]
     pub fn seal(&self) -> bool {
         if !self.adaptive {
             return true;
         }
         let (sealed, written) = split(self.window.load(Ordering::Relaxed));
-        if sealed < MIN_SAMPLE || written * WRITTEN_MAX < sealed {
+        if sealed < MIN_SAMPLE || written * self.written_max < sealed {
             return true;
         }
         self.probes.fetch_add(1, Ordering::Relaxed).is_multiple_of(PROBE)
     }
 
-    /// `n` pages came in sealed.
+    /// `n` pages came in write-protected.
     #[inline]
     pub fn sealed(&self, n: u64) {
         let v = self.window.fetch_add(n << 32, Ordering::Relaxed) + (n << 32);
@@ -106,7 +131,8 @@ impl SealGate {
         }
     }
 
-    /// A sealed page was written (a write-protect fault unsealed it).
+    /// A page that came in write-protected was written (a write-protect
+    /// fault).
     #[inline]
     pub fn written(&self) {
         self.window.fetch_add(1, Ordering::Relaxed);
@@ -124,25 +150,43 @@ mod tests {
 
     #[test]
     fn seals_until_the_written_share_passes_the_bound_and_probes_after() {
-        let g = SealGate::new(true);
-        // Too few sealed pages to judge: sealed.
-        g.sealed(MIN_SAMPLE - 1);
-        (0..MIN_SAMPLE).for_each(|_| g.written());
-        assert!(g.seal());
-        g.sealed(1);
-        // Every sealed page written: only one decision in PROBE seals.
-        let n = 10 * PROBE;
-        let sealed = (0..n).filter(|_| g.seal()).count() as u32;
-        assert_eq!(sealed, n / PROBE);
-        // Then the program stops writing them: the written share falls
-        // under the bound as sealed pages come in, and sealing resumes.
-        g.sealed(MIN_SAMPLE * WRITTEN_MAX);
-        assert!((0..PROBE).all(|_| g.seal()));
+        for bound in [SEALED_WRITTEN_MAX, CLEAN_WRITTEN_MAX] {
+            let g = SealGate::new(true, bound);
+            // Too few sealed pages to judge: sealed.
+            g.sealed(MIN_SAMPLE - 1);
+            (0..MIN_SAMPLE).for_each(|_| g.written());
+            assert!(g.seal());
+            g.sealed(1);
+            // Every sealed page written: only one decision in PROBE seals.
+            let n = 10 * PROBE;
+            let sealed = (0..n).filter(|_| g.seal()).count() as u32;
+            assert_eq!(sealed, n / PROBE);
+            // Then the program stops writing them: the written share falls
+            // under the bound as sealed pages come in, and sealing resumes.
+            g.sealed(MIN_SAMPLE * bound);
+            assert!((0..PROBE).all(|_| g.seal()));
+        }
+    }
+
+    /// The bound decides: a third of the pages written stops sealing, and
+    /// leaves clean pages clean.
+    #[test]
+    fn each_gate_has_its_bound() {
+        let (sealed, clean) = (
+            SealGate::new(true, SEALED_WRITTEN_MAX),
+            SealGate::new(true, CLEAN_WRITTEN_MAX),
+        );
+        for g in [&sealed, &clean] {
+            g.sealed(900);
+            (0..350).for_each(|_| g.written());
+        }
+        assert!((0..2 * PROBE).filter(|_| sealed.seal()).count() < 2 * PROBE as usize);
+        assert!((0..2 * PROBE).all(|_| clean.seal()));
     }
 
     #[test]
     fn the_window_halves_both_counts() {
-        let g = SealGate::new(true);
+        let g = SealGate::new(true, SEALED_WRITTEN_MAX);
         (0..100).for_each(|_| g.written());
         g.sealed(WINDOW - 1);
         assert_eq!(split(g.window.load(Ordering::Relaxed)), (WINDOW - 1, 100));
@@ -152,7 +196,7 @@ mod tests {
 
     #[test]
     fn off_always_seals() {
-        let g = SealGate::new(false);
+        let g = SealGate::new(false, SEALED_WRITTEN_MAX);
         g.sealed(MIN_SAMPLE);
         (0..MIN_SAMPLE).for_each(|_| g.written());
         assert!((0..100).all(|_| g.seal()));

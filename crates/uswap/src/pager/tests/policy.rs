@@ -226,6 +226,80 @@ fn sealing_stops_while_the_program_writes_what_it_reads_back_and_resumes_after()
     }
 }
 
+/// Swap-ins, write-protect faults and pages written out over `passes`
+/// calls of `touch`.
+fn clean_over(swap: &Swap, passes: usize, mut touch: impl FnMut()) -> (u64, u64, u64) {
+    let before = swap.stats().counters;
+    (0..passes).for_each(|_| touch());
+    let after = swap.stats().counters;
+    (
+        after.swapins - before.swapins,
+        after.wp_faults - before.wp_faults,
+        after.evict_write - before.evict_write,
+    )
+}
+
+/// Pages read back from a swap file come in clean (write-protected, the
+/// file's copy kept) while the program leaves them unwritten: evicted
+/// again, they are dropped with no write.  A program that writes what it
+/// reads pays a write-protect fault a page for that; while it does, the
+/// pages come in writable (`adaptive_clean`), and when it goes back to
+/// reading alone, clean pages come back.  Every read checks the data.
+#[test]
+fn clean_pages_stop_while_the_program_writes_what_it_reads_back_and_resume_after() {
+    for mode in both_modes() {
+        for adaptive in [true, false] {
+            let what = format!("{mode:?} adaptive {adaptive}");
+            let dir = tempfile::tempdir().unwrap();
+            let device = ram_or_file(true, &dir, "clean");
+            // One page per fault: each swap-in is the decision's.
+            let configure = |b: SwapBuilder| b.readahead(false).adaptive_clean(adaptive);
+            on_four_budgets_of(device, mode, configure, |swap, base, pages| {
+                // Every page read back, then written, as Python's objects
+                // are (a reference count on every touch).
+                let (swapins, wp, _) = clean_over(swap, 4, || {
+                    for p in 0..pages {
+                        assert_eq!(check_pages(base, p..p + 1), None, "{what}");
+                        write_pages(base, p..p + 1);
+                    }
+                });
+                assert!(swapins > 4 * 2_500, "{what}: {swapins} swap-ins");
+                if adaptive {
+                    // 256 to judge, then one in sixteen still clean.
+                    assert!(
+                        wp * 4 < swapins,
+                        "{what}: {wp} write-protect faults, {swapins} swap-ins"
+                    );
+                } else {
+                    assert!(
+                        wp * 10 >= swapins * 9,
+                        "{what}: {wp} write-protect faults, {swapins} swap-ins"
+                    );
+                }
+                // Then read alone: the clean pages the probes bring in go
+                // unwritten, and clean pages come back, to be dropped
+                // with no write.  Judged from the second pass on.
+                let mut last = (0, 0, 0);
+                for pass in 0..30 {
+                    last = clean_over(swap, 1, || {
+                        assert_eq!(check_pages(base, 0..pages), None, "{what}");
+                    });
+                    if pass > 0 && last.2 * 10 <= last.0 {
+                        break;
+                    }
+                }
+                let (swapins, wp, written) = last;
+                assert_eq!(wp, 0, "{what}: write-protect faults with nothing written");
+                assert!(
+                    written * 10 <= swapins,
+                    "{what}: clean pages did not come back: {written} pages written for {swapins} read back"
+                );
+                assert_eq!(check_pages(base, 0..pages), None, "{what}");
+            });
+        }
+    }
+}
+
 /// A cut of the budget on probation (`SwapBuilder::probation`) stages the
 /// pages it takes and writes none of them for the dwell; a hot set loaded
 /// first, which is what such a cut takes first (uswap's LRU is in fault
