@@ -22,6 +22,7 @@
 //! binary as `<exe> bench worker --spec JSON`: a binary that calls them
 //! must have that subcommand call [`workload::worker::main`].
 
+pub mod auto_spec;
 pub mod micro;
 pub mod report;
 pub mod workload;

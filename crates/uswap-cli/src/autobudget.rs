@@ -1,4 +1,4 @@
-//! `uswap run --budget auto[:TARGET][,max=SIZE][,min=SIZE]`: the tree's
+//! `uswap run --budget auto[:TARGET][,max=SIZE][,min=SIZE][,step=PCT][,interval=DURATION]`: the tree's
 //! budget driven by its memory pressure (`uswap::domain::auto`), from the
 //! supervisor's loop.
 //!
@@ -16,57 +16,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use anyhow::{bail, Context};
 use uswap::domain::auto::{Counts, Driver, Tuning};
 use uswap::domain::{Activity, Arbiter};
-
-/// What `--budget auto...` asked for: the tuning, and the budget to start
-/// from (`max=`, else the default share of memory).
-pub struct AutoSpec {
-    pub tuning: Tuning,
-    pub start: Option<u64>,
-}
-
-/// Parse `auto[:TARGET][,max=SIZE][,min=SIZE]`; None when `s` is not an
-/// auto budget.  TARGET is a stall share: `0.2%`.
-pub fn parse(s: &str) -> anyhow::Result<Option<AutoSpec>> {
-    let Some(rest) = s.strip_prefix("auto") else {
-        return Ok(None);
-    };
-    let page = uswap::PAGE_SIZE as u64;
-    let mut tuning = Tuning::default();
-    let mut start = None;
-    let mut parts = rest.split(',');
-    let head = parts.next().unwrap_or("");
-    if let Some(t) = head.strip_prefix(':') {
-        let pct: f64 = t
-            .strip_suffix('%')
-            .and_then(|p| p.trim().parse().ok())
-            .filter(|p: &f64| *p > 0.0 && *p < 100.0)
-            .with_context(|| format!("--budget {s}: the target is a stall share such as 0.2%"))?;
-        tuning.target = pct / 100.0;
-    } else if !head.is_empty() {
-        bail!("--budget {s}: auto, auto:TARGET, then ,max=SIZE and ,min=SIZE (e.g. auto:0.2%,max=4G)");
-    }
-    for p in parts {
-        let (k, v) = p
-            .split_once('=')
-            .with_context(|| format!("--budget {s}: {p:?} is not max=SIZE or min=SIZE"))?;
-        let bytes = uswap_bench::parse_bytes(v).map_err(|e| anyhow::anyhow!("--budget {s}: {v}: {e}"))?;
-        match k {
-            "max" => {
-                tuning.max = bytes / page;
-                start = Some(bytes);
-            }
-            "min" => tuning.min = (bytes / page).max(1),
-            _ => bail!("--budget {s}: {k}= is not max= or min="),
-        }
-    }
-    if tuning.min > tuning.max {
-        bail!("--budget {s}: min= is above max=");
-    }
-    Ok(Some(AutoSpec { tuning, start }))
-}
 
 /// What the controller last decided, published beside the members'
 /// statistics as `auto-PID.state` (PID the supervisor's), so that `uswap
@@ -133,7 +84,14 @@ pub struct AutoBudget {
     /// Where its state is published (`AutoState`); None without a
     /// statistics directory, where the tree runs all the same.
     published: Option<PathBuf>,
+    /// Every decision, a line each (`uswap run --auto-log`), and when the
+    /// first was made.
+    log: Option<(std::io::BufWriter<std::fs::File>, Instant)>,
 }
+
+/// The first line of an `--auto-log` file: what each column is.
+const LOG_HEADER: &str =
+    "# seconds budget_mib charge_mib pressure faults swapins stall_ms (one line a decision)";
 
 impl AutoBudget {
     /// A controller starting at `start_pages`, over `arbiter`'s domain,
@@ -149,7 +107,42 @@ impl AutoBudget {
             driver: Driver::new(tuning, start_pages),
             on: true,
             published,
+            log: None,
         }
+    }
+
+    /// Write every decision to `file` (`uswap run --auto-log`).
+    pub fn log_to(&mut self, file: std::fs::File) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut w = std::io::BufWriter::new(file);
+        writeln!(w, "{LOG_HEADER}")?;
+        w.flush()?;
+        self.log = Some((w, Instant::now()));
+        Ok(())
+    }
+
+    /// One decision's line: when, the budget set, what the tree was
+    /// charged and did.  Flushed at once, for a reader following it (a
+    /// lost line is a lost line: the tree runs on).
+    fn log(&mut self, now: Instant, budget: u64, c: &Counts) {
+        use std::io::Write;
+        let pressure = self.driver.pressure();
+        let Some((w, t0)) = &mut self.log else {
+            return;
+        };
+        let mib = |p: u64| (p * uswap::PAGE_SIZE as u64) >> 20;
+        let _ = writeln!(
+            w,
+            "{:.2} {} {} {:.5} {} {} {}",
+            now.duration_since(*t0).as_secs_f64(),
+            mib(budget),
+            mib(c.charge),
+            pressure,
+            c.faults,
+            c.swapins,
+            c.stall_ns / 1_000_000
+        )
+        .and_then(|()| w.flush());
     }
 
     /// The state as published.
@@ -215,6 +208,7 @@ impl AutoBudget {
         // Published with each decision (once an interval, or a look's
         // back-off), not with every look.
         if let Some(b) = self.driver.step(now, counts) {
+            self.log(now, b, &counts);
             if b != arbiter.budget_pages() {
                 arbiter.set_budget(b);
             }
@@ -252,29 +246,6 @@ impl Drop for AutoBudget {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn auto_budgets_parse_and_bad_ones_say_why() {
-        assert!(parse("1G").unwrap().is_none());
-        let a = parse("auto").unwrap().unwrap();
-        assert_eq!(a.tuning, Tuning::default());
-        assert!(a.start.is_none());
-        let a = parse("auto:0.5%,max=4G,min=256M").unwrap().unwrap();
-        assert_eq!(a.tuning.target, 0.005);
-        assert_eq!(a.tuning.max, (4u64 << 30) / uswap::PAGE_SIZE as u64);
-        assert_eq!(a.tuning.min, (256u64 << 20) / uswap::PAGE_SIZE as u64);
-        assert_eq!(a.start, Some(4 << 30));
-        for (bad, why) in [
-            ("auto:fast", "a stall share such as 0.2%"),
-            ("autox", "auto, auto:TARGET"),
-            ("auto,max=lots", "lots"),
-            ("auto,size=1G", "size= is not"),
-            ("auto,max=1G,min=2G", "min= is above max="),
-        ] {
-            let e = parse(bad).err().map(|e| e.to_string()).unwrap_or_default();
-            assert!(e.contains(why), "{bad}: {e}");
-        }
-    }
 
     #[test]
     fn the_published_state_reads_back_and_a_torn_one_does_not() {

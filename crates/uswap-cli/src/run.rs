@@ -50,12 +50,16 @@ pub struct RunArgs {
     /// counted (it saves no memory).  A size (K, M, G suffixes) or a
     /// share (`25%`) of the memory the tree may use: the memory cgroup's
     /// limit where one is set (a container's), else this machine's.
-    /// `auto[:TARGET][,max=SIZE][,min=SIZE]`: a budget that finds itself,
-    /// lowered in steps while the tree's memory pressure (the share of
-    /// time its threads wait on uswap) stays under TARGET (0.17%, after
+    /// `auto[:TARGET][,max=SIZE][,min=SIZE][,step=PCT][,interval=DURATION]`:
+    /// a budget that finds itself, lowered in steps of at most step= (10%)
+    /// every interval= (1s) while the tree's memory pressure (the share of
+    /// time its threads wait on swap-ins) stays under TARGET (0.17%, after
     /// Senpai's), raised at once past it; from max= (else 50%), never
     /// above it, never below min= (16M) nor what the tree faulted in the
-    /// last second.  `uswap ctl PID status` shows it.
+    /// last interval.  The pages a step takes stay in memory for an
+    /// interval, written out only if nothing touched them (a touch takes
+    /// one back at no cost), so the tree may hold the budget before the
+    /// step meanwhile.  `uswap ctl PID status` shows it.
     #[arg(long, default_value = "50%")]
     pub budget: String,
     /// Swap device: `file:PATH:SIZE` (PATH a directory, or missing:
@@ -114,6 +118,13 @@ pub struct RunArgs {
     /// `uswap stat` and `uswap top` show every process of the tree.
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,
+    /// With `--budget auto`: write each of the controller's decisions to
+    /// FILE, a line each (seconds since the first, the budget set in MiB,
+    /// what the tree was charged in MiB, the pressure, and the tree's
+    /// faults, swap-ins and stall in ms so far), to see how it found the
+    /// budget.
+    #[arg(long, value_name = "FILE")]
+    pub auto_log: Option<PathBuf>,
     /// How far past the budget the heap may stay resident when the swap
     /// is full: a share of the budget (10%), a size (64M), or unbounded.
     /// Past it the program is killed, as a memory cgroup's would be, with
@@ -414,7 +425,7 @@ fn name_the_program(program: &std::ffi::OsStr) -> anyhow::Result<()> {
 
 /// The preload library beside this executable.
 pub fn run(args: &RunArgs) -> anyhow::Result<()> {
-    let auto = crate::autobudget::parse(&args.budget)?;
+    let auto = uswap_bench::auto_spec::parse(&args.budget)?;
     let budget = match &auto {
         Some(a) => match a.start {
             Some(b) => b / uswap::PAGE_SIZE as u64 * uswap::PAGE_SIZE as u64,
@@ -536,7 +547,18 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
             uswap_env::GuardLayout::new(u64::from_ne_bytes(random), heap, uswap_env::seccomp_filters());
         cmd.env(uswap_env::GUARD, layout.to_env());
     }
-    let auto = auto.map(|a| crate::autobudget::AutoBudget::new(a.tuning, budget / page, &arbiter));
+    let mut auto = auto.map(|a| crate::autobudget::AutoBudget::new(a.tuning, budget / page, &arbiter));
+    if let Some(p) = &args.auto_log {
+        let Some(a) = auto.as_mut() else {
+            bail!(
+                "--auto-log {}: the controller's log is --budget auto's; give --budget auto",
+                p.display()
+            );
+        };
+        let f = std::fs::File::create(p).with_context(|| format!("--auto-log {}", p.display()))?;
+        a.log_to(f)
+            .with_context(|| format!("--auto-log {}", p.display()))?;
+    }
     let ended = crate::supervisor::supervise(cmd, arbiter, auto)?;
     // What members killed outright, or gone through a raw `exit_group`
     // (Go's runtime leaves that way: no exit handler of the library

@@ -69,6 +69,18 @@ fn start(
     args: &[&str],
     ready: &str,
 ) -> (i32, u32, tempfile::TempDir, std::process::Child) {
+    start_with(mode, budget, &[], script, args, ready)
+}
+
+/// [`start`] with more options of `uswap run` (`run_args`).
+fn start_with(
+    mode: Mode,
+    budget: &str,
+    run_args: &[&str],
+    script: &str,
+    args: &[&str],
+    ready: &str,
+) -> (i32, u32, tempfile::TempDir, std::process::Child) {
     preload_built();
     let dir = tempfile::tempdir().unwrap();
     // The statistics directory is its user's alone, or not used.
@@ -78,22 +90,14 @@ fn start(
         std::os::unix::fs::chown(dir.path(), Some(NOBODY), Some(NOBODY)).unwrap();
     }
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-    cmd.args([
-        "run",
-        "--mode",
-        mode.name(),
-        "--budget",
-        budget,
-        "--",
-        PYTHON,
-        "-c",
-        script,
-    ])
-    .args(args)
-    .env("USWAP_RUNTIME_DIR", dir.path())
-    .env("TMPDIR", "/var/tmp")
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    cmd.args(["run", "--mode", mode.name(), "--budget", budget])
+        .args(run_args)
+        .args(["--", PYTHON, "-c", script])
+        .args(args)
+        .env("USWAP_RUNTIME_DIR", dir.path())
+        .env("TMPDIR", "/var/tmp")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let uid = if nobody {
         cmd.uid(NOBODY).gid(NOBODY);
         NOBODY
@@ -262,7 +266,20 @@ while time.time() < end:
 bad = sum(b != hashlib.sha256(i.to_bytes(4, 'little')).digest() * 32768 for i, b in enumerate(blocks))
 print(f"{n} MiB, {bad} bad", flush=True)
 "#;
-        let (pid, uid, dir, child) = start(mode, "auto", service, &[], "loaded");
+        // Its decisions logged (`--auto-log`), in a file of its user's.
+        let logs = tempfile::tempdir().unwrap();
+        if mode == Mode::Sigbus && root() {
+            std::os::unix::fs::chown(logs.path(), Some(NOBODY), Some(NOBODY)).unwrap();
+        }
+        let log = logs.path().join("auto.log");
+        let (pid, uid, dir, child) = start_with(
+            mode,
+            "auto",
+            &["--auto-log", log.to_str().unwrap()],
+            service,
+            &[],
+            "loaded",
+        );
         let d = dir.path().to_str().unwrap().to_string();
         let pid = pid.to_string();
         // While it serves, the budget comes down a fifth under the
@@ -315,5 +332,25 @@ print(f"{n} MiB, {bad} bad", flush=True)
         let (_, stat, _) = uswap(uid, &d, "stat", &[&pid]);
         assert!(stat.contains("\nauto off\n"), "{mode:?}: {stat}");
         ends_with_its_data(child, mode);
+        // The log: its header, then a line a decision, the budget (MiB)
+        // in the second column, which came under 272 MiB.
+        let text = std::fs::read_to_string(&log).unwrap();
+        let mut lines = text.lines();
+        assert!(
+            lines
+                .next()
+                .is_some_and(|h| h.starts_with("# seconds budget_mib")),
+            "{mode:?}: {text}"
+        );
+        let budgets: Vec<u64> = lines
+            .map(|l| {
+                l.split(' ')
+                    .nth(1)
+                    .and_then(|b| b.parse().ok())
+                    .unwrap_or_else(|| panic!("{l}"))
+            })
+            .collect();
+        assert!(budgets.len() >= 5, "{mode:?}: {text}");
+        assert!(budgets.iter().any(|&b| b < 272), "{mode:?}: {text}");
     }
 }

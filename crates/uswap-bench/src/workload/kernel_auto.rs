@@ -40,11 +40,11 @@ pub struct GroupAuto {
 
 impl GroupAuto {
     /// Start at `max` bytes, the ceiling, as `uswap run --budget
-    /// auto,max=` does; the tuning otherwise `--budget auto`'s defaults.
-    pub fn new(group: &MemCgroup, max: u64) -> GroupAuto {
+    /// auto,max=` does; the tuning otherwise `tuning` (`--auto`'s).
+    pub fn new(group: &MemCgroup, max: u64, tuning: Tuning) -> GroupAuto {
         let tuning = Tuning {
             max: max / PAGE,
-            ..Tuning::default()
+            ..tuning
         };
         GroupAuto {
             driver: Driver::new(tuning, max / PAGE),

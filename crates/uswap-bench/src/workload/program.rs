@@ -150,6 +150,12 @@ pub struct ProgramArgs {
     /// device, so that both store about the same bytes a page.
     #[arg(long, default_value = "lz4")]
     pub zram_algorithm: String,
+    /// The auto runners' budget (uswap-auto, uswap-sigbus-auto, and
+    /// kernel-auto's controller, the same): `uswap run --budget`'s
+    /// `auto[:TARGET][,min=SIZE][,step=PCT][,interval=DURATION]`, its
+    /// ceiling --budget.
+    #[arg(long, default_value = "auto", value_parser = parse_auto)]
+    pub auto: String,
     /// Environment for the program, NAME=VALUE (repeat).
     #[arg(long = "env", value_parser = parse_env)]
     pub env: Vec<(String, String)>,
@@ -171,6 +177,25 @@ pub struct ProgramArgs {
         value_name = "PROGRAM"
     )]
     pub program: Vec<String>,
+}
+
+/// `--auto`: an auto budget without `max=` (the ceiling is --budget).
+fn parse_auto(s: &str) -> Result<String, String> {
+    match crate::auto_spec::parse(s) {
+        Ok(Some(spec)) if spec.start.is_none() => Ok(s.to_string()),
+        Ok(Some(_)) => Err(format!("{s}: the ceiling is --budget, not max=")),
+        Ok(None) => Err(format!("{s}: an auto budget, such as auto:0.5%,step=20%")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The tuning `--auto` asked for (checked when parsed).
+fn auto_tuning(spec: &str) -> uswap::domain::auto::Tuning {
+    crate::auto_spec::parse(spec)
+        .ok()
+        .flatten()
+        .map(|a| a.tuning)
+        .unwrap_or_default()
 }
 
 fn parse_env(s: &str) -> Result<(String, String), String> {
@@ -377,7 +402,7 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
             } else {
                 c.arg("run");
             }
-            c.args(["--budget", &format!("auto,max={}", a.budget), "--"]);
+            c.args(["--budget", &format!("{},max={}", a.auto, a.budget), "--"]);
             c.args(&a.program);
             c
         }
@@ -427,7 +452,7 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
         cmd.env(k, v);
     }
     let auto = match (r, &group) {
-        (Runner::KernelAuto, Some(g)) => Some(GroupAuto::new(g, a.budget)),
+        (Runner::KernelAuto, Some(g)) => Some(GroupAuto::new(g, a.budget, auto_tuning(&a.auto))),
         _ => None,
     };
     let (mut run, out, status) = timed(cmd, group.as_ref(), auto)?;
