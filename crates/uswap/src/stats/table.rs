@@ -204,6 +204,8 @@ counters! {
     swapcache_hits SWAPCACHE_HITS Events;
     /// Write-protect faults (first write to a clean page).
     wp_faults WP_FAULTS Events;
+    /// Clean pages made writable beside a written one, with its write-protect fault (fault/serve.rs).
+    unprotected_around UNPROTECTED_AROUND Pages;
     /// Pages evicted.
     evictions EVICTIONS Pages;
     /// Pages evicted clean: dropped, their slot still holding them.

@@ -114,6 +114,15 @@ impl SealGate {
         self.probes.fetch_add(1, Ordering::Relaxed).is_multiple_of(PROBE)
     }
 
+    /// Whether the program writes most of what comes in write-protected
+    /// now (past the bound, with enough counted to judge): the question
+    /// `seal` answers, asked without taking a probe's turn.
+    #[inline]
+    pub fn written_mostly(&self) -> bool {
+        let (sealed, written) = split(self.window.load(Ordering::Relaxed));
+        self.adaptive && sealed >= MIN_SAMPLE && written * self.written_max >= sealed
+    }
+
     /// `n` pages came in write-protected.
     #[inline]
     pub fn sealed(&self, n: u64) {
@@ -131,11 +140,11 @@ impl SealGate {
         }
     }
 
-    /// A page that came in write-protected was written (a write-protect
-    /// fault).
+    /// `n` pages that came in write-protected were written (a
+    /// write-protect fault, and the neighbours it made writable).
     #[inline]
-    pub fn written(&self) {
-        self.window.fetch_add(1, Ordering::Relaxed);
+    pub fn written(&self, n: u64) {
+        self.window.fetch_add(n, Ordering::Relaxed);
     }
 }
 
@@ -154,7 +163,7 @@ mod tests {
             let g = SealGate::new(true, bound);
             // Too few sealed pages to judge: sealed.
             g.sealed(MIN_SAMPLE - 1);
-            (0..MIN_SAMPLE).for_each(|_| g.written());
+            (0..MIN_SAMPLE).for_each(|_| g.written(1));
             assert!(g.seal());
             g.sealed(1);
             // Every sealed page written: only one decision in PROBE seals.
@@ -178,7 +187,7 @@ mod tests {
         );
         for g in [&sealed, &clean] {
             g.sealed(900);
-            (0..350).for_each(|_| g.written());
+            (0..350).for_each(|_| g.written(1));
         }
         assert!((0..2 * PROBE).filter(|_| sealed.seal()).count() < 2 * PROBE as usize);
         assert!((0..2 * PROBE).all(|_| clean.seal()));
@@ -187,7 +196,7 @@ mod tests {
     #[test]
     fn the_window_halves_both_counts() {
         let g = SealGate::new(true, SEALED_WRITTEN_MAX);
-        (0..100).for_each(|_| g.written());
+        (0..100).for_each(|_| g.written(1));
         g.sealed(WINDOW - 1);
         assert_eq!(split(g.window.load(Ordering::Relaxed)), (WINDOW - 1, 100));
         g.sealed(1);
@@ -198,7 +207,7 @@ mod tests {
     fn off_always_seals() {
         let g = SealGate::new(false, SEALED_WRITTEN_MAX);
         g.sealed(MIN_SAMPLE);
-        (0..MIN_SAMPLE).for_each(|_| g.written());
+        (0..MIN_SAMPLE).for_each(|_| g.written(1));
         assert!((0..100).all(|_| g.seal()));
     }
 }

@@ -143,18 +143,21 @@ fn written_zero_pages_are_dropped_without_io() {
 /// reclaimer evicting the same pages: no increment may be lost.
 #[test]
 fn no_write_is_lost_to_eviction() {
-    for mode in [FaultMode::Sigbus, FaultMode::HandlerThread] {
-        let swap = ram_swap(256 * 1024, 16 * MIB, mode);
+    let dir = tempfile::tempdir().unwrap();
+    for (mode, file) in MODES_AND_DEVICES {
+        let what = format!("{mode:?} file {file}");
+        let swap = Swap::builder()
+            .budget(256 * 1024)
+            .device(ram_or_file(file, &dir, &format!("lost-{mode:?}")))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
         let mut region = swap.map((2 * MIB) as usize).unwrap();
         let pages = region.len() / PAGE_SIZE;
-        hammer_counters(&mut region, 20, &format!("{mode:?}"));
+        hammer_counters(&mut region, 20, &what);
         let st = swap.stats();
-        assert!(
-            st.counters.evictions > pages as u64,
-            "{mode:?}: {:?}",
-            st.counters
-        );
-        assert!(st.counters.wp_faults > 0);
+        assert!(st.counters.evictions > pages as u64, "{what}: {:?}", st.counters);
+        assert!(st.counters.wp_faults > 0, "{what}");
     }
 }
 

@@ -390,3 +390,90 @@ fn a_cut_on_probation_writes_only_what_the_dwell_left_untouched() {
         assert_all_returned(&swap, what);
     }
 }
+
+/// While the program writes most of the clean pages it reads back from a
+/// swap file, a write-protect fault makes the clean pages of its window
+/// writable with it: a program that reads a span first and writes it
+/// after (Python's exit: its collector reads every object, then frees
+/// each) takes a fault a window, not a page.  Off (`adaptive_clean`
+/// false), a fault a page, as before.  Four threads write the span's
+/// pages in turn, so that a fault makes writable neighbours that other
+/// threads are writing: each page becomes dirty exactly once, and every
+/// byte written reads back after the pages went out again.
+#[test]
+fn a_written_clean_page_takes_its_clean_neighbours_with_it() {
+    for mode in both_modes() {
+        for adaptive in [true, false] {
+            let what = format!("{mode:?} adaptive {adaptive}");
+            let dir = tempfile::tempdir().unwrap();
+            let swap = Swap::builder()
+                .budget(8 * MIB)
+                .device(ram_or_file(true, &dir, "around"))
+                .fault_mode(mode)
+                .readahead(false)
+                .adaptive_clean(adaptive)
+                .build()
+                .unwrap();
+            let mut region = swap.map((24 * MIB) as usize).unwrap();
+            let base = region.as_mut_slice().as_mut_ptr();
+            let pages = region.len() / PAGE_SIZE;
+            write_pages(base, 0..pages);
+            // Read alone: the pages go out and come back clean.
+            for _ in 0..2 {
+                assert_eq!(check_pages(base, 0..pages), None, "{what}");
+            }
+            // A span read (it fits the budget), then written.
+            let span = 0..1024;
+            assert_eq!(check_pages(base, span.clone()), None, "{what}");
+            let before = swap.stats().counters;
+            let at = base as usize;
+            std::thread::scope(|s| {
+                for t in 0..4 {
+                    let span = span.clone();
+                    s.spawn(move || {
+                        for p in span.filter(|p| p % 4 == t) {
+                            // A byte no page had: this write is what must
+                            // survive.
+                            // SAFETY: inside the live region.
+                            unsafe {
+                                std::ptr::write_volatile(
+                                    (at as *mut u8).add(p * PAGE_SIZE + 8),
+                                    !pattern(p, 8),
+                                )
+                            };
+                        }
+                    });
+                }
+            });
+            let after = swap.stats().counters;
+            let (wp, around) = (
+                after.wp_faults - before.wp_faults,
+                after.unprotected_around - before.unprotected_around,
+            );
+            if adaptive {
+                // The gate first sees the span's writes go one fault a
+                // page, until they are most of what came in clean.
+                assert!(wp < 700, "{what}: {wp} write-protect faults for 1024 pages");
+                assert!(around > 300, "{what}: {around} made writable around them");
+                // Every page made writable once; a thread whose fault met
+                // a page another's fault had just made writable counts a
+                // fault of its own besides (it was one).
+                assert!(
+                    (1024..1024 + 64).contains(&(wp + around)),
+                    "{what}: {wp} + {around}"
+                );
+            } else {
+                assert_eq!((wp, around), (1024, 0), "{what}");
+            }
+            // Out again (a walk of the rest), then every written byte back.
+            assert_eq!(check_pages(base, 1024..pages), None, "{what}");
+            for p in span.clone() {
+                // SAFETY: inside the live region.
+                let v = unsafe { std::ptr::read_volatile(base.add(p * PAGE_SIZE + 8)) };
+                assert_eq!(v, !pattern(p, 8), "{what}: page {p}");
+            }
+            drop(region);
+            assert_all_returned(&swap, &what);
+        }
+    }
+}
