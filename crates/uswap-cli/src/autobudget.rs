@@ -91,7 +91,7 @@ pub struct AutoBudget {
 
 /// The first line of an `--auto-log` file: what each column is.
 const LOG_HEADER: &str =
-    "# seconds budget_mib charge_mib pressure faults swapins stall_ms (one line a decision)";
+    "# seconds budget_mib charge_mib pressure faults refaults stall_ms (one line a decision)";
 
 impl AutoBudget {
     /// A controller starting at `start_pages`, over `arbiter`'s domain,
@@ -139,7 +139,7 @@ impl AutoBudget {
             mib(c.charge),
             pressure,
             c.faults,
-            c.swapins,
+            c.refaults,
             c.stall_ns / 1_000_000
         )
         .and_then(|()| w.flush());
@@ -203,7 +203,7 @@ impl AutoBudget {
             charge: resident + other,
             stall_ns: act.stall_ns,
             faults: act.faults,
-            swapins: act.swapins,
+            refaults: act.refaults,
         };
         // Published with each decision (once an interval, or a look's
         // back-off), not with every look.

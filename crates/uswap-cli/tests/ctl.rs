@@ -261,8 +261,6 @@ end = time.time() + 24
 while time.time() < end:
     b = hot[rnd.randrange(len(hot))]
     served += b[rnd.randrange(len(b))] & 1
-    if served % 1000 == 0:
-        scratch = bytes(4096)
 bad = sum(b != hashlib.sha256(i.to_bytes(4, 'little')).digest() * 32768 for i, b in enumerate(blocks))
 print(f"{n} MiB, {bad} bad", flush=True)
 "#;
@@ -285,7 +283,11 @@ print(f"{n} MiB, {bad} bad", flush=True)
         // While it serves, the budget comes down a fifth under the
         // resident set the load left (some 340 MiB, the data and Python):
         // in 9 s on a quiet machine, given 20 s here (the probe slows as
-        // the faults it causes near the target).
+        // the faults it causes near the target).  And the tree follows it:
+        // after its load it neither allocates nor faults (it reads what is
+        // in), which in SIGBUS mode left it no thread of uswap's running
+        // and every page resident under any budget, until every member of
+        // an auto domain past 32 MiB ran its reclaimer.
         let since = Instant::now();
         loop {
             let (ok, status, err) = ctl(uid, &d, &[&pid, "status"]);
@@ -297,12 +299,12 @@ print(f"{n} MiB, {bad} bad", flush=True)
                 .and_then(|b| b.split(' ').next())
                 .and_then(|b| b.parse().ok())
                 .unwrap_or_else(|| panic!("{status}"));
-            if budget < 272 {
+            if budget < 272 && resident(&status) <= budget + 8 {
                 break;
             }
             assert!(
                 since.elapsed() < Duration::from_secs(20),
-                "{mode:?}: the budget stayed at {budget} MiB: {status}"
+                "{mode:?}: the budget stayed at {budget} MiB, or the tree above it: {status}"
             );
             std::thread::sleep(Duration::from_millis(500));
         }

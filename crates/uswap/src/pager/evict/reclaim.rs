@@ -152,7 +152,8 @@ fn need_background(inner: &Inner, charged: usize) {
         if charged >= inner.budget().wake() {
             bg.kick();
         }
-    } else if charged >= inner.budget().low() || inner.backing().hold.waiting() {
+    } else if charged >= inner.budget().low() || inner.backing().hold.waiting() || driven_live(inner, charged)
+    {
         bg.want();
     }
     if !bg.tick(TICK) {
@@ -172,6 +173,23 @@ fn need_background(inner: &Inner, charged: usize) {
     if inner.tell_domain(resident, running) && running && inner.budget().charged() > inner.budget().low() {
         bg.kick();
     }
+}
+
+/// Held past this many pages, a member of a domain whose budget is driven
+/// live wants its reclaimer before it nears its share.
+const LIVE_MIN: usize = (32 << 20) / PAGE_SIZE;
+
+/// Whether an instance holding `charged` pages should run its reclaimer
+/// now because its domain's budget moves under it (`--budget auto`, whose
+/// dwell the domain carries): the budget will come down past it, and in
+/// SIGBUS mode a process that neither faults nor allocates has no other
+/// thread of uswap's to follow it.  A tree of 1.4 GiB read whole and
+/// allocating nothing held all of it while the controller lowered its
+/// budget to 16 MiB.  Under 32 MiB a process (a shell, a compiler's
+/// driver) is not worth a thread.
+#[inline]
+fn driven_live(inner: &Inner, charged: usize) -> bool {
+    charged >= LIVE_MIN && inner.member().is_some_and(|m| m.dwell().is_some())
 }
 
 /// Reclaim before installing `n` pages at once (a 2 MB unit).

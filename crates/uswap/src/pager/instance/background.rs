@@ -4,7 +4,10 @@
 //!
 //! An instance built to start them on need (`SwapBuilder::threads_on_need`,
 //! which `uswap run` sets) starts neither until it has something for them:
-//! a process that never nears its budget runs no thread of uswap's at all.
+//! a process that never nears its budget runs no thread of uswap's at all
+//! (but under `--budget auto`, whose budget comes down under every process
+//! past 32 MiB: there each such process wants its reclaimer, to follow
+//! the budget when it neither faults nor allocates, `reclaim::driven_live`).
 //! Under `uswap run` uswap is a guest in the program's process, and a
 //! thread of its own is seen: CPython warns at every `fork` of a process
 //! with more than one thread ("use of fork() may lead to deadlocks"), and
