@@ -91,7 +91,7 @@ pub struct AutoBudget {
 
 /// The first line of an `--auto-log` file: what each column is.
 const LOG_HEADER: &str =
-    "# seconds budget_mib charge_mib pressure faults refaults stall_ms (one line a decision)";
+    "# seconds budget_mib charge_mib pressure faults swapins hits stall_ms (one line a decision)";
 
 impl AutoBudget {
     /// A controller starting at `start_pages`, over `arbiter`'s domain,
@@ -133,13 +133,14 @@ impl AutoBudget {
         let mib = |p: u64| (p * uswap::PAGE_SIZE as u64) >> 20;
         let _ = writeln!(
             w,
-            "{:.2} {} {} {:.5} {} {} {}",
+            "{:.2} {} {} {:.5} {} {} {} {}",
             now.duration_since(*t0).as_secs_f64(),
             mib(budget),
             mib(c.charge),
             pressure,
             c.faults,
-            c.refaults,
+            c.swapins,
+            c.hits,
             c.stall_ns / 1_000_000
         )
         .and_then(|()| w.flush());
@@ -203,7 +204,8 @@ impl AutoBudget {
             charge: resident + other,
             stall_ns: act.stall_ns,
             faults: act.faults,
-            refaults: act.refaults,
+            swapins: act.swapins,
+            hits: act.hits,
         };
         // Published with each decision (once an interval, or a look's
         // back-off), not with every look.

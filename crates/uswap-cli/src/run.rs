@@ -53,8 +53,8 @@ pub struct RunArgs {
     /// `auto[:TARGET][,max=SIZE][,min=SIZE][,step=PCT][,interval=DURATION]`:
     /// a budget that finds itself, lowered in steps of at most step= (10%)
     /// every interval= (1s) while the tree's memory pressure (the share of
-    /// time its threads wait on refaults: swap-ins, and pages a step took
-    /// that are touched again) stays under TARGET (0.17%, after
+    /// time its threads wait on refaults: swap-ins, and more of a step's
+    /// pages taken back than the step took) stays under TARGET (0.17%, after
     /// Senpai's), raised at once past it; from max= (else 50%), never
     /// above it, never below min= (16M) nor what the tree faulted in the
     /// last interval.  The pages a step takes stay in memory for an
@@ -122,7 +122,7 @@ pub struct RunArgs {
     /// With `--budget auto`: write each of the controller's decisions to
     /// FILE, a line each (seconds since the first, the budget set in MiB,
     /// what the tree was charged in MiB, the pressure, and the tree's
-    /// faults, refaults and stall in ms so far), to see how it found the
+    /// faults, swap-ins, swap-cache hits and stall in ms so far), to see how it found the
     /// budget.
     #[arg(long, value_name = "FILE")]
     pub auto_log: Option<PathBuf>,

@@ -197,10 +197,11 @@ struct Slot {
     /// Nanoseconds its threads waited in uswap, "some" (its statistics'
     /// `stall_some_ns`): published, for `--budget auto`'s pressure.
     stall_ns: AtomicU64,
-    /// Pages a lower budget took that it touched again (refaults: swap-ins
-    /// and swap-cache hits, a staged or probation page touched): published,
-    /// the share of its stall that a lower budget caused.
-    refaults: AtomicU64,
+    /// Pages it brought back from swap, and staged pages it took back
+    /// (swap-cache hits): published, the share of its stall that a lower
+    /// budget caused.
+    swapins: AtomicU64,
+    hits: AtomicU64,
     /// Of its staged pages, those on probation (off its charge for the
     /// current dwell): published, and left out of its charge.
     probation: AtomicU64,
@@ -259,10 +260,11 @@ pub(crate) struct Holding {
     /// Pages its RAM devices and its compressed stores hold.
     pub ram: u64,
     pub store: u64,
-    /// Nanoseconds its threads stalled ("some"), and its refaults (pages
-    /// it swapped in, and staged pages it touched: swap-cache hits).
+    /// Nanoseconds its threads stalled ("some"), pages it swapped in, and
+    /// staged pages it touched (swap-cache hits).
     pub stall_ns: u64,
-    pub refaults: u64,
+    pub swapins: u64,
+    pub hits: u64,
     /// A reclaimer of its runs, which takes its resident pages down to a
     /// share cut below them (else they stay: `Demand`'s `fixed`).
     pub reclaims: bool,
@@ -366,7 +368,8 @@ impl Member {
                 s.probation.store(0, Ordering::Relaxed);
                 s.fixed.store(1, Ordering::Relaxed);
                 s.stall_ns.store(0, Ordering::Relaxed);
-                s.refaults.store(0, Ordering::Relaxed);
+                s.swapins.store(0, Ordering::Relaxed);
+                s.hits.store(0, Ordering::Relaxed);
                 // A forked child maps its parent's heap where it was.
                 s.heap_lo.store(self.heap.0.load(Ordering::Relaxed), Ordering::Relaxed);
                 s.heap_hi.store(self.heap.1.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -397,7 +400,8 @@ impl Member {
     pub(crate) fn publish(&self, h: &Holding) {
         if let Some(s) = self.mine() {
             s.stall_ns.store(h.stall_ns, Ordering::Relaxed);
-            s.refaults.store(h.refaults, Ordering::Relaxed);
+            s.swapins.store(h.swapins, Ordering::Relaxed);
+            s.hits.store(h.hits, Ordering::Relaxed);
             s.fixed.store(u64::from(!h.reclaims), Ordering::Relaxed);
             s.probation.store(h.probation as u64, Ordering::Relaxed);
             s.resident.store(h.resident as u64, Ordering::Relaxed);
@@ -661,9 +665,10 @@ pub struct Activity {
     pub stall_ns: u64,
     /// Faults served.
     pub faults: u64,
-    /// Of them, refaults: pages brought back from swap, and staged pages
-    /// touched (swap-cache hits), both taken by a lower budget.
-    pub refaults: u64,
+    /// Of them, pages brought back from swap, and staged pages taken back
+    /// (swap-cache hits).
+    pub swapins: u64,
+    pub hits: u64,
 }
 
 /// One member as the arbiter last saw it.
@@ -827,7 +832,8 @@ impl Arbiter {
             .fold(Activity::default(), |a, s| Activity {
                 stall_ns: a.stall_ns + s.stall_ns.load(Ordering::Relaxed),
                 faults: a.faults + s.faults.load(Ordering::Relaxed),
-                refaults: a.refaults + s.refaults.load(Ordering::Relaxed),
+                swapins: a.swapins + s.swapins.load(Ordering::Relaxed),
+                hits: a.hits + s.hits.load(Ordering::Relaxed),
             })
     }
 

@@ -64,7 +64,8 @@ impl GroupAuto {
             charge: read_u64(self.group.join("memory.usage_in_bytes")) / PAGE,
             stall_ns: psi_some_us().saturating_mul(1000),
             faults,
-            refaults: faults,
+            swapins: faults,
+            hits: 0,
         };
         let Some(b) = self.driver.step(now, counts) else {
             return;

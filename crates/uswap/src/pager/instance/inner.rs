@@ -535,7 +535,8 @@ impl Inner {
             ram: devices.iter().map(|d| d.ram_pages()).sum(),
             store: devices.iter().map(|d| d.store_pages()).sum(),
             stall_ns: self.registry.stall_some_ns(),
-            refaults: self.counters().swapins.get() + self.counters().swapcache_hits.get(),
+            swapins: self.counters().swapins.get(),
+            hits: self.counters().swapcache_hits.get(),
             reclaims,
         });
         match m.share() {
