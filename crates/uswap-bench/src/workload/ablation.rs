@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 18] = [
+pub const ABLATIONS: [&str; 19] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -29,6 +29,7 @@ pub const ABLATIONS: [&str; 18] = [
     "always-seal",
     "always-clean",
     "no-neighbour-evict",
+    "serial-reads",
 ];
 
 /// What an ablation sets.
@@ -64,6 +65,9 @@ pub struct Ablation {
     pub adaptive_clean: bool,
     /// A victim's cold neighbours go with it; off: one by one.
     pub evict_neighbours: bool,
+    /// A window's reads from a swap file in flight together; off: one
+    /// after the other.
+    pub batched_reads: bool,
 }
 
 /// The settings of ablation `name`.
@@ -83,6 +87,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         adaptive_seal: true,
         adaptive_clean: true,
         evict_neighbours: true,
+        batched_reads: true,
     };
     match name {
         "default" => {}
@@ -103,6 +108,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "always-seal" => a.adaptive_seal = false,
         "always-clean" => a.adaptive_clean = false,
         "no-neighbour-evict" => a.evict_neighbours = false,
+        "serial-reads" => a.batched_reads = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)

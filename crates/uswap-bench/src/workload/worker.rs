@@ -402,6 +402,7 @@ impl Pager {
             .trend_prefetch(a.trend_prefetch)
             .adaptive_seal(a.adaptive_seal)
             .adaptive_clean(a.adaptive_clean)
+            .batched_reads(a.batched_reads)
             .evict_neighbours(a.evict_neighbours)
             // Published, as `uswap run` publishes.
             .publish(true)

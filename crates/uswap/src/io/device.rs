@@ -117,6 +117,26 @@ pub trait PageStore: Send + Sync {
     ) -> bool {
         false
     }
+    /// For a store in files: call `piece(fd, byte position, buffer byte
+    /// range)` for each piece of slots `offset..offset + pages` to read,
+    /// contiguous in one file (each from the place its slot was written
+    /// to), in order, and return true; [`PageStore::open_read`] then
+    /// makes what the pieces read the pages.  A store with nothing to
+    /// queue (RAM, compressed) returns false.
+    fn read_pieces(
+        &self,
+        _offset: u64,
+        _pages: u64,
+        _piece: &mut dyn FnMut(i32, u64, std::ops::Range<usize>),
+    ) -> bool {
+        false
+    }
+    /// After every piece of [`PageStore::read_pieces`] was read into
+    /// `buf`: open the pages an encrypting store sealed, as its `read`
+    /// does.
+    fn open_read(&self, _offset: u64, _buf: &mut [u8]) -> Result<(), IoError> {
+        Ok(())
+    }
     /// Whether a page read back from slot `offset` should leave the
     /// device (its slot freed, the page dirty): a store whose copies cost
     /// memory.  The pager asks before freeing.
@@ -216,6 +236,8 @@ pub struct IoDevice {
     read_pages: Arc<Counter>,
     /// Reads that worked: `io_read_pages` over this is the average read.
     reads: Arc<Counter>,
+    /// Of those, reads queued with others on an io_uring (`uring.rs`).
+    reads_batched: Arc<Counter>,
     write_errors: Arc<Counter>,
     read_errors: Arc<Counter>,
 }
@@ -250,6 +272,7 @@ impl IoDevice {
             writes: registry.counter(CounterId::IO_WRITES),
             read_pages: registry.counter(CounterId::IO_READ_PAGES),
             reads: registry.counter(CounterId::IO_READS),
+            reads_batched: registry.counter(CounterId::IO_READS_BATCHED),
             write_errors: registry.counter(CounterId::IO_WRITE_ERRORS),
             read_errors: registry.counter(CounterId::IO_READ_ERRORS),
         }
@@ -525,6 +548,31 @@ impl IoDevice {
                 Err(e)
             }
         }
+    }
+
+    /// For a read queued on an io_uring (`uring.rs`): the checks of
+    /// [`IoDevice::read`]; the pages, or `None` where the read must go
+    /// the synchronous way (a bad argument, or in tests an error armed
+    /// for it, which that way meets).
+    pub(super) fn begin_read(&self, offset: u64, buf: &[u8]) -> Option<u64> {
+        #[cfg(test)]
+        if self.read_armed() {
+            return None;
+        }
+        self.check(offset, buf.len(), buf.as_ptr() as usize).ok()
+    }
+
+    /// Count a queued read that worked.
+    pub(super) fn read_done(&self, pages: u64) {
+        self.read_pages.add(pages);
+        self.reads.inc();
+        self.reads_batched.inc();
+    }
+
+    /// Test hook: whether a read error is armed or its window open.
+    #[cfg(test)]
+    fn read_armed(&self) -> bool {
+        self.armed_read.load(Ordering::Relaxed) != DISARMED || self.in_window(&self.window_read).is_some()
     }
 
     /// Test hook: the next `n` writes queued on an io_uring

@@ -417,6 +417,48 @@ impl PageStore for FileStore {
         opened
     }
 
+    /// Each run from the place it was written to, as `read`.
+    fn read_pieces(
+        &self,
+        offset: u64,
+        pages: u64,
+        piece: &mut dyn FnMut(i32, u64, std::ops::Range<usize>),
+    ) -> bool {
+        let all = self.for_each_run(
+            offset,
+            pages,
+            |slot| self.reader(slot),
+            |file, _, pos, range, _| {
+                piece(file.as_raw_fd(), pos, range);
+                Ok(())
+            },
+        );
+        debug_assert!(all.is_ok(), "queuing pieces cannot fail");
+        true
+    }
+
+    /// Each run opened with the key of the place it was read from.
+    fn open_read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let pages = (buf.len() / PAGE_SIZE) as u64;
+        let mut opened = Ok(());
+        let all = self.for_each_run(
+            offset,
+            pages,
+            |slot| self.reader(slot),
+            |_, _, _, range, at| {
+                let slot = offset + (range.start / PAGE_SIZE) as u64;
+                if let Some(s) = self.sealer_of(&at) {
+                    if let Err(e) = s.open(slot, &mut buf[range]) {
+                        opened = Err(e);
+                    }
+                }
+                Ok(())
+            },
+        );
+        debug_assert!(all.is_ok(), "opening cannot fail a run");
+        opened
+    }
+
     /// The writer's: a writer that queues pieces itself seals with the
     /// key of the place they go to.
     fn sealer(&self) -> Option<&Sealer> {

@@ -58,30 +58,67 @@ pub struct WriteRing {
     bounce: Mapping,
 }
 
+/// A ring of [`ENTRIES`], or why none can be had (`ENOSYS`: a kernel
+/// without io_uring, or a seccomp profile refusing it; `EPERM`:
+/// `kernel.io_uring_disabled`).
+fn new_ring() -> io::Result<IoUring> {
+    let ring = IoUring::new(ENTRIES)?;
+    // Out of the program's way (`descriptors`): the same ring under a
+    // placed duplicate of its descriptor, mapped again through it; the
+    // first value's mappings and descriptor go as it drops.
+    Ok(match crate::descriptors::floor() {
+        0 => ring,
+        _ => {
+            // SAFETY: duplicates the ring's descriptor, ours to own.
+            let dup = unsafe { libc::fcntl(ring.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
+            if dup < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let fd = crate::descriptors::place_raw(dup);
+            // SAFETY: `fd` names the ring whose parameters these are,
+            // and is owned by the new value.
+            unsafe { IoUring::from_fd(fd, ring.params().clone()) }?
+        }
+    })
+}
+
+/// Submit what is queued and reap `queued` completions, each as
+/// `reaped(its user data, its result)`; waits on through interruptions
+/// (the kernel may still be using the buffers: they must not be handed
+/// back before every completion is in).
+fn submit_and_reap(ring: &mut IoUring, queued: usize, mut reaped: impl FnMut(usize, i32)) {
+    let mut done = 0;
+    while done < queued {
+        match ring.submit_and_wait(queued - done) {
+            Ok(_) => {}
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
+            Err(_) => {
+                // Not an error this use of the ring can meet.  Said with
+                // one write(2) of a fixed line: a fault's reads wait here
+                // inside the SIGBUS handler, where formatting may not run.
+                const LINE: &[u8] = b"uswap: waiting for swap IO failed; trying again\n";
+                // SAFETY: writes a static buffer of its own length to fd 2.
+                unsafe { libc::write(2, LINE.as_ptr().cast(), LINE.len()) };
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+        for cqe in ring.completion() {
+            let q = cqe.user_data() as usize;
+            if q >= queued {
+                continue;
+            }
+            done += 1;
+            reaped(q, cqe.result());
+        }
+    }
+}
+
 impl WriteRing {
     /// A ring, or why none can be had (`ENOSYS`: a kernel without
     /// io_uring; `EPERM`: `kernel.io_uring_disabled`).
     pub fn new() -> io::Result<WriteRing> {
-        let ring = IoUring::new(ENTRIES)?;
-        // Out of the program's way (`descriptors`): the same ring under a
-        // placed duplicate of its descriptor, mapped again through it; the
-        // first value's mappings and descriptor go as it drops.
-        let ring = match crate::descriptors::floor() {
-            0 => ring,
-            _ => {
-                // SAFETY: duplicates the ring's descriptor, ours to own.
-                let dup = unsafe { libc::fcntl(ring.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) };
-                if dup < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                let fd = crate::descriptors::place_raw(dup);
-                // SAFETY: `fd` names the ring whose parameters these are,
-                // and is owned by the new value.
-                unsafe { IoUring::from_fd(fd, ring.params().clone()) }?
-            }
-        };
         Ok(WriteRing {
-            ring,
+            ring: new_ring()?,
             bounce: Mapping::new(BOUNCE_PAGES * PAGE_SIZE, PAGE_SIZE)?,
         })
     }
@@ -166,33 +203,11 @@ impl WriteRing {
         if queued == 0 {
             return;
         }
-        let mut reaped = 0;
-        while reaped < queued {
-            match self.ring.submit_and_wait(queued - reaped) {
-                Ok(_) => {}
-                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
-                Err(e) => {
-                    // Not an error this use of the ring can meet.  The
-                    // kernel may still be writing from the buffers, so
-                    // they must not be handed back: wait on.
-                    eprintln!(
-                        "uswap: waiting for swap writes failed (errno {}); trying again",
-                        e.raw_os_error().unwrap_or(0)
-                    );
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
+        submit_and_reap(&mut self.ring, queued, |q, result| {
+            if result != len_of[q] as i32 {
+                ok[job_of[q] as usize] = false;
             }
-            for cqe in self.ring.completion() {
-                let q = cqe.user_data() as usize;
-                if q >= queued {
-                    continue;
-                }
-                reaped += 1;
-                if cqe.result() != len_of[q] as i32 {
-                    ok[job_of[q] as usize] = false;
-                }
-            }
-        }
+        });
         for (i, job) in jobs.iter().enumerate() {
             let Some(job) = job else {
                 continue;
@@ -201,5 +216,172 @@ impl WriteRing {
                 job.device.wrote((job.buf.len() / PAGE_SIZE) as u64);
             }
         }
+    }
+}
+
+/// One read: the slots of `device` from `offset` into `buf`.
+pub struct ReadJob<'a> {
+    pub device: &'a IoDevice,
+    pub offset: u64,
+    pub buf: &'a mut [u8],
+}
+
+/// An io_uring instance for reads: a fault's readahead window, whose runs
+/// of slots a swap file holds apart (each a read of its own), read
+/// together.  Read one after the other, a window of 32 pages in runs of
+/// 6 was four disk round trips; in flight together it is about one, and
+/// one kick of the disk's queue where a VM pays each.  Owned by one
+/// thread at a time (the pager's `ReadRings` lends it).
+pub struct ReadRing {
+    ring: IoUring,
+}
+
+impl ReadRing {
+    /// A ring, or why none can be had (as [`WriteRing::new`]).
+    pub fn new() -> io::Result<ReadRing> {
+        Ok(ReadRing { ring: new_ring()? })
+    }
+
+    /// Read every job, those from files in flight together; `ok[i]` says
+    /// whether job `i` was read whole (and opened, where its device
+    /// encrypts).  A job that was not is the caller's to read again with
+    /// [`IoDevice::read`], where it meets its own error: one path for
+    /// errors, as for writes.  Jobs on devices in memory are read in the
+    /// call.  Never allocates.
+    pub fn read_batch(&mut self, jobs: &mut [Option<ReadJob<'_>>], ok: &mut [bool]) {
+        const MAX: usize = ENTRIES as usize;
+        let mut job_of = [0u8; MAX];
+        let mut len_of = [0u32; MAX];
+        let mut queued = 0usize;
+        debug_assert!(jobs.len() <= MAX && ok.len() >= jobs.len());
+        for (i, job) in jobs.iter_mut().enumerate() {
+            ok[i] = false;
+            let Some(job) = job else {
+                continue;
+            };
+            if job.device.kind() != BackendKind::File {
+                ok[i] = job.device.read(job.offset, job.buf).is_ok();
+                continue;
+            }
+            let Some(pages) = job.device.begin_read(job.offset, job.buf) else {
+                continue;
+            };
+            let first = queued;
+            let mut fits = true;
+            let buf: *mut u8 = job.buf.as_mut_ptr();
+            job.device.store.read_pieces(job.offset, pages, &mut |fd, pos, range| {
+                if queued == MAX || !fits {
+                    fits = false;
+                    return;
+                }
+                // SAFETY: `range` lies within the job's buffer
+                // (`read_pieces` cuts the job's pages).
+                let at = unsafe { buf.add(range.start) };
+                let sqe = opcode::Read::new(types::Fd(fd), at, range.len() as u32)
+                    .offset(pos)
+                    .build()
+                    .user_data(queued as u64);
+                // SAFETY: the buffer lives (the caller holds it and the
+                // pages' claims) until this call has reaped every
+                // completion.
+                if unsafe { self.ring.submission().push(&sqe) }.is_err() {
+                    fits = false;
+                    return;
+                }
+                job_of[queued] = i as u8;
+                len_of[queued] = range.len() as u32;
+                queued += 1;
+            });
+            // A job that did not fit whole is read again by the caller;
+            // its queued pieces still complete into its buffer first.
+            ok[i] = fits && queued > first;
+        }
+        if queued > 0 {
+            submit_and_reap(&mut self.ring, queued, |q, result| {
+                if result != len_of[q] as i32 {
+                    ok[job_of[q] as usize] = false;
+                }
+            });
+        }
+        for (i, job) in jobs.iter_mut().enumerate() {
+            let Some(job) = job else {
+                continue;
+            };
+            if ok[i] && job.device.kind() == BackendKind::File {
+                ok[i] = job.device.store.open_read(job.offset, job.buf).is_ok();
+                if ok[i] {
+                    job.device.read_done((job.buf.len() / PAGE_SIZE) as u64);
+                }
+            }
+        }
+    }
+}
+
+/// A [`ReadRing`] lent to one thread at a time, in the process that made
+/// it alone.  A fault takes it if it is free and reads its window the
+/// slow way if not: a ring each thread would be a descriptor and two
+/// mappings in every thread of the program, and on this machine kind two
+/// CPUs rarely both wait on a window.  A forked child inherits the ring's
+/// descriptor and its mappings, which are shared with the parent's: the
+/// child's submissions would land in the parent's queue, so the ring
+/// refuses every process but its maker's.
+pub struct LentRing {
+    busy: std::sync::atomic::AtomicBool,
+    pid: i32,
+    ring: std::cell::UnsafeCell<ReadRing>,
+}
+
+// SAFETY: the ring inside is reached only through a `Borrowed`, which
+// `busy` makes one at a time.
+unsafe impl Sync for LentRing {}
+// SAFETY: as above; the ring itself is a descriptor and mappings.
+unsafe impl Send for LentRing {}
+
+impl LentRing {
+    pub fn new(ring: ReadRing) -> LentRing {
+        LentRing {
+            busy: std::sync::atomic::AtomicBool::new(false),
+            pid: rustix::process::getpid().as_raw_nonzero().get(),
+            ring: std::cell::UnsafeCell::new(ring),
+        }
+    }
+
+    /// The ring, if no other thread has it and this is its maker's
+    /// process.
+    pub fn borrow(&self) -> Option<Borrowed<'_>> {
+        use std::sync::atomic::Ordering;
+        if rustix::process::getpid().as_raw_nonzero().get() != self.pid
+            || self.busy.swap(true, Ordering::Acquire)
+        {
+            return None;
+        }
+        Some(Borrowed { lent: self })
+    }
+}
+
+/// The ring of a [`LentRing`], given back as it drops.
+pub struct Borrowed<'a> {
+    lent: &'a LentRing,
+}
+
+impl std::ops::Deref for Borrowed<'_> {
+    type Target = ReadRing;
+    fn deref(&self) -> &ReadRing {
+        // SAFETY: `busy` was set for this guard alone.
+        unsafe { &*self.lent.ring.get() }
+    }
+}
+
+impl std::ops::DerefMut for Borrowed<'_> {
+    fn deref_mut(&mut self) -> &mut ReadRing {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only
+        // reference.
+        unsafe { &mut *self.lent.ring.get() }
+    }
+}
+
+impl Drop for Borrowed<'_> {
+    fn drop(&mut self) {
+        self.lent.busy.store(false, std::sync::atomic::Ordering::Release);
     }
 }

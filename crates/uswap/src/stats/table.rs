@@ -336,6 +336,8 @@ counters! {
     io_reads IO_READS Events;
     /// IO: pages read.
     io_read_pages IO_READ_PAGES Pages;
+    /// IO: of the read requests, those a readahead window put in flight together (one io_uring submission a window).
+    io_reads_batched IO_READS_BATCHED Events;
     /// IO: read errors.
     io_read_errors IO_READ_ERRORS Events;
     /// IO: write requests.

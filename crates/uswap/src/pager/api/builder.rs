@@ -63,6 +63,7 @@ pub struct SwapBuilder {
     wide_fault_around: bool,
     refault_distance: bool,
     trend_prefetch: bool,
+    batched_reads: bool,
     adaptive_seal: bool,
     adaptive_clean: bool,
     evict_neighbours: bool,
@@ -104,6 +105,7 @@ impl Default for SwapBuilder {
             wide_fault_around: true,
             refault_distance: true,
             trend_prefetch: true,
+            batched_reads: true,
             adaptive_seal: true,
             adaptive_clean: true,
             evict_neighbours: true,
@@ -285,6 +287,15 @@ impl SwapBuilder {
     /// readahead alone does.
     pub fn trend_prefetch(mut self, on: bool) -> Self {
         self.trend_prefetch = on;
+        self
+    }
+
+    /// Batched reads (on by default): a readahead window from a swap
+    /// file, whose runs of slots the file holds apart, has its reads in
+    /// flight together through an io_uring, where io_uring is allowed
+    /// (`io::ReadRing`).  Off: one read after the other.
+    pub fn batched_reads(mut self, on: bool) -> Self {
+        self.batched_reads = on;
         self
     }
 
@@ -630,6 +641,7 @@ impl SwapBuilder {
                 closed: AtomicBool::new(false),
                 layerable: AtomicBool::new(false),
                 layers_tried: AtomicBool::new(false),
+                read_ring: std::sync::OnceLock::new(),
             },
             readahead: self.readahead,
             per_page_evict: self.per_page_evict,
@@ -637,6 +649,7 @@ impl SwapBuilder {
             wide_fault_around: self.wide_fault_around,
             refault_distance: self.refault_distance,
             trend_prefetch: self.trend_prefetch,
+            batched_reads: self.batched_reads,
             adaptive_seal: self.adaptive_seal,
             adaptive_clean: self.adaptive_clean,
             prefetch,

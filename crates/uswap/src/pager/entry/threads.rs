@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use crate::io::WriteRing;
+use crate::io::{LentRing, ReadRing, WriteRing};
 use crate::pager::entry::sigbus::watch;
 use crate::pager::evict::reclaim;
 use crate::pager::fault::readahead;
@@ -236,6 +236,13 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
         // process of the tree.  Anything else is said once.
         let mut ring = match Inner::upgrade(&weak) {
             Some(inner) if inner.backing().devices.iter().any(|d| d.waits_on_disk()) => {
+                // And one for the faults' reads (readahead.rs), refused
+                // as this one would be.
+                if inner.read_ahead_batched() {
+                    if let Ok(r) = ReadRing::new() {
+                        let _ = inner.backing().read_ring.set(LentRing::new(r));
+                    }
+                }
                 match WriteRing::new() {
                     Ok(r) => Some(r),
                     Err(e) => {

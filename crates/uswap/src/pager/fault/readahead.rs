@@ -304,8 +304,15 @@ fn room(inner: &Inner) -> usize {
 }
 
 /// Install up to `pages` pages from page `id` at `addr` on, run by run,
-/// stopping at the first that cannot go in: how many went in.
+/// stopping at the first that cannot go in: how many went in.  With the
+/// read ring free, the runs' reads go out together
+/// ([`read_ahead_batched`]).
 fn read_ahead_span(inner: &Inner, addr: u64, id: u32, pages: u32, write: bool) -> u32 {
+    if pages > 1 {
+        if let Some(mut ring) = inner.backing().read_ring.get().and_then(|r| r.borrow()) {
+            return read_ahead_batched(inner, &mut ring, addr, id, pages, write);
+        }
+    }
     let mut done = 0;
     while done < pages {
         let k = read_ahead_run(
@@ -415,19 +422,184 @@ pub(crate) fn read_ahead_range(inner: &Inner, addr: u64, id: u32, pages: u32, wr
 /// Install the run of alike pages at `addr` (page `id` on), at most `max`:
 /// returns how many went in.
 fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u32 {
+    let Some(mut run) = plan_run(inner, addr, id, max, write, 0) else {
+        return 0;
+    };
+    if let Some(held) = run.bounce.as_mut() {
+        // One IO per segment of neighbouring slots; a failed one ends the
+        // run where it starts.
+        if let Err(failed) = folio::read(inner, |j| run.slots[j], held.bytes()) {
+            run.n = failed.done;
+        }
+    }
+    finish_run(inner, run)
+}
+
+/// Most runs a batched window plans before its reads go out together.
+const BATCH_RUNS: usize = 8;
+/// Most reads a batched window puts in flight: a segment of neighbouring
+/// slots each.
+const BATCH_READS: usize = 32;
+
+/// [`read_ahead_span`] with the runs' reads in flight together, through
+/// the instance's read ring (`io::ReadRing`): the runs are planned (their
+/// pages claimed and frames held) one after the other as far as the
+/// window, up to [`BATCH_RUNS`], their segments read with one submission,
+/// and each run installed as it would be alone.  A run whose reads did
+/// not all work is read again the ordinary way, where it meets its own
+/// error.  Returns the pages installed before the first run that fell
+/// short.
+fn read_ahead_batched(
+    inner: &Inner,
+    ring: &mut crate::io::ReadRing,
+    addr: u64,
+    id: u32,
+    pages: u32,
+    write: bool,
+) -> u32 {
+    let mut runs: [Option<Run<'_>>; BATCH_RUNS] = [const { None }; BATCH_RUNS];
+    let (mut planned, mut at) = (0, 0u32);
+    while planned < BATCH_RUNS && at < pages {
+        let Some(run) = plan_run(
+            inner,
+            addr + PAGE * u64::from(at),
+            id + at,
+            pages - at,
+            write,
+            at as usize,
+        ) else {
+            break;
+        };
+        at += run.n as u32;
+        runs[planned] = Some(run);
+        planned += 1;
+    }
+    if planned == 0 {
+        return 0;
+    }
+    // Each run's segments, as jobs on the ring; a run whose segments do
+    // not all fit is left to be read alone.
+    let mut read = [false; BATCH_RUNS];
+    {
+        let mut jobs: [Option<crate::io::ReadJob<'_>>; BATCH_READS] = [const { None }; BATCH_READS];
+        let mut run_of = [0u8; BATCH_READS];
+        let mut ok = [false; BATCH_READS];
+        let mut nj = 0;
+        for (r, run) in runs.iter_mut().enumerate().take(planned) {
+            let Some(run) = run.as_mut() else { continue };
+            let Some(held) = run.bounce.as_mut() else {
+                continue;
+            };
+            let (n, slots) = (run.n, &run.slots);
+            let segments = (1..n).filter(|&j| !follows(slots[j - 1], slots[j])).count() + 1;
+            if nj + segments > BATCH_READS {
+                continue;
+            }
+            let mut rest: &mut [u8] = held.bytes();
+            let mut start = 0;
+            while start < n {
+                let mut end = start + 1;
+                while end < n && follows(slots[end - 1], slots[end]) {
+                    end += 1;
+                }
+                let (buf, tail) = std::mem::take(&mut rest).split_at_mut((end - start) * PAGE_SIZE);
+                rest = tail;
+                let e = slots[start];
+                jobs[nj] = Some(crate::io::ReadJob {
+                    device: &inner.backing().devices[e.device() as usize],
+                    offset: e.offset(),
+                    buf,
+                });
+                run_of[nj] = r as u8;
+                nj += 1;
+                start = end;
+            }
+            read[r] = true;
+        }
+        ring.read_batch(&mut jobs[..nj], &mut ok[..nj]);
+        for j in 0..nj {
+            if !ok[j] {
+                read[run_of[j] as usize] = false;
+            }
+        }
+    }
+    let mut done = 0;
+    let mut short = false;
+    for (r, run) in runs.iter_mut().enumerate().take(planned) {
+        let mut run = run.take().expect("planned");
+        let want = run.n as u32;
+        if !read[r] {
+            if let Some(held) = run.bounce.as_mut() {
+                if let Err(failed) = folio::read(inner, |j| run.slots[j], held.bytes()) {
+                    run.n = failed.done;
+                }
+            }
+        }
+        let k = finish_run(inner, run);
+        if !short {
+            done += k;
+        }
+        short |= k < want;
+    }
+    done
+}
+
+/// Slot `b` is the one after `a` on the same device.
+#[inline]
+fn follows(a: SwapEntry, b: SwapEntry) -> bool {
+    a.device() == b.device() && b.offset() == a.offset() + 1
+}
+
+/// A run of alike pages claimed for reading ahead, and the frames it is
+/// read into (none for pages never written, which copy from the zero
+/// pages).
+struct Run<'a> {
+    id: u32,
+    addr: u64,
+    n: usize,
+    claims: [Option<PageClaim<'a>>; READAHEAD_MAX as usize],
+    slots: [SwapEntry; READAHEAD_MAX as usize],
+    never: bool,
+    dirty: bool,
+    device: u16,
+    sealed: bool,
+    bounce: Option<crate::pager::instance::frames::HeldFrames<'a>>,
+}
+
+/// Claim the run of alike pages at `addr` (page `id` on), at most `max`,
+/// with `reserved` pages of runs claimed before it still to be charged,
+/// and hold its frames: the run, or `None` where no page can go in.
+fn plan_run<'a>(
+    inner: &'a Inner,
+    addr: u64,
+    id: u32,
+    max: u32,
+    write: bool,
+    reserved: usize,
+) -> Option<Run<'a>> {
     const MAX: usize = READAHEAD_MAX as usize;
-    let mut claims: [Option<PageClaim<'_>>; MAX] = [const { None }; MAX];
-    let mut slots = [SwapEntry::NONE; MAX];
+    let mut run = Run {
+        id,
+        addr,
+        n: 0,
+        claims: [const { None }; MAX],
+        slots: [SwapEntry::NONE; MAX],
+        never: false,
+        dirty: false,
+        device: 0,
+        sealed: false,
+        bounce: None,
+    };
     let (mut never, mut dirty, mut device) = (false, false, 0);
     // Whether pages whose device keeps its copy come in writable this
     // run: the program writes what it reads (seal.rs, "Clean pages").
     let mut writable = None;
     let mut n = 0;
-    while n < max as usize {
+    while n < (max as usize).min(MAX) {
         let (nid, naddr) = (id as usize + n, addr + PAGE * n as u64);
         if nid >= inner.states().len()
             || inner.addrs().get(nid as u32) != naddr
-            || inner.budget().charged() + n + 1 >= inner.budget().limit()
+            || inner.budget().charged() + reserved + n + 1 >= inner.budget().limit()
         {
             break;
         }
@@ -455,63 +627,70 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
             break;
         };
         (never, dirty, device) = (this_never, this_dirty, this_device);
-        slots[n] = e.unwrap_or(SwapEntry::NONE);
-        claims[n] = Some(claim);
+        run.slots[n] = e.unwrap_or(SwapEntry::NONE);
+        run.claims[n] = Some(claim);
         n += 1;
     }
     if n == 0 {
-        return 0;
+        return None;
     }
     // Pages let go by a compressed device come in sealed while that pays
     // (seal.rs; see serve).
-    let sealed = !never
+    run.sealed = !never
         && dirty
         && inner.backing().devices[device as usize].lets_copies_go()
         && inner.seal_gate().seal();
-    // Neighbouring bounce frames for a swapped run (as many as there
-    // are: the run shrinks to fit), read with one IO where its slots are
-    // neighbours too; a never-written run copies from the zero pages.
-    let mut bounce = None;
-    let src = if never {
-        inner.frames().zero.addr()
-    } else {
+    (run.never, run.dirty, run.device) = (never, dirty, device);
+    if !never {
+        // Neighbouring bounce frames for a swapped run (as many as there
+        // are: the run shrinks to fit), read with one IO where its slots
+        // are neighbours too.
         let pool = &inner.frames().bounce;
         let mut nb = n;
         let held = loop {
             if let Some(held) = pool.hold_run(nb as u32) {
-                break Some(held);
+                break held;
             }
             nb /= 2;
             if nb == 0 {
-                break None;
+                return None;
             }
         };
-        let Some(held) = held else {
-            return 0;
-        };
-        n = nb;
-        let held = bounce.insert(held);
-        // One IO per segment of neighbouring slots; a failed one ends the
-        // run where it starts.
-        if let Err(failed) = folio::read(inner, |j| slots[j], held.bytes()) {
-            n = failed.done;
+        // The pages past what the frames hold are let go now, not after
+        // the reads: a fault on one need not wait for them.
+        for claim in run.claims.iter_mut().take(n).skip(nb) {
+            drop(claim.take());
         }
-        held.addr()
+        n = nb;
+        run.bounce = Some(held);
+    }
+    run.n = n;
+    Some(run)
+}
+
+/// Install a planned run, its frames read (`run.n` cut to the pages read
+/// where a read failed): returns how many went in.
+fn finish_run(inner: &Inner, mut run: Run<'_>) -> u32 {
+    let (never, dirty, sealed, device, n) = (run.never, run.dirty, run.sealed, run.device, run.n);
+    let src = match run.bounce.as_ref() {
+        Some(held) => held.addr(),
+        None => inner.frames().zero.addr(),
     };
     let copied = if n == 0 {
         0
     } else {
-        match inner.copy(addr, src as *const u8, n as u64 * PAGE, !dirty || sealed) {
+        match inner.copy(run.addr, src as *const u8, n as u64 * PAGE, !dirty || sealed) {
             Ok(()) => n,
             Err((done, _)) => (done / PAGE) as usize,
         }
     };
-    drop(bounce);
-    // What went in is committed; the claims of the rest are dropped,
-    // leaving those pages as they were.
-    for (j, claim) in claims.iter_mut().enumerate().take(copied) {
+    drop(run.bounce.take());
+    // What went in is committed; the claims of the rest are dropped (with
+    // the run), leaving those pages as they were.
+    let slots = run.slots;
+    for (j, claim) in run.claims.iter_mut().enumerate().take(copied) {
         let claim = claim.take().expect("claimed");
-        let nid = id + j as u32;
+        let nid = run.id + j as u32;
         inner.budget().charge(1);
         let next = if never {
             inner.counters().fault_around.inc();

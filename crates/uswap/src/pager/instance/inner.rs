@@ -75,6 +75,9 @@ pub(crate) struct Inner {
     workingset: Workingset,
     /// Backward and strided walks read ahead (`SwapBuilder::trend_prefetch`).
     trend_prefetch: bool,
+    /// A window's reads from swap files in flight together
+    /// (`SwapBuilder::batched_reads`).
+    batched_reads: bool,
     /// Whether pages a compressed device let go come in sealed
     /// (`SwapBuilder::adaptive_seal`).
     seal: SealGate,
@@ -188,6 +191,11 @@ pub(crate) struct Backing {
     pub layerable: AtomicBool,
     /// Whether the reclaimer set out to make them (once).
     pub layers_tried: AtomicBool,
+    /// The io_uring a fault reads its window from swap files through
+    /// (`readahead.rs`), made by the reclaimer as it starts; until then,
+    /// where io_uring is refused, and in a forked child, windows are
+    /// read one run after the other.
+    pub read_ring: std::sync::OnceLock<crate::io::LentRing>,
 }
 
 /// The threads an instance runs.
@@ -249,6 +257,7 @@ pub(crate) struct Parts {
     pub wide_fault_around: bool,
     pub refault_distance: bool,
     pub trend_prefetch: bool,
+    pub batched_reads: bool,
     pub adaptive_seal: bool,
     pub adaptive_clean: bool,
     /// Readahead goes to a prefetcher thread (swap files).
@@ -285,6 +294,7 @@ impl Inner {
             frames: p.frames,
             workingset: Workingset::new(p.budget.limit(), p.refault_distance),
             trend_prefetch: p.trend_prefetch,
+            batched_reads: p.batched_reads,
             seal: SealGate::new(p.adaptive_seal, crate::pager::instance::seal::SEALED_WRITTEN_MAX),
             clean: SealGate::new(p.adaptive_clean, crate::pager::instance::seal::CLEAN_WRITTEN_MAX),
             budget: p.budget,
@@ -376,6 +386,10 @@ impl Inner {
     #[inline]
     pub fn trend_prefetch(&self) -> bool {
         self.trend_prefetch
+    }
+    #[inline]
+    pub fn read_ahead_batched(&self) -> bool {
+        self.batched_reads
     }
     #[inline]
     pub fn seal_gate(&self) -> &SealGate {
