@@ -237,8 +237,9 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
         let mut ring = match Inner::upgrade(&weak) {
             Some(inner) if inner.backing().devices.iter().any(|d| d.waits_on_disk()) => {
                 // And one for the faults' reads (readahead.rs), refused
-                // as this one would be.
-                if inner.read_ahead_batched() {
+                // as this one would be; once (a forked child's is its
+                // parent's, which it leaves alone).
+                if inner.read_ahead_batched() && inner.backing().read_ring.get().is_none() {
                     if let Ok(r) = ReadRing::new() {
                         let _ = inner.backing().read_ring.set(LentRing::new(r));
                     }
