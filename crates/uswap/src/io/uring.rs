@@ -82,33 +82,74 @@ fn new_ring() -> io::Result<IoUring> {
     })
 }
 
-/// Submit what is queued and reap `queued` completions, each as
-/// `reaped(its user data, its result)`; waits on through interruptions
-/// (the kernel may still be using the buffers: they must not be handed
-/// back before every completion is in).
-fn submit_and_reap(ring: &mut IoUring, queued: usize, mut reaped: impl FnMut(usize, i32)) {
-    let mut done = 0;
-    while done < queued {
-        match ring.submit_and_wait(queued - done) {
-            Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
-            Err(_) => {
-                // Not an error this use of the ring can meet.  Said with
-                // one write(2) of a fixed line: a fault's reads wait here
-                // inside the SIGBUS handler, where formatting may not run.
-                const LINE: &[u8] = b"uswap: waiting for swap IO failed; trying again\n";
-                // SAFETY: writes a static buffer of its own length to fd 2.
-                unsafe { libc::write(2, LINE.as_ptr().cast(), LINE.len()) };
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
+/// The pieces one call has queued on a ring: each one's job, and the
+/// bytes it must move.  What a write batch and a read batch share.
+struct Batch {
+    job_of: [u8; ENTRIES as usize],
+    len_of: [u32; ENTRIES as usize],
+    queued: usize,
+}
+
+impl Batch {
+    fn new() -> Batch {
+        Batch {
+            job_of: [0; ENTRIES as usize],
+            len_of: [0; ENTRIES as usize],
+            queued: 0,
         }
-        for cqe in ring.completion() {
-            let q = cqe.user_data() as usize;
-            if q >= queued {
-                continue;
+    }
+
+    /// Queue `sqe`, a piece of job `job` moving `len` bytes: false where
+    /// the batch or the ring is full (the piece is not queued).
+    ///
+    /// # Safety
+    /// The buffer `sqe` names must live, and be touched by nothing else,
+    /// until [`Batch::reap`] returns.
+    unsafe fn push(&mut self, ring: &mut IoUring, sqe: io_uring::squeue::Entry, job: usize, len: u32) -> bool {
+        if self.queued == ENTRIES as usize {
+            return false;
+        }
+        let sqe = sqe.user_data(self.queued as u64);
+        // SAFETY: the caller's contract.
+        if unsafe { ring.submission().push(&sqe) }.is_err() {
+            return false;
+        }
+        self.job_of[self.queued] = job as u8;
+        self.len_of[self.queued] = len;
+        self.queued += 1;
+        true
+    }
+
+    /// Submit what is queued and reap every completion, clearing `ok` of
+    /// each job a piece of which moved other than its bytes; waits on
+    /// through interruptions (the kernel may still be using the buffers:
+    /// they must not be handed back before every completion is in).
+    fn reap(&self, ring: &mut IoUring, ok: &mut [bool]) {
+        let mut done = 0;
+        while done < self.queued {
+            match ring.submit_and_wait(self.queued - done) {
+                Ok(_) => {}
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EINTR | libc::EAGAIN | libc::EBUSY)) => {}
+                Err(_) => {
+                    // Not an error this use of the ring can meet.  Said with
+                    // one write(2) of a fixed line: a fault's reads wait here
+                    // inside the SIGBUS handler, where formatting may not run.
+                    const LINE: &[u8] = b"uswap: waiting for swap IO failed; trying again\n";
+                    // SAFETY: writes a static buffer of its own length to fd 2.
+                    unsafe { libc::write(2, LINE.as_ptr().cast(), LINE.len()) };
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
             }
-            done += 1;
-            reaped(q, cqe.result());
+            for cqe in ring.completion() {
+                let q = cqe.user_data() as usize;
+                if q >= self.queued {
+                    continue;
+                }
+                done += 1;
+                if cqe.result() != self.len_of[q] as i32 {
+                    ok[self.job_of[q] as usize] = false;
+                }
+            }
         }
     }
 }
@@ -127,11 +168,7 @@ impl WriteRing {
     /// `ok[i]` says whether job `i` was written whole.  Jobs that were not are the
     /// caller's to write again (see the module documentation).
     pub fn write_batch(&mut self, jobs: &[Option<WriteJob<'_>>], ok: &mut [bool]) {
-        const MAX: usize = ENTRIES as usize;
-        // Per queued piece: its job and the bytes it must write.
-        let mut job_of = [0u8; MAX];
-        let mut len_of = [0u32; MAX];
-        let mut queued = 0usize;
+        let mut batch = Batch::new();
         // SAFETY: the ring's own bounce buffer; the kernel reads it only
         // between the pushes below and the reaping of their completions,
         // all inside this call, which holds `&mut self`.
@@ -165,13 +202,12 @@ impl WriteRing {
                     dst
                 }
             };
-            let first = queued;
+            let first = batch.queued;
             let mut fits = true;
             job.device
                 .store
                 .file_pieces(job.offset, pages, &mut |fd, pos, range| {
-                    if queued == MAX || !fits {
-                        fits = false;
+                    if !fits {
                         return;
                     }
                     let piece = &data[range];
@@ -183,31 +219,20 @@ impl WriteRing {
                     }
                     let sqe = opcode::Write::new(types::Fd(fd), piece.as_ptr(), len)
                         .offset(pos)
-                        .build()
-                        .user_data(queued as u64);
+                        .build();
                     // SAFETY: the buffer lives (the caller holds the pages'
                     // claims) until this call has reaped every completion.
-                    if unsafe { self.ring.submission().push(&sqe) }.is_err() {
-                        fits = false;
-                        return;
-                    }
-                    job_of[queued] = i as u8;
-                    len_of[queued] = piece.len() as u32;
-                    queued += 1;
+                    fits = unsafe { batch.push(&mut self.ring, sqe, i, piece.len() as u32) };
                 });
             // A job that did not fit whole is not written here; its queued
             // pieces still complete (harmlessly: the caller writes the
             // same bytes to the same place again).
-            ok[i] = fits && queued > first;
+            ok[i] = fits && batch.queued > first;
         }
-        if queued == 0 {
+        if batch.queued == 0 {
             return;
         }
-        submit_and_reap(&mut self.ring, queued, |q, result| {
-            if result != len_of[q] as i32 {
-                ok[job_of[q] as usize] = false;
-            }
-        });
+        batch.reap(&mut self.ring, ok);
         for (i, job) in jobs.iter().enumerate() {
             let Some(job) = job else {
                 continue;
@@ -249,11 +274,8 @@ impl ReadRing {
     /// errors, as for writes.  Jobs on devices in memory are read in the
     /// call.  Never allocates.
     pub fn read_batch(&mut self, jobs: &mut [Option<ReadJob<'_>>], ok: &mut [bool]) {
-        const MAX: usize = ENTRIES as usize;
-        let mut job_of = [0u8; MAX];
-        let mut len_of = [0u32; MAX];
-        let mut queued = 0usize;
-        debug_assert!(jobs.len() <= MAX && ok.len() >= jobs.len());
+        let mut batch = Batch::new();
+        debug_assert!(ok.len() >= jobs.len() && jobs.len() <= u8::MAX as usize);
         for (i, job) in jobs.iter_mut().enumerate() {
             ok[i] = false;
             let Some(job) = job else {
@@ -266,12 +288,11 @@ impl ReadRing {
             let Some(pages) = job.device.begin_read(job.offset, job.buf) else {
                 continue;
             };
-            let first = queued;
+            let first = batch.queued;
             let mut fits = true;
             let buf: *mut u8 = job.buf.as_mut_ptr();
             job.device.store.read_pieces(job.offset, pages, &mut |fd, pos, range| {
-                if queued == MAX || !fits {
-                    fits = false;
+                if !fits {
                     return;
                 }
                 // SAFETY: `range` lies within the job's buffer
@@ -279,29 +300,18 @@ impl ReadRing {
                 let at = unsafe { buf.add(range.start) };
                 let sqe = opcode::Read::new(types::Fd(fd), at, range.len() as u32)
                     .offset(pos)
-                    .build()
-                    .user_data(queued as u64);
+                    .build();
                 // SAFETY: the buffer lives (the caller holds it and the
                 // pages' claims) until this call has reaped every
                 // completion.
-                if unsafe { self.ring.submission().push(&sqe) }.is_err() {
-                    fits = false;
-                    return;
-                }
-                job_of[queued] = i as u8;
-                len_of[queued] = range.len() as u32;
-                queued += 1;
+                fits = unsafe { batch.push(&mut self.ring, sqe, i, range.len() as u32) };
             });
             // A job that did not fit whole is read again by the caller;
             // its queued pieces still complete into its buffer first.
-            ok[i] = fits && queued > first;
+            ok[i] = fits && batch.queued > first;
         }
-        if queued > 0 {
-            submit_and_reap(&mut self.ring, queued, |q, result| {
-                if result != len_of[q] as i32 {
-                    ok[job_of[q] as usize] = false;
-                }
-            });
+        if batch.queued > 0 {
+            batch.reap(&mut self.ring, ok);
         }
         for (i, job) in jobs.iter_mut().enumerate() {
             let Some(job) = job else {

@@ -54,7 +54,7 @@ fn follows(a: SwapEntry, b: SwapEntry) -> bool {
 /// The segments of `pages` pages whose slots are `slot(0..pages)`: calls
 /// `io(first page, pages, first slot)` for each, in order, until one
 /// fails.
-fn segments(
+pub(crate) fn segments(
     pages: usize,
     slot: impl Fn(usize) -> SwapEntry,
     mut io: impl FnMut(usize, usize, SwapEntry) -> Result<(), IoFailed>,

@@ -425,14 +425,18 @@ fn read_ahead_run(inner: &Inner, addr: u64, id: u32, max: u32, write: bool) -> u
     let Some(mut run) = plan_run(inner, addr, id, max, write, 0) else {
         return 0;
     };
+    read_run(inner, &mut run);
+    finish_run(inner, run)
+}
+
+/// Read a planned run's swapped pages into its frames, one IO per segment
+/// of neighbouring slots; a failed one ends the run where it starts.
+fn read_run(inner: &Inner, run: &mut Run<'_>) {
     if let Some(held) = run.bounce.as_mut() {
-        // One IO per segment of neighbouring slots; a failed one ends the
-        // run where it starts.
         if let Err(failed) = folio::read(inner, |j| run.slots[j], held.bytes()) {
             run.n = failed.done;
         }
     }
-    finish_run(inner, run)
 }
 
 /// Most runs a batched window plans before its reads go out together.
@@ -491,29 +495,35 @@ fn read_ahead_batched(
                 continue;
             };
             let (n, slots) = (run.n, &run.slots);
-            let segments = (1..n).filter(|&j| !follows(slots[j - 1], slots[j])).count() + 1;
+            let mut segments = 0;
+            let _ = folio::segments(
+                n,
+                |j| slots[j],
+                |_, _, _| {
+                    segments += 1;
+                    Ok(())
+                },
+            );
             if nj + segments > BATCH_READS {
                 continue;
             }
             let mut rest: &mut [u8] = held.bytes();
-            let mut start = 0;
-            while start < n {
-                let mut end = start + 1;
-                while end < n && follows(slots[end - 1], slots[end]) {
-                    end += 1;
-                }
-                let (buf, tail) = std::mem::take(&mut rest).split_at_mut((end - start) * PAGE_SIZE);
-                rest = tail;
-                let e = slots[start];
-                jobs[nj] = Some(crate::io::ReadJob {
-                    device: &inner.backing().devices[e.device() as usize],
-                    offset: e.offset(),
-                    buf,
-                });
-                run_of[nj] = r as u8;
-                nj += 1;
-                start = end;
-            }
+            let _ = folio::segments(
+                n,
+                |j| slots[j],
+                |_, pages, e| {
+                    let (buf, tail) = std::mem::take(&mut rest).split_at_mut(pages * PAGE_SIZE);
+                    rest = tail;
+                    jobs[nj] = Some(crate::io::ReadJob {
+                        device: &inner.backing().devices[e.device() as usize],
+                        offset: e.offset(),
+                        buf,
+                    });
+                    run_of[nj] = r as u8;
+                    nj += 1;
+                    Ok(())
+                },
+            );
             read[r] = true;
         }
         ring.read_batch(&mut jobs[..nj], &mut ok[..nj]);
@@ -529,11 +539,7 @@ fn read_ahead_batched(
         let mut run = run.take().expect("planned");
         let want = run.n as u32;
         if !read[r] {
-            if let Some(held) = run.bounce.as_mut() {
-                if let Err(failed) = folio::read(inner, |j| run.slots[j], held.bytes()) {
-                    run.n = failed.done;
-                }
-            }
+            read_run(inner, &mut run);
         }
         let k = finish_run(inner, run);
         if !short {
@@ -542,12 +548,6 @@ fn read_ahead_batched(
         short |= k < want;
     }
     done
-}
-
-/// Slot `b` is the one after `a` on the same device.
-#[inline]
-fn follows(a: SwapEntry, b: SwapEntry) -> bool {
-    a.device() == b.device() && b.offset() == a.offset() + 1
 }
 
 /// A run of alike pages claimed for reading ahead, and the frames it is
