@@ -36,22 +36,6 @@ fn word(region: &Region, p: usize) -> PageWord {
     region.inner.states()[region.id_base as usize + p].load()
 }
 
-/// Wait for the last fault's transition to end.  In handler-thread mode
-/// the ioctl that resolves a fault wakes the faulting thread before the
-/// handler thread publishes the page's state and counts it; these tests
-/// have no background reclaimer, so nothing else is under way.
-fn settle(region: &Region) {
-    let pages = region.len() / PAGE_SIZE;
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-    while (0..pages).any(|p| word(region, p).is_busy()) {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "a page stayed claimed for 10 s"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
-}
-
 /// Every page's state is true of the page tables.
 fn assert_states_true(region: &Region, huge: bool) {
     settle(region);

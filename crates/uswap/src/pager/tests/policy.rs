@@ -469,8 +469,12 @@ fn a_written_clean_page_takes_its_clean_neighbours_with_it() {
             }
             // A span read (it fits the budget), then written.
             let span = 0..1024;
+            let read_from = swap.stats().counters;
             assert_eq!(check_pages(base, span.clone()), None, "{what}");
             let before = swap.stats().counters;
+            // A page the reclaimer took while it was being read came back
+            // from the swap cache, and such a page comes back writable.
+            let dirty = before.swapcache_hits - read_from.swapcache_hits;
             let at = base as usize;
             std::thread::scope(|s| {
                 for t in 0..4 {
@@ -490,10 +494,21 @@ fn a_written_clean_page_takes_its_clean_neighbours_with_it() {
                     });
                 }
             });
+            settle_span(&region, span.clone());
             let after = swap.stats().counters;
             let (wp, around) = (
                 after.wp_faults - before.wp_faults,
                 after.unprotected_around - before.unprotected_around,
+            );
+            // The span fits the budget, but the reclaimer may still take
+            // a few of its pages (the clock had not seen them referenced)
+            // before their write: those come back by the write's own
+            // fault, writable, and take no write-protect fault.
+            let back =
+                (after.swapins - before.swapins) + (after.swapcache_hits - before.swapcache_hits) + dirty;
+            assert!(
+                back < 128,
+                "{what}: {back} of the span's pages went out under their reads or writes"
             );
             if adaptive {
                 // The gate first sees the span's writes go one fault a
@@ -503,12 +518,11 @@ fn a_written_clean_page_takes_its_clean_neighbours_with_it() {
                 // Every page made writable once; a thread whose fault met
                 // a page another's fault had just made writable counts a
                 // fault of its own besides (it was one).
-                assert!(
-                    (1024..1024 + 64).contains(&(wp + around)),
-                    "{what}: {wp} + {around}"
-                );
+                assert!(wp + around < 1024 + 64, "{what}: {wp} + {around}");
+                assert!(wp + around + back >= 1024, "{what}: {wp} + {around} + {back}");
             } else {
-                assert_eq!((wp, around), (1024, 0), "{what}");
+                assert_eq!(around, 0, "{what}");
+                assert!(wp <= 1024 && wp + back >= 1024, "{what}: {wp} + {back}");
             }
             // Out again (a walk of the rest), then every written byte back.
             assert_eq!(check_pages(base, 1024..pages), None, "{what}");

@@ -261,3 +261,26 @@ pub(super) fn read_fixed(ring: &mut io_uring::IoUring, file: &std::fs::File, add
     let cqe = ring.completion().next().unwrap();
     assert_eq!(cqe.result(), PAGE_SIZE as i32, "READ_FIXED");
 }
+
+/// Wait for the last fault's transition to end.  In handler-thread mode
+/// the ioctl that resolves a fault wakes the faulting thread before the
+/// handler thread publishes the page's state and counts it: a test that
+/// reads the counters or the states once its own threads are done waits
+/// here first.
+pub(super) fn settle(region: &Region) {
+    settle_span(region, 0..region.len() / PAGE_SIZE);
+}
+
+/// [`settle`] for the region's pages `pages`.  A reclaimer at work may
+/// claim them meanwhile; its claims end too.
+pub(super) fn settle_span(region: &Region, pages: std::ops::Range<usize>) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let states = &region.inner.states()[region.id_base as usize..];
+    while pages.clone().any(|p| states[p].load().is_busy()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "a page stayed claimed for 10 s"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
