@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 19] = [
+pub const ABLATIONS: [&str; 20] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -30,6 +30,7 @@ pub const ABLATIONS: [&str; 19] = [
     "always-clean",
     "no-neighbour-evict",
     "serial-reads",
+    "lone-fault-reads",
 ];
 
 /// What an ablation sets.
@@ -68,6 +69,9 @@ pub struct Ablation {
     /// A window's reads from a swap file in flight together; off: one
     /// after the other.
     pub batched_reads: bool,
+    /// The fault's own read in its window's batch (SIGBUS mode); off:
+    /// read alone before the window.
+    pub fault_read_in_batch: bool,
 }
 
 /// The settings of ablation `name`.
@@ -88,6 +92,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         adaptive_clean: true,
         evict_neighbours: true,
         batched_reads: true,
+        fault_read_in_batch: true,
     };
     match name {
         "default" => {}
@@ -109,6 +114,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "always-clean" => a.adaptive_clean = false,
         "no-neighbour-evict" => a.evict_neighbours = false,
         "serial-reads" => a.batched_reads = false,
+        "lone-fault-reads" => a.fault_read_in_batch = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)

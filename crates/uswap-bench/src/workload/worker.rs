@@ -403,6 +403,7 @@ impl Pager {
             .adaptive_seal(a.adaptive_seal)
             .adaptive_clean(a.adaptive_clean)
             .batched_reads(a.batched_reads)
+            .fault_read_in_batch(a.fault_read_in_batch)
             .evict_neighbours(a.evict_neighbours)
             // Published, as `uswap run` publishes.
             .publish(true)

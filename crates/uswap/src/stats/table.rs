@@ -188,6 +188,8 @@ counters! {
     zero_fills ZERO_FILLS Events;
     /// Faults served by reading the page back from swap.
     swapins SWAPINS Events;
+    /// Of the swap-ins, those whose read went out with their readahead window's (one submission; fault/readahead.rs).
+    swapins_batched SWAPINS_BATCHED Events;
     /// 2 MB units read back whole.
     huge_swapins HUGE_SWAPINS Events;
     /// 2 MB units written out whole.

@@ -64,6 +64,7 @@ pub struct SwapBuilder {
     refault_distance: bool,
     trend_prefetch: bool,
     batched_reads: bool,
+    fault_read_in_batch: bool,
     adaptive_seal: bool,
     adaptive_clean: bool,
     evict_neighbours: bool,
@@ -106,6 +107,7 @@ impl Default for SwapBuilder {
             refault_distance: true,
             trend_prefetch: true,
             batched_reads: true,
+            fault_read_in_batch: true,
             adaptive_seal: true,
             adaptive_clean: true,
             evict_neighbours: true,
@@ -296,6 +298,17 @@ impl SwapBuilder {
     /// (`io::ReadRing`).  Off: one read after the other.
     pub fn batched_reads(mut self, on: bool) -> Self {
         self.batched_reads = on;
+        self
+    }
+
+    /// The fault's own read in its window's batch (on by default, with
+    /// [`batched_reads`](Self::batched_reads)): where the faulting thread
+    /// waits for its readahead window anyway (SIGBUS mode, and the walks
+    /// of `Swap::hold_in`), the faulted page's read from a swap file goes
+    /// out with the window's, one disk round trip where there were two.
+    /// Off: the page is read alone first, then its window.
+    pub fn fault_read_in_batch(mut self, on: bool) -> Self {
+        self.fault_read_in_batch = on;
         self
     }
 
@@ -650,6 +663,7 @@ impl SwapBuilder {
             refault_distance: self.refault_distance,
             trend_prefetch: self.trend_prefetch,
             batched_reads: self.batched_reads,
+            fault_read_in_batch: self.fault_read_in_batch,
             adaptive_seal: self.adaptive_seal,
             adaptive_clean: self.adaptive_clean,
             prefetch,

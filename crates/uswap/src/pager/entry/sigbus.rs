@@ -122,6 +122,7 @@ fn access(ctx: *mut libc::c_void) -> Access {
         return Access {
             present: None,
             write: false,
+            waits_for_window: true,
         };
     }
     // SAFETY: an SA_SIGINFO handler's third argument is its ucontext_t.
@@ -129,6 +130,7 @@ fn access(ctx: *mut libc::c_void) -> Access {
     Access {
         present: Some(err & 1 != 0),
         write: err & 2 != 0,
+        waits_for_window: true,
     }
 }
 
@@ -139,6 +141,7 @@ fn access(_ctx: *mut libc::c_void) -> Access {
     Access {
         present: None,
         write: false,
+        waits_for_window: true,
     }
 }
 

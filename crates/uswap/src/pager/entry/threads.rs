@@ -140,6 +140,7 @@ pub(crate) fn spawn_handler(weak: Weak<Inner>) -> UswapThread {
             let access = Access {
                 present: Some(wp),
                 write: write && !wp,
+                waits_for_window: false,
             };
             let start = crate::sys::monotonic_ns();
             // The faulting thread waits from its fault to its wake-up; what

@@ -57,6 +57,7 @@ fn bring_in(inner: &Inner, most: usize, whole: bool, untouched: &mut dyn FnMut(u
     let access = Access {
         present: Some(false),
         write: false,
+        waits_for_window: true,
     };
     // A second walk finds what a pass begun before the hold took behind
     // the first (a page it claimed after the walk had passed it); a third

@@ -22,6 +22,18 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// Most pages one fault reads ahead.
 pub(crate) const READAHEAD_MAX: u32 = 32;
 
+/// A fault's own read from a swap file, waiting to go out with its
+/// window's (`install`, serve.rs): read alone first, the page and then
+/// its window were two disk round trips, where the kernel's
+/// swapin_readahead puts the faulted page in the window's plug with the
+/// rest.  The first batched read of the window takes `job`; `read` says
+/// whether it was read whole there.  Left untaken (no window, or none read
+/// in a batch), the fault reads its page itself.
+pub(crate) struct Lead<'a> {
+    pub job: Option<crate::io::ReadJob<'a>>,
+    pub read: bool,
+}
+
 /// Most pages a fault reclaims to make room for its window (`make_room`):
 /// about 75 us of lz4.  The reclaim a walk needs is the same whatever the
 /// bound (a page out for each page in); the bound sets who pays it.
@@ -199,7 +211,15 @@ impl Readahead {
 /// out of order).  Zeros cost nothing to evict if they stay unused:
 /// clean ones are dropped, dirty ones are found all zero at writeback and
 /// go back to "never written", no slot.
-pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_file: bool, first_touch: bool) {
+pub(crate) fn read_ahead(
+    inner: &Inner,
+    addr: u64,
+    id: u32,
+    write: bool,
+    from_file: bool,
+    first_touch: bool,
+    lead: Option<&mut Lead<'_>>,
+) {
     let mut st = Readahead::get();
     let in_order = st.lo != 0 && st.lo <= addr && addr <= st.hi;
     let wide =
@@ -235,7 +255,7 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
                 _ => trend::next_window(st.twindow, passed, READAHEAD_MAX),
             };
             st.stride = stride;
-            let (pages, reach) = prefetch_trend(inner, addr, id, stride, st.twindow, write);
+            let (pages, reach) = prefetch_trend(inner, addr, id, stride, st.twindow, write, lead);
             (st.tpages, st.reach) = (pages, u64::from(reach));
             (st.lo, st.hi, st.window) = (0, 0, 0);
             Readahead::set(&st);
@@ -268,7 +288,7 @@ pub(crate) fn read_ahead(inner: &Inner, addr: u64, id: u32, write: bool, from_fi
     if in_order {
         make_room(inner, sync);
     }
-    let done = read_ahead_span(inner, addr + PAGE, id + 1, sync, write);
+    let done = read_ahead_span(inner, addr + PAGE, id + 1, sync, write, lead);
     let end = addr + PAGE * (1 + done as u64);
     st.window = window;
     if prefetch && done == sync {
@@ -305,12 +325,19 @@ fn room(inner: &Inner) -> usize {
 
 /// Install up to `pages` pages from page `id` at `addr` on, run by run,
 /// stopping at the first that cannot go in: how many went in.  With the
-/// read ring free, the runs' reads go out together
-/// ([`read_ahead_batched`]).
-fn read_ahead_span(inner: &Inner, addr: u64, id: u32, pages: u32, write: bool) -> u32 {
-    if pages > 1 {
+/// read ring free, the runs' reads go out together, with the fault's own
+/// (`lead`) where it waits ([`read_ahead_batched`]).
+fn read_ahead_span(
+    inner: &Inner,
+    addr: u64,
+    id: u32,
+    pages: u32,
+    write: bool,
+    lead: Option<&mut Lead<'_>>,
+) -> u32 {
+    if pages > 1 || (pages == 1 && lead.is_some()) {
         if let Some(mut ring) = inner.backing().read_ring.get().and_then(|r| r.borrow()) {
-            return read_ahead_batched(inner, &mut ring, addr, id, pages, write);
+            return read_ahead_batched(inner, &mut ring, addr, id, pages, write, lead);
         }
     }
     let mut done = 0;
@@ -334,7 +361,15 @@ fn read_ahead_span(inner: &Inner, addr: u64, id: u32, pages: u32, write: bool) -
 /// at `addr`.  Returns how many went in and the steps the window reached
 /// (pages in already are stepped over; a page not this region's, or that
 /// another thread is serving, ends it).
-fn prefetch_trend(inner: &Inner, addr: u64, id: u32, stride: i8, window: u32, write: bool) -> (u32, u32) {
+fn prefetch_trend(
+    inner: &Inner,
+    addr: u64,
+    id: u32,
+    stride: i8,
+    window: u32,
+    write: bool,
+    lead: Option<&mut Lead<'_>>,
+) -> (u32, u32) {
     let s = i64::from(stride);
     let at = |k: i64| ((id as i64) + k * s, (addr as i64) + k * s * PAGE as i64);
     let mut done = 0;
@@ -357,7 +392,7 @@ fn prefetch_trend(inner: &Inner, addr: u64, id: u32, stride: i8, window: u32, wr
         n = n.min(room(inner) as u32);
         reach = n;
         let (lo_id, lo_addr) = at(i64::from(n));
-        done = read_ahead_span(inner, lo_addr as u64, lo_id as u32, n, write);
+        done = read_ahead_span(inner, lo_addr as u64, lo_id as u32, n, write, lead);
     } else {
         for k in 1..=i64::from(window) {
             let (nid, naddr) = at(k);
@@ -451,8 +486,9 @@ const BATCH_READS: usize = 32;
 /// window, up to [`BATCH_RUNS`], their segments read with one submission,
 /// and each run installed as it would be alone.  A run whose reads did
 /// not all work is read again the ordinary way, where it meets its own
-/// error.  Returns the pages installed before the first run that fell
-/// short.
+/// error.  The fault's own read (`lead`), where it waits to go with the
+/// window, is the batch's first.  Returns the pages installed before the
+/// first run that fell short.
 fn read_ahead_batched(
     inner: &Inner,
     ring: &mut crate::io::ReadRing,
@@ -460,6 +496,7 @@ fn read_ahead_batched(
     id: u32,
     pages: u32,
     write: bool,
+    lead: Option<&mut Lead<'_>>,
 ) -> u32 {
     let mut runs: [Option<Run<'_>>; BATCH_RUNS] = [const { None }; BATCH_RUNS];
     let (mut planned, mut at) = (0, 0u32);
@@ -479,6 +516,7 @@ fn read_ahead_batched(
         planned += 1;
     }
     if planned == 0 {
+        // No window after all: the fault reads its page alone.
         return 0;
     }
     // Each run's segments, as jobs on the ring; a run whose segments do
@@ -489,6 +527,14 @@ fn read_ahead_batched(
         let mut run_of = [0u8; BATCH_READS];
         let mut ok = [false; BATCH_READS];
         let mut nj = 0;
+        // The fault's page first: no run's (`LEAD`).
+        const LEAD: u8 = u8::MAX;
+        let mut lead = lead;
+        if let Some(job) = lead.as_mut().and_then(|l| l.job.take()) {
+            jobs[0] = Some(job);
+            run_of[0] = LEAD;
+            nj = 1;
+        }
         for (r, run) in runs.iter_mut().enumerate().take(planned) {
             let Some(run) = run.as_mut() else { continue };
             let Some(held) = run.bounce.as_mut() else {
@@ -528,7 +574,11 @@ fn read_ahead_batched(
         }
         ring.read_batch(&mut jobs[..nj], &mut ok[..nj]);
         for j in 0..nj {
-            if !ok[j] {
+            if run_of[j] == LEAD {
+                if let Some(l) = lead.as_mut() {
+                    l.read = ok[j];
+                }
+            } else if !ok[j] {
                 read[run_of[j] as usize] = false;
             }
         }

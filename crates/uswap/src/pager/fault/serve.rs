@@ -20,7 +20,7 @@
 
 use crate::pager::evict::folio;
 use crate::pager::evict::reclaim;
-use crate::pager::fault::readahead::read_ahead;
+use crate::pager::fault::readahead::{read_ahead, Lead};
 use crate::pager::fault::stall::Stall;
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::moves::Installed;
@@ -40,6 +40,11 @@ pub(crate) struct Access {
     pub present: Option<bool>,
     /// The access was a write.
     pub write: bool,
+    /// The faulting thread resumes only once the fault is served whole,
+    /// its readahead window included (SIGBUS mode; a walk bringing pages
+    /// in): the fault's own read may go out with its window's.  A handler
+    /// thread's fault is woken as its page goes in, before the window.
+    pub waits_for_window: bool,
 }
 
 /// Wait until the page's word is not claimed, noting in `stall` how long
@@ -97,7 +102,7 @@ pub(crate) fn serve(inner: &Inner, addr: u64, id: u32, access: Access, stall: &m
                     return unstage(inner, claim, id, page);
                 }
                 stall.room(reclaim::make_room(inner));
-                return install(inner, claim, page, id, access.write);
+                return install(inner, claim, page, id, access);
             }
             // A poisoned page's access gets its SIGBUS from the kernel
             // (`serve_signal` passes it on; a handler thread never sees
@@ -265,7 +270,8 @@ fn refill(inner: &Inner, claim: PageClaim<'_>, page: u64, write: bool) -> bool {
 /// never-touched page, its slot's contents for a swapped one.  A read
 /// installs it write-protected (clean); a write installs it writable and
 /// dirty.
-fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool) -> bool {
+fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, access: Access) -> bool {
+    let write = access.write;
     let w = claim.found();
     #[cfg(test)]
     inner.inject().gate();
@@ -283,14 +289,38 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
         });
         inner.lru().add(id);
         if inner.readahead() {
-            read_ahead(inner, addr, id, write, false, true);
+            read_ahead(inner, addr, id, write, false, true, None);
         }
         return false;
     };
     let mut bounce = inner.frames().bounce.hold_waiting();
+    let device = &inner.backing().devices[e.device() as usize];
+    let from_file = device.waits_on_disk();
+    // Where the faulting thread waits for its window anyway, the page's
+    // read from a swap file goes out with the window's (readahead.rs,
+    // `Lead`): the window is planned and read first, this page's read the
+    // first of its batch, and the window's pages go in before this one.
+    let ahead = from_file && access.waits_for_window && inner.readahead() && inner.fault_read_in_batch();
+    let mut read_in = false;
+    if ahead {
+        let mut lead = Lead {
+            job: Some(crate::io::ReadJob {
+                device,
+                offset: e.offset(),
+                buf: bounce.bytes(),
+            }),
+            read: false,
+        };
+        read_ahead(inner, addr, id, write, true, false, Some(&mut lead));
+        read_in = lead.read;
+    }
     let buf = bounce.bytes();
-    let from_file = inner.backing().devices[e.device() as usize].waits_on_disk();
-    let read = folio::read(inner, |_| e, buf).map_err(|failed| failed.err);
+    let read = if read_in {
+        inner.counters().swapins_batched.inc();
+        Ok(())
+    } else {
+        folio::read(inner, |_| e, buf).map_err(|failed| failed.err)
+    };
     match read {
         Ok(()) => {
             // A page whose copy costs the device memory (compressed) comes
@@ -339,8 +369,8 @@ fn install(inner: &Inner, claim: PageClaim<'_>, addr: u64, id: u32, write: bool)
             if inner.refault_activates(shadow) {
                 inner.lru().activate(id);
             }
-            if inner.readahead() {
-                read_ahead(inner, addr, id, write, from_file, false);
+            if inner.readahead() && !ahead {
+                read_ahead(inner, addr, id, write, from_file, false, None);
             }
             false
         }

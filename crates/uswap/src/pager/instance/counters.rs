@@ -17,6 +17,8 @@ pub(crate) struct Counters {
     pub evict_moves: Arc<Counter>,
     pub swapcache_hits: Arc<Counter>,
     pub wp_faults: Arc<Counter>,
+    /// Swap-ins whose read went out with their window's (fault/readahead.rs).
+    pub swapins_batched: Arc<Counter>,
     /// Clean pages made writable beside a written one (fault/serve.rs).
     pub unprotected_around: Arc<Counter>,
     pub evictions: Arc<Counter>,
@@ -105,6 +107,7 @@ impl Counters {
             evict_moves: r.counter(CounterId::EVICT_MOVES),
             swapcache_hits: r.counter(CounterId::SWAPCACHE_HITS),
             wp_faults: r.counter(CounterId::WP_FAULTS),
+            swapins_batched: r.counter(CounterId::SWAPINS_BATCHED),
             unprotected_around: r.counter(CounterId::UNPROTECTED_AROUND),
             evictions: r.counter(CounterId::EVICTIONS),
             evict_clean: r.counter(CounterId::EVICT_CLEAN),

@@ -78,6 +78,9 @@ pub(crate) struct Inner {
     /// A window's reads from swap files in flight together
     /// (`SwapBuilder::batched_reads`).
     batched_reads: bool,
+    /// A fault's own read goes out with its window's where the faulting
+    /// thread waits for both (`SwapBuilder::fault_read_in_batch`).
+    fault_read_in_batch: bool,
     /// Whether pages a compressed device let go come in sealed
     /// (`SwapBuilder::adaptive_seal`).
     seal: SealGate,
@@ -258,6 +261,7 @@ pub(crate) struct Parts {
     pub refault_distance: bool,
     pub trend_prefetch: bool,
     pub batched_reads: bool,
+    pub fault_read_in_batch: bool,
     pub adaptive_seal: bool,
     pub adaptive_clean: bool,
     /// Readahead goes to a prefetcher thread (swap files).
@@ -295,6 +299,7 @@ impl Inner {
             workingset: Workingset::new(p.budget.limit(), p.refault_distance),
             trend_prefetch: p.trend_prefetch,
             batched_reads: p.batched_reads,
+            fault_read_in_batch: p.fault_read_in_batch,
             seal: SealGate::new(p.adaptive_seal, crate::pager::instance::seal::SEALED_WRITTEN_MAX),
             clean: SealGate::new(p.adaptive_clean, crate::pager::instance::seal::CLEAN_WRITTEN_MAX),
             budget: p.budget,
@@ -390,6 +395,10 @@ impl Inner {
     #[inline]
     pub fn read_ahead_batched(&self) -> bool {
         self.batched_reads
+    }
+    #[inline]
+    pub fn fault_read_in_batch(&self) -> bool {
+        self.batched_reads && self.fault_read_in_batch
     }
     #[inline]
     pub fn seal_gate(&self) -> &SealGate {

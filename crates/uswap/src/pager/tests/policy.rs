@@ -159,17 +159,18 @@ fn trend_prefetch_follows_backward_and_strided_walks() {
     }
 }
 
-/// A backward walk over four budgets of a swap file (plaintext and
-/// encrypted), every page checked: with batched reads the runs of a
-/// window go out together through the read ring, and nothing read that
-/// way is lost or wrong; switched off, no read goes that way.
+/// A backward and a forward walk over four budgets of a swap file
+/// (plaintext and encrypted), every page checked: with batched reads the
+/// runs of a window go out together through the read ring, in SIGBUS mode
+/// with the fault's own read (`fault_read_in_batch`), and nothing read
+/// that way is lost or wrong; switched off, no read goes that way.
 #[test]
 fn batched_reads_of_a_window_read_every_page_right() {
     let backward = |pages: usize| (0..pages).rev().collect::<Vec<_>>();
     for mode in both_modes() {
         for encrypt in [false, true] {
-            for batched in [true, false] {
-                let what = format!("{mode:?} encrypt {encrypt} batched {batched}");
+            for (batched, lead) in [(true, true), (true, false), (false, true)] {
+                let what = format!("{mode:?} encrypt {encrypt} batched {batched} lead {lead}");
                 let dir = tempfile::tempdir().unwrap();
                 let device = SwapDeviceSpec::file(
                     FileOptions::new(dir.path().join("swap"), 64 * MIB / PAGE_SIZE as u64).encrypt(encrypt),
@@ -177,15 +178,18 @@ fn batched_reads_of_a_window_read_every_page_right() {
                 let (reads, st) = on_four_budgets_of(
                     device,
                     mode,
-                    |b| b.batched_reads(batched),
+                    |b| b.batched_reads(batched).fault_read_in_batch(lead),
                     |swap, base, pages| {
                         let before = swap.stats().counters.io_read_pages;
-                        // Twice: the second walk reads what the first
-                        // left clean, from the same slots.
+                        // Twice: the second walk of each reads what the
+                        // first left clean, from the same slots.
                         for _ in 0..2 {
                             for p in backward(pages) {
                                 assert_eq!(check_pages(base, p..p + 1), None, "{what}");
                             }
+                        }
+                        for _ in 0..2 {
+                            assert_eq!(check_pages(base, 0..pages), None, "{what}");
                         }
                         swap.stats().counters.io_read_pages - before
                     },
@@ -197,6 +201,13 @@ fn batched_reads_of_a_window_read_every_page_right() {
                     assert!(c.io_reads_batched <= c.io_reads, "{what}: {c:?}");
                 } else {
                     assert_eq!(c.io_reads_batched, 0, "{what}");
+                }
+                // The fault's own read goes with its window's where the
+                // faulting thread waits for both: SIGBUS mode.
+                if batched && lead && mode == FaultMode::Sigbus {
+                    assert!(c.swapins_batched * 4 > c.swapins, "{what}: {c:?}");
+                } else {
+                    assert_eq!(c.swapins_batched, 0, "{what}");
                 }
                 assert_eq!(c.swapin_errors, 0, "{what}");
             }
