@@ -20,8 +20,9 @@ use uswap_bench::parse_bytes;
 /// `--mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum RunMode {
-    /// Handler threads where this user may have the kernel's faults
-    /// served, else SIGBUS.
+    /// SIGBUS mode under the system-call guard; with `--syscall-guard
+    /// off`, handler threads where this user may have the kernel's
+    /// faults served, else SIGBUS.
     Auto,
     /// uswap's handler threads serve every fault.
     Handler,
@@ -98,15 +99,20 @@ pub struct RunArgs {
     /// that move data (read, write, recv, send, the stat family and their
     /// kin) are brought in and held for the call, and every other system
     /// call given a heap buffer is trapped and served the same way
-    /// (--syscall-guard; docs/DESIGN.md lists every call); a program's
-    /// own io_uring or AIO on heap buffers fails with EFAULT there.
-    /// `auto`: handler where allowed, else sigbus, chosen for that
-    /// coverage, not for speed: measured on whole programs at three
-    /// times their budget, sigbus was faster on every one (one run each:
-    /// sqlite3 1.7x, Perl 1.17x, OpenJDK and Node 1.15x, Python's malloc churn
-    /// 1.13x, Python over 6 GiB at a 2 GiB budget 1.55x; docs/history/PERFORMANCE-LOG.md);
-    /// pick `--mode sigbus` for speed where
-    /// the program does no asynchronous IO into its heap.
+    /// (--syscall-guard; docs/DESIGN.md lists every call).  A program's
+    /// own io_uring or kernel AIO cannot be served there: at its first
+    /// `io_uring_setup` or `io_setup` the process stops being paged (its
+    /// memory brought back in and kept), said in one line.
+    /// `auto` (the default): sigbus, under the guard, for every user; with
+    /// `--syscall-guard off`, handler where allowed, else sigbus.  On
+    /// whole programs at three times their budget on compressed RAM,
+    /// sigbus was faster on every one (2026-12-02, one run each: OpenJDK
+    /// 1.09x, Node 1.29x, Perl 1.31x, Python 1.32x, a sort pipeline
+    /// 1.47x, sqlite3 1.66x, xz 1.96x; docs/PERFORMANCE.md): in handler
+    /// mode each fault is a wake-up of a handler thread and one of the
+    /// faulting thread, across CPUs.  Pick `--mode handler` (as root) for
+    /// a program that does its IO through io_uring or kernel AIO and must
+    /// stay paged.
     #[arg(long, value_enum, default_value_t = RunMode::Auto)]
     pub mode: RunMode,
     /// At exit, print what was swapped on stderr, one block: faults by
@@ -490,6 +496,11 @@ pub fn run(args: &RunArgs) -> anyhow::Result<()> {
         _ => lib.into_os_string(),
     };
     let mode = match args.mode {
+        // The guard covers what handler-thread mode was chosen for: the
+        // kernel's accesses to the heap on the program's behalf, and a
+        // program's own io_uring or AIO by ending its paging (said once),
+        // where handler-thread mode costs a cross-CPU wake-up pair a fault.
+        RunMode::Auto if args.syscall_guard == Guard::On => RunMode::Sigbus,
         RunMode::Auto if uswap::uffd::Uffd::kernel_faults_allowed() => RunMode::Handler,
         RunMode::Auto => RunMode::Sigbus,
         // Asked for by a user who may not have it: refused here, in one

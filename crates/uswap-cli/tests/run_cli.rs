@@ -2,9 +2,9 @@
 //! their output compared with a run without it, in both fault modes:
 //! SIGBUS mode as an ordinary user (as `nobody` when the suite runs as
 //! root: a user-mode-only userfaultfd, all such a user gets), and
-//! handler-thread mode where this user has the privilege for kernel
-//! faults (root, as the suite runs in CI); without it, the one-line
-//! refusal is checked instead.
+//! handler-thread mode (`--mode handler`) where this user has the
+//! privilege for kernel faults (root, as the suite runs in CI); without
+//! it, the one-line refusal is checked instead.
 
 mod common;
 
@@ -224,11 +224,13 @@ fn an_ordinary_user_is_told_what_handler_mode_needs() {
     assert!(refused_without_privilege());
 }
 
-/// Without `--mode`, an ordinary user gets SIGBUS mode (a user-mode-only
-/// userfaultfd) and this user handler-thread mode where the privilege for
-/// kernel faults is there: the statistics at exit say which.
+/// Without `--mode`, every user gets SIGBUS mode under the system-call
+/// guard (the faster mode; the guard covers what handler-thread mode was
+/// picked for); with `--syscall-guard off`, handler-thread mode where the
+/// privilege for kernel faults is there, else SIGBUS mode: the statistics
+/// at exit say which.
 #[test]
-fn the_default_mode_is_the_one_this_user_may_have() {
+fn the_default_mode_is_sigbus_under_the_guard() {
     use std::os::unix::process::CommandExt;
     preload_built();
     let sysctl = std::fs::read_to_string("/proc/sys/vm/unprivileged_userfaultfd").unwrap_or_default();
@@ -236,28 +238,54 @@ fn the_default_mode_is_the_one_this_user_may_have() {
     if root() {
         users.push((0, true));
     }
+    let sigbus = "SIGBUS mode (user-mode faults only)";
     for (user, privileged) in users {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
-        if root() {
-            cmd.uid(user).gid(user);
+        for guard in ["on", "off"] {
+            let mut cmd = Command::new(env!("CARGO_BIN_EXE_uswap"));
+            if root() {
+                cmd.uid(user).gid(user);
+            }
+            let out = cmd
+                .args([
+                    "run",
+                    "--budget",
+                    "8M",
+                    "--swap",
+                    "ram:32M",
+                    "--syscall-guard",
+                    guard,
+                    "--stats",
+                    "--",
+                    "true",
+                ])
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(
+                out.status.success(),
+                "uid {user}, guard {guard}: {:?}: {err}",
+                out.status
+            );
+            let says = match (guard, privileged) {
+                ("off", true) => "handler-thread mode",
+                // Root's userfaultfd serves kernel faults too: SIGBUS
+                // mode without "user-mode faults only".
+                (_, true) => "SIGBUS mode",
+                _ => sigbus,
+            };
+            assert!(
+                err.contains("uswap run: budget 8 MiB") && err.contains(says),
+                "uid {user}, guard {guard}: {err}"
+            );
+            if says == "handler-thread mode" {
+                assert!(!err.contains("SIGBUS mode"), "uid {user}, guard {guard}: {err}");
+            } else {
+                assert!(
+                    !err.contains("handler-thread mode"),
+                    "uid {user}, guard {guard}: {err}"
+                );
+            }
         }
-        let out = cmd
-            .args([
-                "run", "--budget", "8M", "--swap", "ram:32M", "--stats", "--", "true",
-            ])
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "uid {user}: {:?}: {err}", out.status);
-        let says = if privileged {
-            "handler-thread mode"
-        } else {
-            "SIGBUS mode (user-mode faults only)"
-        };
-        assert!(
-            err.contains("uswap run: budget 8 MiB") && err.contains(says),
-            "uid {user}: {err}"
-        );
     }
 }
 

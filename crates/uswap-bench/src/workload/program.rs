@@ -79,9 +79,9 @@ pub enum Runner {
     /// `uswap run --budget auto,max=BUDGET` and nothing else (the default
     /// mode and swap file): the budget finds itself under the ceiling.
     UswapAuto,
-    /// `uswap run --mode sigbus --budget auto,max=BUDGET`: uswap-auto in
-    /// the mode an ordinary user gets (`--mode auto` picks handler-thread
-    /// mode for root).
+    /// `uswap run --mode sigbus --budget auto,max=BUDGET`: uswap-auto
+    /// with the mode named (`--mode auto` is SIGBUS mode too, under the
+    /// guard; it was handler-thread mode for root before 2026-12-03).
     UswapSigbusAuto,
     /// A memory cgroup over a kernel swap file in --swap-dir, its limit
     /// driven from the budget down by the same controller

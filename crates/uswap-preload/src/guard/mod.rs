@@ -43,7 +43,7 @@
 pub(crate) mod filter;
 pub(crate) mod table;
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 
 use libc::{c_int, c_long, c_void};
 use uswap::pager::Pinned;
@@ -416,7 +416,53 @@ fn serve(nr: i64, mut args: [i64; 6], mask: &libc::sigset_t) -> i64 {
     }
     let r = call_unmasked(nr, args, mask);
     drop(pins);
+    if r >= 0 && table::UNPAGING.contains(&nr) {
+        stop_paging(nr);
+    }
     r
+}
+
+/// The program set up IO that the kernel's workers do later (an
+/// io_uring, a kernel AIO context), into buffers no pin or trap will see
+/// (`io_submit`'s, an io_uring's submission queue, which it fills without
+/// a call): SIGBUS mode's userfaultfd would fail such a worker's access
+/// to a page that is out, or never written, with `EFAULT`.  So, before
+/// the set-up call returns, the process stops paging (`Swap::stop_paging`:
+/// every page in, the heap plain memory from now on), and says so once.
+/// After the call, not before: a call refused (a container's seccomp
+/// profile refuses `io_uring_setup`) leaves the process paged.  A second
+/// thread's set-up meanwhile waits for the first's to finish: its IO must
+/// not start while pages are still out.  A forked child inherits both
+/// flags, and an instance that stopped paging.
+fn stop_paging(nr: i64) {
+    static STARTED: AtomicBool = AtomicBool::new(false);
+    static DONE: AtomicBool = AtomicBool::new(false);
+    let Some(run) = crate::running::RUNNING.get() else {
+        return;
+    };
+    if STARTED.swap(true, Ordering::AcqRel) {
+        while !DONE.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        return;
+    }
+    let what = if nr == libc::SYS_io_uring_setup {
+        "an io_uring"
+    } else {
+        "kernel AIO (io_setup)"
+    };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    match run.swap.stop_paging() {
+        Ok(bytes) => uswap::pager::say_line(format_args!(
+            "uswap run: pid {pid} set up {what}, whose buffers the kernel reads and writes later, where SIGBUS mode cannot bring a page in: its memory is no longer paged ({} MiB brought back in); to keep it paged, run it with --mode handler (as root)",
+            bytes >> 20
+        )),
+        Err(e) => uswap::pager::say_line(format_args!(
+            "uswap run: pid {pid} set up {what}, whose buffers the kernel reads and writes later, where SIGBUS mode cannot bring a page in: {e}; run it with --mode handler (as root)"
+        )),
+    }
+    DONE.store(true, Ordering::Release);
 }
 
 /// The call itself, from the trampoline, under the interrupted code's

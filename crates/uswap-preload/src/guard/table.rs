@@ -16,7 +16,10 @@
 //!   (run with every signal blocked inside `posix_spawn`, where a trap
 //!   would kill; the exec interposers bring their strings in);
 //! - `io_submit`'s and `io_uring_enter`'s buffers, read and written
-//!   later, by the kernel's workers, where no trap can help.
+//!   later, by the kernel's workers, where no trap can help: instead the
+//!   calls that set such IO up, `io_setup` and `io_uring_setup`
+//!   ([`UNPAGING`]), are always trapped, and at the first that succeeds
+//!   the process stops paging (`guard::stop_paging`).
 //!
 //! Lengths are the x86-64 layouts of the kernel's structures.  Where a
 //! length cannot be known (`ioctl`'s argument without a size in its
@@ -94,13 +97,22 @@ impl Buf {
     }
 }
 
+/// The calls that set up IO the kernel's workers do later, into
+/// buffers named then (`io_submit`'s, an io_uring's submission queue),
+/// where no trap sees them: always trapped, and the first that succeeds
+/// stops the process's paging (`guard::stop_paging`).
+pub const UNPAGING: [i64; 2] = [libc::SYS_io_setup, libc::SYS_io_uring_setup];
+
 impl Call {
     /// Whether the filter traps the call whatever its arguments: its
-    /// buffers are behind a pointer it cannot follow.
+    /// buffers are behind a pointer it cannot follow, or it sets up IO
+    /// into buffers named later ([`UNPAGING`]).
     pub fn always(&self) -> bool {
-        self.args
-            .iter()
-            .any(|(_, b)| matches!(b, Buf::Iov { .. } | Buf::Msg { .. } | Buf::MMsg { .. }))
+        UNPAGING.contains(&self.nr)
+            || self
+                .args
+                .iter()
+                .any(|(_, b)| matches!(b, Buf::Iov { .. } | Buf::Msg { .. } | Buf::MMsg { .. }))
     }
 }
 

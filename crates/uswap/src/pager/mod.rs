@@ -86,6 +86,11 @@ pub use instance::regions::MAX_REGIONS;
 pub use instance::signals::{
     in_handler, on_uswap_thread, program_sigmask, starting_a_thread, HandlerScope, NEVER_BLOCKED,
 };
+// One line on stderr from a signal handler: a stack buffer, the system
+// call itself.
+#[cfg(feature = "internal")]
+#[doc(hidden)]
+pub use instance::report::line as say_line;
 
 /// For a library that interposes `sigaction` on a program (`uswap run`):
 /// `sigaction(SIGBUS, new, old)` as the program sees it while uswap's

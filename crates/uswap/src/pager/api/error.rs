@@ -69,6 +69,12 @@ pub enum PagerError {
         /// The region's length.
         len: usize,
     },
+    /// `stop_paging` could not bring every page in.
+    #[error("{pages} pages stayed out (an eviction's claim did not settle): paging stopped, but the regions stay registered with the userfaultfd, and a call of the kernel's that meets one of those pages fails with EFAULT")]
+    StillOut {
+        /// Pages still out.
+        pages: usize,
+    },
     /// `map` was called, in SIGBUS mode, on a thread that blocks SIGBUS.
     #[error("this thread blocks SIGBUS: in SIGBUS fault mode its first touch of swapped memory would kill the process; unblock SIGBUS here (pthread_sigmask), or build the Swap with FaultMode::HandlerThread")]
     SigbusBlocked,

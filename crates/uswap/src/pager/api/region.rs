@@ -84,6 +84,11 @@ impl Region {
         // filled): its pages are uswap's to keep in or out.
         // SAFETY: unlocks a range of this region; contents unchanged.
         let _ = unsafe { rustix::mm::munlock(addr as *mut _, bytes) };
+        if self.inner.budget().held_for_good() {
+            // Plain memory, as the rest of the region is now
+            // (`Swap::stop_paging`): fresh, and the kernel's to fill.
+            return self.discard(offset, bytes);
+        }
         self.inner.uffd().register(
             addr,
             bytes as u64,
@@ -216,6 +221,18 @@ impl Region {
         };
         let first = offset / PAGE_SIZE;
         let last = end.div_ceil(PAGE_SIZE);
+        if inner.budget().held_for_good() {
+            // Nothing goes out any more and the kernel serves every fault
+            // (`Swap::stop_paging`): nothing to pin, and the page states
+            // no longer follow the pages (one never written stays `Never`
+            // after the kernel fills it), so none is waited for.
+            return Ok(Pinned {
+                region: self,
+                first,
+                last: first,
+                epoch: inner.pin_epoch(),
+            });
+        }
         for p in first..last {
             let id = self.id_base as usize + p;
             let addr = self.as_ptr() as usize + p * PAGE_SIZE;
@@ -460,7 +477,10 @@ impl Region {
         if regions::overlaps_a_region(addr, len) {
             return false;
         }
-        self.inner.uffd().writeprotect(addr, len, true, false).is_ok()
+        // An instance that stopped paging registers nothing any more
+        // (`Swap::stop_paging`): the kernel cannot be asked, and the range
+        // is taken for the region's.
+        self.inner.budget().held_for_good() || self.inner.uffd().writeprotect(addr, len, true, false).is_ok()
     }
 }
 

@@ -130,16 +130,20 @@ impl Swap {
             }
         }
         inner.addrs().publish(id_base, pages, map.addr());
-        if let Err(e) = inner.uffd().register(
-            map.addr(),
-            map.len() as u64,
-            RegisterMode {
-                missing: true,
-                wp: true,
-            },
-        ) {
-            inner.free_ids(id_base, ids as u32, pages);
-            return Err(e.into());
+        // An instance that stopped paging maps plain memory: the kernel
+        // serves every fault of it (`Swap::stop_paging`).
+        if !inner.budget().held_for_good() {
+            if let Err(e) = inner.uffd().register(
+                map.addr(),
+                map.len() as u64,
+                RegisterMode {
+                    missing: true,
+                    wp: true,
+                },
+            ) {
+                inner.free_ids(id_base, ids as u32, pages);
+                return Err(e.into());
+            }
         }
         let Some(slot) =
             regions::publish_region(map.addr(), map.len() as u64, id_base, Arc::as_ptr(inner), huge)
@@ -209,6 +213,30 @@ impl Swap {
     pub fn hold_in(&self, most_bytes: u64) -> u64 {
         let most = usize::try_from(most_bytes / PAGE_SIZE as u64).unwrap_or(usize::MAX);
         crate::pager::fault::bring::hold_and_bring_in(&self.inner, most) as u64 * PAGE_SIZE as u64
+    }
+
+    /// Stop paging, for good: every page that is out brought in, the
+    /// budget held open from now on, and the regions left to the kernel
+    /// as ordinary private memory (no longer registered with the
+    /// userfaultfd; regions mapped later are not either).  For a program
+    /// whose buffers the kernel reads and writes later, from its own
+    /// workers (io_uring, kernel AIO), where SIGBUS mode cannot serve a
+    /// page that is out, or one never written (`uswap run`'s system-call
+    /// guard calls it at the program's first `io_uring_setup` or
+    /// `io_setup`).  Allocation-free: a signal handler may call it.
+    /// Returns the bytes brought in; refused, with the pages still out,
+    /// where an eviction's claim never settled (then nothing more goes
+    /// out, but the regions stay registered).
+    pub fn stop_paging(&self) -> Result<u64, PagerError> {
+        crate::pager::fault::bring::unpage(&self.inner)
+            .map(|pages| pages as u64 * PAGE_SIZE as u64)
+            .map_err(|pages| PagerError::StillOut { pages })
+    }
+
+    /// Whether [`Swap::stop_paging`] was called (here, or in the parent
+    /// this process was forked from).
+    pub fn paging_stopped(&self) -> bool {
+        self.inner.budget().held_for_good()
     }
 
     /// Let go of [`Swap::hold_in`]: the budget is the one asked for again,

@@ -249,7 +249,15 @@ fn adopt(inner: &Arc<Inner>) -> Result<(), String> {
         inner.backing().layerable.store(layerable, Ordering::Relaxed);
         inner.backing().layers_tried.store(false, Ordering::Relaxed);
     }
-    for r in regions::regions_of(inner) {
+    // An instance that stopped paging left its regions to the kernel
+    // (`Swap::stop_paging`): so does its child, whose copy of them is
+    // plain memory too, every page in.
+    let regions = if inner.budget().held_for_good() {
+        Vec::new()
+    } else {
+        regions::regions_of(inner)
+    };
+    for r in regions {
         inner
             .uffd()
             .register(

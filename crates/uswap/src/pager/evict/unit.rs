@@ -45,6 +45,10 @@ pub(crate) fn evict_unit(inner: &Inner, head: u32) -> Evicted {
     let Some(claim) = st.try_claim(w) else {
         return Evicted::Not;
     };
+    if inner.paging_stopped() {
+        // Kept for good, claim and all undone (`Inner::pinned`).
+        return Evicted::Not;
+    }
     let addr = inner.addrs().get(head);
     let Some(mut unit) = inner.frames().unit_out.hold() else {
         return Evicted::Not;

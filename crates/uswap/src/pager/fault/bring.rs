@@ -219,3 +219,74 @@ pub(crate) fn hold_and_bring_in(inner: &Inner, most: usize) -> usize {
     std::sync::atomic::fence(Ordering::SeqCst);
     bring_in(inner, most, false, &mut |_, _| {})
 }
+
+/// Walks of [`unpage`] at most: each waits up to 100 ms a page for a
+/// claim to settle, and a claim taken before the hold is the only thing
+/// that can leave a page out after one.
+const UNPAGE_WALKS: usize = 8;
+
+/// Stop paging `inner` for good, for a program whose buffers the kernel
+/// will read and write later, from its own workers, where no fault of
+/// the program's can be served (its io_uring, its kernel AIO: SIGBUS
+/// mode's userfaultfd fails such an access with `EFAULT`): the budget
+/// held open for good (`Budget::hold_for_good`; every evictor's check
+/// after a claim then keeps the page, `Inner::pinned`), every page that
+/// is out brought in, and each region unregistered from the
+/// userfaultfd, so that the kernel fills a page never written, and
+/// takes a store into a clean one, as in any private mapping (the
+/// write protection of clean pages goes with the registration).  A page
+/// poisoned by a failed swap-in stays poisoned: its marker is the page
+/// table's, not the registration's.
+///
+/// Returns the pages brought in, or, where some stay out (a claim that
+/// never settled), how many: the regions then stay registered, as a
+/// page missing there would read as zeros once they are not.  Regions
+/// mapped after this are not registered (`Swap::map_at`,
+/// `Region::restore`), nor are a forked child's (`fork.rs`).
+pub(crate) fn unpage(inner: &Inner) -> Result<usize, usize> {
+    inner.budget().hold_for_good();
+    // Pairs with the fence after each evictor's claim (`Inner::pinned`):
+    // a claim that did not see the flag is seen by the walks below, busy
+    // until it settles, then brought back.
+    std::sync::atomic::fence(Ordering::SeqCst);
+    let mut brought = 0;
+    let mut left = 0;
+    for _ in 0..UNPAGE_WALKS {
+        brought += bring_in(inner, usize::MAX, false, &mut |_, _| {});
+        left = out_now(inner);
+        if left == 0 {
+            break;
+        }
+    }
+    if left > 0 {
+        return Err(left);
+    }
+    regions::for_each_region(inner, |r| {
+        // A failure leaves the region registered: its pages are all in,
+        // so only a page never written, or a store into a clean one, can
+        // still fail a call of the kernel's, as before.
+        let _ = inner.uffd().unregister(r.base, r.end - r.base);
+    });
+    Ok(brought)
+}
+
+/// Pages of `inner`'s regions out now (swapped or staged), or claimed.
+fn out_now(inner: &Inner) -> usize {
+    let mut out = 0;
+    regions::for_each_region(inner, |r| {
+        let pages = ((r.end - r.base) / PAGE) as usize;
+        let states = &inner.states()[r.id_base as usize..r.id_base as usize + pages];
+        for_each_written(
+            states,
+            &mut |p| {
+                let w = states[p].load();
+                if w.is_busy() || matches!(w.kind(), Kind::Swapped | Kind::Staged) {
+                    out += 1;
+                }
+                true
+            },
+            &mut |_, _| {},
+        );
+    });
+    out
+}

@@ -74,6 +74,10 @@ pub(crate) struct Budget {
     /// dump: `fault/bring.rs`): the bounds are out of reach until let go,
     /// so that nothing brought in goes out again under the reader.
     held: std::sync::atomic::AtomicBool,
+    /// Held for good: the instance pages nothing any more
+    /// (`bring::unpage`, for a program's io_uring or AIO), and no
+    /// [`Budget::let_go`] ends the hold.  Never cleared.
+    for_good: std::sync::atomic::AtomicBool,
     /// The limit last asked for (`set`, `share`), held or not: what the
     /// bounds return to when let go.
     wanted: AtomicUsize,
@@ -110,6 +114,7 @@ impl Budget {
             low: AtomicUsize::new(0),
             wake: AtomicUsize::new(0),
             held: std::sync::atomic::AtomicBool::new(false),
+            for_good: std::sync::atomic::AtomicBool::new(false),
             wanted: AtomicUsize::new(0),
             max_overrun: AtomicUsize::new(0),
             overrun,
@@ -248,9 +253,26 @@ impl Budget {
         self.limit.store(HELD, Ordering::Release);
     }
 
+    /// [`Budget::hold`], never let go: the instance stops paging.  The
+    /// flag is stored before the bounds are, SeqCst, for the evictors'
+    /// check after a claim (`Inner::pinned`).
+    pub fn hold_for_good(&self) {
+        self.for_good.store(true, Ordering::SeqCst);
+        self.hold();
+    }
+
+    /// Whether [`Budget::hold_for_good`] was called.
+    #[inline]
+    pub fn held_for_good(&self) -> bool {
+        self.for_good.load(Ordering::Relaxed)
+    }
+
     /// Back to the limit last asked for; the reclaimer takes the resident
-    /// set down to it from the next pass.
+    /// set down to it from the next pass.  Nothing, once held for good.
     pub fn let_go(&self) {
+        if self.for_good.load(Ordering::Acquire) {
+            return;
+        }
         self.held.store(false, Ordering::Release);
         self.share(self.wanted.load(Ordering::Relaxed));
     }

@@ -616,7 +616,20 @@ impl Inner {
     #[inline]
     pub fn pinned(&self, id: u32) -> bool {
         std::sync::atomic::fence(Ordering::SeqCst);
-        self.pins[id as usize].load(Ordering::Relaxed) != 0
+        // An instance that stopped paging (`bring::unpage`) keeps every
+        // page: its flag is stored, then fenced, before the walk that
+        // brings pages in, so that a claim either sees it here or is seen
+        // by the walk, as a pin is.
+        self.pins[id as usize].load(Ordering::Relaxed) != 0 || self.budget().held_for_good()
+    }
+
+    /// Whether this instance stopped paging (`bring::unpage`), for an
+    /// evictor that has just taken a claim where no pin is looked at (a
+    /// 2 MB unit): fenced as [`Inner::pinned`] is.
+    #[inline]
+    pub fn paging_stopped(&self) -> bool {
+        std::sync::atomic::fence(Ordering::SeqCst);
+        self.budget().held_for_good()
     }
 
     /// Ids `start..start + len` are free again, and the `pages` pages of

@@ -23,7 +23,7 @@ impl std::fmt::Write for Line {
 }
 
 /// Write `args` and a newline to stderr.
-pub(crate) fn line(args: std::fmt::Arguments<'_>) {
+pub fn line(args: std::fmt::Arguments<'_>) {
     let mut l = Line {
         buf: [0; LINE],
         len: 0,

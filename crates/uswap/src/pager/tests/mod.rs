@@ -396,6 +396,106 @@ fn pinned_pages_take_the_kernels_stores_in_sigbus_mode() {
     assert_all_returned(&swap, "pin");
 }
 
+/// `stop_paging` in SIGBUS mode while another thread keeps writing the
+/// region and the reclaimer keeps taking its pages out: after it, every
+/// page holds what was written last, nothing more goes out however much
+/// is written, and the kernel's own stores land unpinned, into pages
+/// that had gone out and into pages never written, where before the
+/// same `pread(2)` failed with EFAULT (a program's io_uring, whose
+/// workers store into its buffers later, is what it is for).
+#[test]
+fn stopped_paging_leaves_every_page_to_the_kernel() {
+    use std::os::fd::AsRawFd;
+    let swap = ram_swap(MIB, 64 * MIB, FaultMode::Sigbus);
+    let len = (16 * MIB) as usize;
+    let written = len / 2;
+    let region = swap.map(len).unwrap();
+    let base = region.as_ptr() as usize;
+    let (_dir, f, data) = pattern_file(written, 7);
+    // SAFETY: pread into a page of the region never written; no Rust
+    // reference to the region's memory is alive while this test runs.
+    let n = unsafe { libc::pread(f.as_raw_fd(), (base + written) as *mut libc::c_void, PAGE_SIZE, 0) };
+    assert_eq!(n, -1, "an unpinned pread into a page never written");
+    assert_eq!(std::io::Error::last_os_error().raw_os_error(), Some(libc::EFAULT));
+    let pages = written / PAGE_SIZE;
+    let stamp = |round: u64, p: usize| round << 32 | p as u64;
+    let stop = AtomicBool::new(false);
+    let rounds = std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let mut round = 0u64;
+            // At least three rounds before the stop and one after.
+            while round < 3 || !stop.load(AtOrd::Acquire) {
+                for p in 0..pages {
+                    // SAFETY: the region's pages, written by this thread
+                    // alone while the scope lives.
+                    unsafe { ((base + p * PAGE_SIZE) as *mut u64).write_volatile(stamp(round, p)) };
+                }
+                round += 1;
+            }
+            for p in 0..pages {
+                // SAFETY: as above.
+                unsafe { ((base + p * PAGE_SIZE) as *mut u64).write_volatile(stamp(round, p)) };
+            }
+            round
+        });
+        while swap.stats().counters.evictions < 2 * pages as u64 {
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
+        let brought = swap.stop_paging().expect("every page brought in");
+        assert!(brought > 0, "pages were out when paging stopped");
+        stop.store(true, AtOrd::Release);
+        writer.join().unwrap()
+    });
+    assert!(swap.paging_stopped());
+    for p in 0..pages {
+        // SAFETY: the region's pages; the writer is done.
+        let v = unsafe { ((base + p * PAGE_SIZE) as *const u64).read_volatile() };
+        assert_eq!(v, stamp(rounds, p), "page {p} after the stop");
+    }
+    let evictions = swap.stats().counters.evictions;
+    // Four times the budget written again, and read through the kernel:
+    // nothing goes out, and every store lands.
+    for off in (0..written).step_by(64 << 10) {
+        // SAFETY: pread into the region's written half, unpinned.
+        let n = unsafe {
+            libc::pread(
+                f.as_raw_fd(),
+                (base + off) as *mut libc::c_void,
+                64 << 10,
+                off as i64,
+            )
+        };
+        assert_eq!(n, 64 << 10, "pread at {off}: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: pread into the never-written half, unpinned.
+    let n = unsafe { libc::pread(f.as_raw_fd(), (base + written) as *mut libc::c_void, PAGE_SIZE, 0) };
+    assert_eq!(n, PAGE_SIZE as isize, "{}", std::io::Error::last_os_error());
+    assert!(
+        region.as_slice()[..written] == data[..],
+        "every kernel store landed"
+    );
+    // A pin (a system call's, `uswap run`'s) over pages never written
+    // returns at once: their states no longer follow them.
+    drop(region.pin(written, written, true).unwrap());
+    assert!(region.as_slice()[written..written + PAGE_SIZE] == data[..PAGE_SIZE]);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(
+        swap.stats().counters.evictions,
+        evictions,
+        "nothing went out after the stop"
+    );
+    // A hold let go (a debugger's) does not start paging again.
+    swap.let_go();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(swap.stats().counters.evictions, evictions);
+    // A region mapped now is plain memory: the kernel fills it.
+    let later = swap.map(PAGE_SIZE * 16).unwrap();
+    // SAFETY: pread into the new region's first page, unpinned.
+    let n = unsafe { libc::pread(f.as_raw_fd(), later.as_ptr().cast(), PAGE_SIZE, 0) };
+    assert_eq!(n, PAGE_SIZE as isize, "{}", std::io::Error::last_os_error());
+    assert!(later.as_slice()[..PAGE_SIZE] == data[..PAGE_SIZE]);
+}
+
 /// A page read back from a compressed device comes in dirty but sealed
 /// (write-protected): a pin for the kernel's store must unprotect it, or
 /// the kernel's write fails with EFAULT in SIGBUS mode (Python's imports
