@@ -381,7 +381,7 @@ pub(crate) fn or_more(alloc: impl Fn() -> *mut c_void) -> *mut c_void {
 /// Python pool worker's 60 MB of freed strings stayed charged to the
 /// tree until written to swap.  mimalloc's default is a second, which a
 /// process between two tasks may not reach; at 10 ms Python's malloc
-/// churn ran 1.02x the time with no purging (farm-bench, 7 runs paired;
+/// churn ran 1.02x the time with no purging (7 whole-process runs, paired;
 /// 1.12x at 0, purging at every free).
 pub(crate) const PURGE_DELAY_MS: std::ffi::c_long = 10;
 

@@ -57,6 +57,10 @@ pub enum Runner {
     /// `uswap run --mode sigbus` with a compressed device, its store left
     /// out of the budget.
     UswapSigbusZram,
+    /// `uswap run --mode auto` (the default mode) with a compressed
+    /// device, its store left out of the budget: what a user who names
+    /// no mode gets, beside the two modes named.
+    UswapDefaultZram,
     /// `uswap run --mode handler` with a tier: a compressed store of
     /// --store-size in front of a swap file in --swap-dir.
     UswapTier,
@@ -102,6 +106,7 @@ impl Runner {
             Runner::KernelFile => "kernel-file",
             Runner::UswapZram => "uswap-zram",
             Runner::UswapSigbusZram => "uswap-sigbus-zram",
+            Runner::UswapDefaultZram => "uswap-default-zram",
             Runner::UswapTier => "uswap-tier",
             Runner::KernelZswap => "kernel-zswap",
             Runner::LibraryZram => "library-zram",
@@ -340,7 +345,10 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
     let exe = std::env::current_exe().context("finding this executable")?;
     // Like for like with kernel-zram, whose store a memory group does not
     // charge: a compressed store alone stays out of the budget.
-    let store_outside = matches!(r, Runner::UswapZram | Runner::UswapSigbusZram);
+    let store_outside = matches!(
+        r,
+        Runner::UswapZram | Runner::UswapSigbusZram | Runner::UswapDefaultZram
+    );
     let uswap_run = |mode: &str, spec: String| {
         let mut c = Command::new(&exe);
         let (mode, guard) = match mode.split_once(',') {
@@ -394,6 +402,7 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
         Runner::UswapSigbusNoguard => uswap_run("sigbus,off", format!("ram:{swap}")),
         Runner::UswapZram => uswap_run("handler", format!("zram:{swap}")),
         Runner::UswapSigbusZram => uswap_run("sigbus", format!("zram:{swap}")),
+        Runner::UswapDefaultZram => uswap_run("auto", format!("zram:{swap}")),
         Runner::UswapTier => uswap_run("handler", format!("zram:{store},file:{}:{swap}", file.display())),
         Runner::UswapAuto | Runner::UswapSigbusAuto => {
             let mut c = Command::new(&exe);
