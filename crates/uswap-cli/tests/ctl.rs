@@ -138,6 +138,10 @@ fn ends_with_its_data(child: std::process::Child, mode: Mode) {
 /// runs, `thaw` gives the budget back, and every byte reads back at its
 /// end.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget, timed: run in the release pass (CI runs both)"
+)]
 fn a_lower_budget_freeze_and_thaw_are_followed_live_and_the_data_reads_back() {
     let _one = ONE_AT_A_TIME
         .lock()
@@ -246,6 +250,10 @@ fn another_user_is_refused_and_a_process_in_no_tree_is_named() {
 /// serves from a tenth of it has its budget lowered under its peak while
 /// it runs, and reads every byte back at its end.
 #[test]
+#[cfg_attr(
+    debug_assertions,
+    ignore = "a program paged at several times its budget, timed: run in the release pass (CI runs both)"
+)]
 fn an_auto_budget_comes_down_under_a_service_with_cold_memory() {
     let _one = ONE_AT_A_TIME
         .lock()
