@@ -275,6 +275,11 @@ impl Budget {
         }
         self.held.store(false, Ordering::Release);
         self.share(self.wanted.load(Ordering::Relaxed));
+        // A hold for good taken meanwhile stays: its bounds again (the
+        // evictors refuse every page anyway, `Inner::pinned`).
+        if self.for_good.load(Ordering::SeqCst) {
+            self.hold();
+        }
     }
 
     /// The limit asked for, held or not (what statistics report).
