@@ -610,22 +610,21 @@ impl Inner {
     }
 
     /// Whether page `id`, whose claim the caller (an evictor) has just
-    /// taken, is pinned: then it must stay.  The fence pairs with the one
-    /// in `Region::pin`: either this sees the pin, or the pinner sees the
-    /// claim and lets go.
+    /// taken, is pinned, or the instance stopped paging: then it must
+    /// stay.  The fence pairs with the one in `Region::pin`: either this
+    /// sees the pin, or the pinner sees the claim and lets go.
     #[inline]
     pub fn pinned(&self, id: u32) -> bool {
-        std::sync::atomic::fence(Ordering::SeqCst);
-        // An instance that stopped paging (`bring::unpage`) keeps every
-        // page: its flag is stored, then fenced, before the walk that
-        // brings pages in, so that a claim either sees it here or is seen
-        // by the walk, as a pin is.
-        self.pins[id as usize].load(Ordering::Relaxed) != 0 || self.budget().held_for_good()
+        // The fence is `paging_stopped`'s, before both loads.
+        self.paging_stopped() || self.pins[id as usize].load(Ordering::Relaxed) != 0
     }
 
     /// Whether this instance stopped paging (`bring::unpage`), for an
-    /// evictor that has just taken a claim where no pin is looked at (a
-    /// 2 MB unit): fenced as [`Inner::pinned`] is.
+    /// evictor that has just taken a claim: then every page stays.  Its
+    /// flag is stored, then fenced, before the walk that brings pages
+    /// in, so that a claim either sees it here or is seen by the walk,
+    /// as a pin is.  A 2 MB unit's evictor, which looks at no pin, asks
+    /// this alone.
     #[inline]
     pub fn paging_stopped(&self) -> bool {
         std::sync::atomic::fence(Ordering::SeqCst);
