@@ -55,8 +55,8 @@ enum Command {
     /// and its threads, and the private anonymous memory it maps itself,
     /// however its runtime maps it (mmap, reservations committed later
     /// as OpenJDK, V8 and Go's cgo runtime do, munmap, mremap, madvise),
-    /// for any user (SIGBUS mode) or with the privilege for kernel faults
-    /// (handler-thread mode, the default where allowed).  Every process
+    /// for any user (SIGBUS mode, the default) or, with the privilege
+    /// for kernel faults, by handler threads (`--mode handler`).  Every process
     /// the program starts (a shell's commands, a pipeline, make, Python's
     /// spawn workers, a child that forks without exec) is paged too, the
     /// whole tree under the one budget, as a memory cgroup holds it;

@@ -675,7 +675,13 @@ fn program_runs_each_runner_in_a_memory_group_and_counts_oom_kills() {
 /// kernel swap: the same output as plain (the bench checks it), memory
 /// sampled over the run, under the ceiling, and while the service serves
 /// after the descent both hold less than three quarters of their peak
-/// and less than plain's mean.  Release only: a minute of paging.
+/// and less than plain's mean.  The service serves for about 11 s: the
+/// controller lowers the budget a tenth a second at most, and uswap's
+/// tree starts a third above plain's (mimalloc's 5 KiB size class holds
+/// each 4 KiB record), so a shorter run on a faster machine left the
+/// window before the descent had passed plain (CI, 2026-12-03: 123 MiB
+/// against 123; here 75-78 against 127).  Release only: a minute of
+/// paging.
 #[test]
 #[cfg_attr(debug_assertions, ignore = "a minute of paging: run in the release pass")]
 fn program_auto_runners_give_back_cold_memory() {
@@ -699,7 +705,7 @@ fn program_auto_runners_give_back_cold_memory() {
         common::PYTHON,
         service,
         "120",
-        "700000",
+        "1000000",
         "last",
     ]);
     let run = |name: &str| -> Value {
