@@ -315,8 +315,8 @@ const _: () = assert!(SLACK <= overrun::SLACK_ROOM);
 /// not count, up to [`PATIENCE_MS`] in all.  A growing swap file at its
 /// file system's reserve is full, not slow (its writes fail because it
 /// may not grow): those tries count, as a memory cgroup whose swap is
-/// full is told at once (its test program stalled 71 s, every thread
-/// waiting, before the kill).
+/// full is told at once (`tests/default_swap.rs`'s full disk ran 99 s,
+/// every thread of its program stalled, before the kill; 17 s now).
 const TRIES: u32 = 200;
 /// The longest a fault past the bound waits on failing writes.
 const PATIENCE_MS: u32 = 60_000;
