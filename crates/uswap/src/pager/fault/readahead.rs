@@ -22,6 +22,20 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// Most pages one fault reads ahead.
 pub(crate) const READAHEAD_MAX: u32 = 32;
 
+/// The resident pages a process holds before a first touch fills the
+/// whole window ahead (wide fault-around): 4 MiB.  A small process (a
+/// shell, `make`, a compiler driver) touches a page here and there of
+/// its allocator's 64 KiB pages, each a wide fill of zeros it never
+/// uses, and it holds them while it waits for its children, idle, with
+/// no reclaimer running to give them back: a gcc driver held 1.3 MiB of
+/// heap where it uses 0.2.  In a tree at its budget (`make -j2` at 24
+/// MiB on a swap file) every such page was one the compilers paged for:
+/// 7.6-7.9 s, and 4.5-5.2 s with small processes filling nothing ahead
+/// (docs/results/issue44/2026-12-03/make-j2-file.txt).  A program that
+/// maps and touches memory in pieces (Python's arenas) is past this in
+/// its first milliseconds; its malloc churn ran as fast either way.
+pub(crate) const WIDE_FROM: usize = 1024;
+
 /// A fault's own read from a swap file, waiting to go out with its
 /// window's (`install`, serve.rs): read alone first, the page and then
 /// its window were two disk round trips, where the kernel's
@@ -203,8 +217,8 @@ impl Readahead {
 /// sequential writer takes one fault per run, not per page).
 ///
 /// A first touch (`first_touch`: the fault installed zeros) while the
-/// resident set is under half the budget fills the whole window
-/// ([`READAHEAD_MAX`]) whatever the order of the faults
+/// resident set is under half the budget and past [`WIDE_FROM`] fills
+/// the whole window ([`READAHEAD_MAX`]) whatever the order of the faults
 /// (`SwapBuilder::wide_fault_around`): a program far from its budget pays
 /// one fault per run of fresh pages, not one per page, as it maps and
 /// touches memory (Python maps arenas afresh and touches them in pieces,
@@ -222,8 +236,10 @@ pub(crate) fn read_ahead(
 ) {
     let mut st = Readahead::get();
     let in_order = st.lo != 0 && st.lo <= addr && addr <= st.hi;
-    let wide =
-        first_touch && inner.wide_fault_around() && inner.budget().charged() < inner.budget().limit() / 2;
+    let wide = first_touch
+        && inner.wide_fault_around()
+        && inner.budget().charged() < inner.budget().limit() / 2
+        && inner.budget().charged() >= WIDE_FROM;
     if inner.trend_prefetch() && !in_order && !wide {
         // The trend's turn (trend.rs).  A fault on the trend's steps
         // within its window's reach is one step of it; just past the
