@@ -544,12 +544,16 @@ impl SwapBuilder {
             .kept_empty();
         // Bounce frames: one per fault reading a page in, a run per
         // readahead (runs shrink to the frames free; a fault waits for
-        // one).  Populated at start, so they are memory every process
-        // pays for from its first instant, inside its budget: 256 (1 MiB)
-        // is many more than faults in flight at once, and at the budgets
-        // of a tree's small members (a shell, `sha256sum`, a compiler
-        // pass) a quarter of their memory; one frame per 256 pages of the
-        // budget, 64 (two full readahead runs) at the least.
+        // one).  Memory inside the budget once used: 256 (1 MiB) is many
+        // more than faults in flight at once, and at the budgets of a
+        // tree's small members (a shell, `sha256sum`, a compiler pass) a
+        // quarter of their memory; one frame per 256 pages of the
+        // budget, 64 (two full readahead runs) at the least.  Each frame
+        // is populated by the first read into it, a minor fault of the
+        // kernel's (about a microsecond, once a frame), not at start:
+        // populated then, 256 KiB at the least, they were the largest
+        // part of what each process of a tree that never swaps in (a
+        // shell, `make`, a compiler driver) paid for uswap.
         let bounce_frames = window_frames.min(((self.budget / page / 256) as u32).clamp(64, 256));
         let bounce = FramePool::new(bounce_frames, &registry, LockId::BOUNCE_FRAMES).map_err(|source| {
             PagerError::Mmap {
@@ -557,9 +561,6 @@ impl SwapBuilder {
                 source,
             }
         })?;
-        // Bounce frames are read into and copied from: populate them now,
-        // not on the fault path.
-        bounce.populate();
         let zero_bytes = crate::pager::fault::readahead::READAHEAD_MAX as usize * PAGE_SIZE;
         let zero = Mapping::new(zero_bytes, PAGE_SIZE).map_err(|source| PagerError::Mmap {
             bytes: zero_bytes,

@@ -29,10 +29,10 @@ pub(crate) struct FramePool {
     /// Whether a free frame holds no page: true of the staging pool,
     /// whose frames receive pages by `UFFDIO_MOVE` and `UFFDIO_COPY`, which
     /// refuse a populated destination (`EEXIST`); false of the bounce
-    /// pool, populated at start and read into.  Checked in debug builds
-    /// as each frame is handed out: a free frame that holds a page is one
-    /// freed while a staged page still lived in it, whose contents the
-    /// next discard would drop (docs/RELIABILITY.md).
+    /// pool, read into (each frame populated by its first read).  Checked
+    /// in debug builds as each frame is handed out: a free frame that
+    /// holds a page is one freed while a staged page still lived in it,
+    /// whose contents the next discard would drop (docs/RELIABILITY.md).
     empty_when_free: bool,
 }
 
@@ -206,14 +206,6 @@ impl FramePool {
     /// are such.
     pub fn hold_run(&self, n: u32) -> Option<HeldFrames<'_>> {
         self.get_run(n).map(|first| HeldFrames { pool: self, first, n })
-    }
-
-    /// Every frame of the pool, zero-filled: populated before any fault
-    /// needs one (bounce frames are read into and copied from).
-    pub fn populate(&self) {
-        let n = (self.map.len() / PAGE_SIZE) as u32;
-        let mut all = self.hold_run(n).expect("a fresh pool holds every frame free");
-        all.bytes().fill(0);
     }
 
     /// Return a frame.
