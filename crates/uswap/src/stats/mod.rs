@@ -131,6 +131,14 @@ pub struct LockSite {
 }
 
 impl LockSite {
+    /// One acquisition of a lock of this site, and how long its taker
+    /// waited when it had to (a lock other than a [`StatMutex`]:
+    /// `table::LockTable`'s).
+    #[inline]
+    pub(crate) fn acquired(&self, waited_ns: Option<u64>) {
+        self.block.lock_acquired(self.id.0, waited_ns);
+    }
+
     /// The name this site is reported under.
     pub fn name(&self) -> &'static str {
         Locks::TABLE[self.id.0 as usize].0

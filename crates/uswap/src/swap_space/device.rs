@@ -22,7 +22,7 @@
 
 use crate::stats::{CounterId, LockId};
 use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::{Arc, MutexGuard};
+use std::sync::Arc;
 
 use crossbeam_utils::CachePadded;
 
@@ -31,7 +31,7 @@ use super::avail::SpaceShared;
 use super::config::{SlotDeviceConfig, SwapSpaceBuilder, Switches};
 use super::entry::{SwapEntry, SwapError};
 use crate::stats::{Counter, Registry, StatMutex};
-use crate::table::{self, TableError};
+use crate::table::{self, LockGuard, LockTable, TableError, Zeroed};
 
 /// Highest use count kept in the map byte itself (`SWAP_MAP_MAX`); beyond
 /// it the count continues in the cluster's continuation array.
@@ -60,8 +60,12 @@ pub(crate) struct Cluster {
     pub(super) count: u32,
     /// Use counts above `SWAP_MAP_MAX`, allocated the first time a slot of
     /// this cluster overflows: the kernel's swap continuation page.
-    pub(super) continued: Option<Box<[u32]>>,
+    pub(super) continued: Option<Box<[u32; CLUSTER_SLOTS as usize]>>,
 }
+
+// SAFETY: a zero count, and `None`: all-zero bytes are `None` for an
+// `Option<Box<U>>` of a sized `U` (std's documented representation).
+unsafe impl Zeroed for Cluster {}
 
 /// A CPU's current cluster (`struct percpu_cluster`): allocations on this
 /// CPU take consecutive free slots of it, so that a CPU's slots, and the
@@ -127,7 +131,7 @@ pub struct SlotDevice {
     pub(super) switches: Switches,
     pub(super) trunk_slots: u64,
     pub(super) map: Box<[AtomicU8]>,
-    pub(super) clusters: Box<[StatMutex<Cluster>]>,
+    pub(super) clusters: LockTable<Cluster>,
     /// The device lock, on its own cache line so that taking it does not
     /// bounce the read-mostly fields above between CPUs.
     pub(super) inner: CachePadded<StatMutex<DeviceInner>>,
@@ -159,36 +163,33 @@ impl SlotDevice {
         let map_len = nr_clusters * CLUSTER_SLOTS;
         // One byte a slot, zero (free) until used: committed as used.
         let map: Box<[AtomicU8]> = table::zeroed(map_len as usize, "swap_map")?;
-        let cluster_site = registry.lock_site(LockId::CLUSTER);
-        let mut counts = vec![0u32; nr_clusters as usize];
+        // Committed as clusters are used: written here, only the first
+        // and the last.
+        let mut clusters = LockTable::<Cluster>::zeroed(
+            nr_clusters as usize,
+            registry.lock_site(LockId::CLUSTER),
+            "cluster locks",
+        )?;
         // The header slot and the tail past `max` are never usable: mark
         // them bad and count them in their cluster, so that cluster never
-        // looks free (the kernel does the same in setup_clusters).
+        // looks free (the kernel does the same in setup_clusters).  The
+        // tail lies in the last cluster alone (`max` is past the one
+        // before it).
         for off in std::iter::once(0).chain(max..map_len) {
             map[off as usize].store(SWAP_MAP_BAD, Ordering::Relaxed);
-            counts[(off / CLUSTER_SLOTS) as usize] += 1;
+            clusters.get_mut(Self::cluster_of(off)).count += 1;
         }
         let mut lists = ClusterLists::new(nr_clusters as u32);
         lists.set_freed_first(cfg.grows);
-        for (c, &n) in counts.iter().enumerate() {
+        let last = nr_clusters as usize - 1;
+        for c in std::iter::once(0).chain((last > 0).then_some(last)) {
+            let n = clusters.get_mut(c).count;
             if n as u64 == CLUSTER_SLOTS {
                 lists.move_to(c as u32, ListId::Full);
             } else if n > 0 {
                 lists.move_to(c as u32, ListId::Nonfull);
             }
         }
-        let mut clusters = Vec::new();
-        table::reserve(&mut clusters, counts.len(), "cluster locks")?;
-        clusters.extend(counts.iter().map(|&count| {
-            StatMutex::new(
-                Cluster {
-                    count,
-                    continued: None,
-                },
-                cluster_site.clone(),
-            )
-        }));
-        let clusters = clusters.into_boxed_slice();
         let pages = max - 1;
         let mut rng = seed ^ (0x9e37_79b9_7f4a_7c15u64.wrapping_mul(index as u64 + 1)) | 1;
         let highest_bit = max - 1;
@@ -354,7 +355,7 @@ impl SlotDevice {
         let c = Self::cluster_of(base);
         let mut si = self.inner.lock();
         {
-            let mut cl = self.clusters[c].lock();
+            let mut cl = self.clusters.lock(c);
             if cl.count as u64 != CLUSTER_SLOTS
                 || (base..base + CLUSTER_SLOTS).any(|o| self.map[o as usize].load(Ordering::Relaxed) != 1)
             {
@@ -381,7 +382,7 @@ impl SlotDevice {
         let mut i = 0;
         while i < offsets.len() {
             let c = Self::cluster_of(offsets[i].offset());
-            let mut cl = self.clusters[c].lock();
+            let mut cl = self.clusters.lock(c);
             while i < offsets.len() && Self::cluster_of(offsets[i].offset()) == c {
                 let off = offsets[i].offset();
                 let prev = self.map[off as usize].swap(0, Ordering::Relaxed);
@@ -415,7 +416,7 @@ impl SlotDevice {
     /// The use count of slot `off` (0 when free or only reserved).
     pub(crate) fn count(&self, off: u64) -> Result<u32, SwapError> {
         self.check_offset(off)?;
-        let cl = self.clusters[Self::cluster_of(off)].lock();
+        let cl = self.clusters.lock(Self::cluster_of(off));
         Ok(self.count_locked(&cl, off))
     }
 
@@ -436,9 +437,9 @@ impl SlotDevice {
 
     /// Lock the cluster of `off` and read the slot: its map byte and use
     /// count, refusing a slot that is not allocated.
-    fn lock_allocated(&self, off: u64) -> Result<(MutexGuard<'_, Cluster>, u8, u32), SwapError> {
+    fn lock_allocated(&self, off: u64) -> Result<(LockGuard<'_, Cluster>, u8, u32), SwapError> {
         self.check_offset(off)?;
-        let cl = self.clusters[Self::cluster_of(off)].lock();
+        let cl = self.clusters.lock(Self::cluster_of(off));
         let v = self.map[off as usize].load(Ordering::Relaxed);
         let count = self.count_locked(&cl, off);
         if count == 0 {
@@ -463,9 +464,7 @@ impl SlotDevice {
         if v & COUNT_MASK < SWAP_MAP_MAX {
             self.map[off as usize].store(v + 1, Ordering::Relaxed);
         } else {
-            let cont = cl
-                .continued
-                .get_or_insert_with(|| vec![0u32; CLUSTER_SLOTS as usize].into_boxed_slice());
+            let cont = cl.continued.get_or_insert_with(|| Box::new([0; CLUSTER_SLOTS as usize]));
             cont[(off % CLUSTER_SLOTS) as usize] += 1;
             self.map[off as usize].store(v | COUNT_CONTINUED, Ordering::Relaxed);
         }
@@ -503,10 +502,8 @@ impl SlotDevice {
 
     #[cfg(test)]
     pub(crate) fn set_continued_for_test(&self, off: u64, extra: u32) {
-        let mut cl = self.clusters[Self::cluster_of(off)].lock();
-        let cont = cl
-            .continued
-            .get_or_insert_with(|| vec![0u32; CLUSTER_SLOTS as usize].into_boxed_slice());
+        let mut cl = self.clusters.lock(Self::cluster_of(off));
+        let cont = cl.continued.get_or_insert_with(|| Box::new([0; CLUSTER_SLOTS as usize]));
         cont[(off % CLUSTER_SLOTS) as usize] = extra;
         self.map[off as usize].store(SWAP_MAP_MAX | COUNT_CONTINUED, Ordering::Relaxed);
     }
@@ -532,8 +529,8 @@ impl SlotDevice {
         let mut inuse = 0u64;
         let mut free = 0u64;
         let mut nreserved = 0usize;
-        for (c, lock) in self.clusters.iter().enumerate() {
-            let cl = lock.lock();
+        for c in 0..self.clusters.len() {
+            let cl = self.clusters.lock(c);
             let base = c as u64 * CLUSTER_SLOTS;
             let mut count = 0u32;
             for off in base..base + CLUSTER_SLOTS {

@@ -72,7 +72,7 @@ impl SlotDevice {
             if si.percpu_cluster.iter().any(|p| p.index == Some(c)) {
                 continue;
             }
-            let count = self.clusters[c as usize].lock().count as u64;
+            let count = self.clusters.lock(c as usize).count as u64;
             if count <= CLUSTER_SLOTS * 3 / 4 {
                 return Some(c);
             }
@@ -147,7 +147,7 @@ impl SlotDevice {
             // Other CPUs may have taken slots of our cluster (they scan the
             // whole map when they find no free cluster): look again.
             if tmp < max {
-                let _cl = self.clusters[c as usize].lock();
+                let _cl = self.clusters.lock(c as usize);
                 while tmp < max && self.map[tmp as usize].load(Ordering::Relaxed) != 0 {
                     tmp += 1;
                 }
@@ -222,7 +222,7 @@ impl SlotDevice {
                 }
                 let c = Self::cluster_of(offset);
                 {
-                    let mut cl = self.clusters[c].lock();
+                    let mut cl = self.clusters.lock(c);
                     if self.map[offset as usize].load(Ordering::Relaxed) != 0 {
                         drop(cl);
                         if n_ret == 0 {
@@ -355,7 +355,7 @@ impl SlotDevice {
         si.fresh = si.fresh.max(c + 1);
         let base = c as u64 * CLUSTER_SLOTS;
         {
-            let mut cl = self.clusters[c as usize].lock();
+            let mut cl = self.clusters.lock(c as usize);
             debug_assert_eq!(cl.count, 0);
             for off in base..base + CLUSTER_SLOTS {
                 self.map[off as usize].store(1, Ordering::Relaxed);
