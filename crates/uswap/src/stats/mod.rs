@@ -1,10 +1,11 @@
 //! Statistics: operation counters and lock profiles, cheap enough to leave on.
 //!
 //! The seeds argue from `perf lock` profiles ("`get_swap_pages` 21.03% ->
-//! gone"), so every lock in uswap is a [`StatMutex`] that reports, per lock
-//! *site* (all cluster locks share the site `cluster`, all swap-cache trunks
-//! the site `swap_cache_trunk`), how often it was taken, how often the taker
-//! found it held, and how long it waited.
+//! gone"), so every lock in uswap is a [`StatMutex`] (or, for the cluster
+//! locks, an entry of a `table::LockTable`, committed as it is used) that
+//! reports, per lock *site* (all cluster locks share the site `cluster`,
+//! all swap-cache trunks the site `swap_cache_trunk`), how often it was
+//! taken, how often the taker found it held, and how long it waited.
 //!
 //! Cost: an uncontended acquisition adds one relaxed increment to a counter
 //! shard owned (in practice) by the calling thread, so counters never bounce

@@ -179,7 +179,7 @@ impl SlotDevice {
             map[off as usize].store(SWAP_MAP_BAD, Ordering::Relaxed);
             clusters.get_mut(Self::cluster_of(off)).count += 1;
         }
-        let mut lists = ClusterLists::new(nr_clusters as u32);
+        let mut lists = ClusterLists::new(nr_clusters as u32)?;
         lists.set_freed_first(cfg.grows);
         let last = nr_clusters as usize - 1;
         for c in std::iter::once(0).chain((last > 0).then_some(last)) {
