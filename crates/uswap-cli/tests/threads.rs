@@ -183,6 +183,48 @@ fn threads_start_when_first_needed() {
     }
 }
 
+/// A program that allocates its working set in one `malloc` and then only
+/// touches it (`programs/upfront.c`) reaches no safe point after that
+/// allocation, so the allocation starts the reclaimer, as it carries the
+/// process past its budget (`uswap::pager::expect_growth`).  Before, the
+/// need was found only by the faults, in a signal handler where no
+/// thread can start, and every page went out by a fault's own reclaim:
+/// xz -9 at 24 MiB on a swap file wrote each batch synchronously, 1.8x
+/// the kernel's time.  Every page reads back what its last pass wrote.
+#[test]
+fn a_program_that_allocates_up_front_gets_its_reclaimer() {
+    let dir = open_dir(false);
+    let bin = compile("upfront", dir.path());
+    for mode in Mode::all() {
+        let out = uswap_in(
+            mode,
+            &[
+                "run",
+                "--budget",
+                "16M",
+                "--swap",
+                "ram:256M",
+                "--",
+                bin.to_str().unwrap(),
+                "64",
+                "2",
+            ],
+            &[],
+        );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && text.starts_with("ok 16384"),
+            "{mode:?}: {:?} {text} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            text.split_whitespace().any(|t| t == "uswap-reclaim"),
+            "{mode:?}: no reclaimer in a process that allocated four times its budget at once: {text}"
+        );
+    }
+}
+
 /// Hand-offs between threads and between forked processes
 /// (`programs/handoff.c`: semaphores, condition variables, raw futex
 /// words, pipes, a fork pair, timed waits, every word and buffer in the

@@ -96,7 +96,7 @@ mod interpose {
             if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_malloc(size);
             }
-            program_allocates();
+            program_allocates(size);
             enomem_if_null(or_more(|| mi_malloc(size)))
         }
     }
@@ -108,7 +108,7 @@ mod interpose {
             if to_libc() || from_libc(caller) || starting_a_thread() {
                 return __libc_calloc(n, size);
             }
-            program_allocates();
+            program_allocates(n.saturating_mul(size));
             enomem_if_null(or_more(|| mi_calloc(n, size)))
         }
     }
@@ -125,6 +125,9 @@ mod interpose {
                 // glibc's: the block is freed, and nothing comes back.
                 free_block(p);
                 return std::ptr::null_mut();
+            }
+            if !to_libc() && !from_libc(caller) && !starting_a_thread() {
+                program_allocates(size);
             }
             if let Some(q) = realloc_big_aligned(p, size) {
                 return q;
@@ -713,13 +716,15 @@ fn realloc_big_aligned(p: *mut c_void, size: usize) -> Option<*mut c_void> {
     }
 }
 
-/// The program allocates, from its own code: a safe point to start
-/// uswap's background threads if the pager wants them
-/// (`uswap::pager::start_wanted_threads`: one load when it does not).
+/// The program allocates `size` bytes, from its own code: a safe point
+/// to start uswap's background threads if the pager wants them, or will
+/// once this is touched (`uswap::pager::expect_growth`: one load for a
+/// small allocation when none is wanted).  Not from inside libc, which
+/// may hold the locks starting a thread takes.
 #[inline]
-fn program_allocates() {
+fn program_allocates(size: usize) {
     if !uswap::pager::in_handler() {
-        uswap::pager::start_wanted_threads();
+        uswap::pager::expect_growth(size);
     }
 }
 

@@ -419,7 +419,9 @@ mod interpose {
             // The program maps memory of its own: a safe point to start
             // uswap's background threads, as its `malloc` is (heap.rs).
             if !uswap::pager::in_handler() {
-                uswap::pager::start_wanted_threads();
+                // A reservation (`PROT_NONE`: V8's cage, a JVM's heap)
+                // is address space, not memory about to be touched.
+                uswap::pager::expect_growth(if prot == libc::PROT_NONE { 0 } else { len });
             }
             if let Some(p) = serve(len, prot) {
                 return p;

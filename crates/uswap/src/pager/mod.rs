@@ -75,7 +75,7 @@ pub use crate::uffd::UffdError;
 pub use api::builder::SwapBuilder;
 pub use api::error::PagerError;
 pub use api::region::{Pinned, PinnedShared, Region};
-pub use api::swap::{start_wanted_threads, Swap};
+pub use api::swap::{expect_growth, start_wanted_threads, Swap};
 pub use entry::sigbus::FaultMode;
 pub use instance::overrun::{Overrun, OverrunError};
 pub use instance::regions::MAX_REGIONS;

@@ -69,6 +69,15 @@ pub(crate) fn start_wanted(inner: &Inner) {
     start_background(&me, &mut threads);
 }
 
+/// The program is about to take `pages` more: past the low watermark with
+/// them, want the background threads (started at the caller's safe point,
+/// `expect_growth`).
+pub(crate) fn expect(inner: &Inner, pages: usize) {
+    if !inner.background().running() && inner.budget().charged() + pages > inner.budget().low() {
+        inner.background().want();
+    }
+}
+
 /// The domain's budget was changed from outside (`uswap ctl`): past the
 /// new budget, want the reclaimer (started at the caller's safe point).
 /// Not the share alone: a process with no reclaimer says it keeps what it

@@ -16,14 +16,19 @@
 //!
 //! The need is found where it arises, on the fault path (resident pages
 //! past the low watermark, a readahead handed over), often in a SIGBUS
-//! handler, where a thread cannot be started: [`Background::want`] only
-//! marks it.  The threads start at the next safe point
-//! (`entry/threads.rs`, `start_wanted`): the end of a SIGBUS fault whose
-//! interrupted code is the program's own (not libc's, the loader's or
-//! uswap's, which may hold the locks `pthread_create` takes), a handler
-//! thread between faults, a fork's parent handler, or an allocation the
-//! program makes (`uswap run`'s `malloc`).  Until then faults reclaim for
-//! themselves, as they do whenever the reclaimer falls behind.
+//! handler, where a thread cannot be started (the interrupted code may
+//! hold the locks `pthread_create` takes, or be inside the allocator):
+//! [`Background::want`] only marks it.  The threads start at the next
+//! safe point (`entry/threads.rs`, `start_wanted`): a handler thread
+//! between faults, a fork's parent handler, `Swap::set_budget`, or an
+//! allocation or mapping the program makes from its own code (`uswap
+//! run`'s `malloc`, `calloc`, `realloc` and `mmap`).  Until then faults
+//! reclaim for themselves, as they do whenever the reclaimer falls
+//! behind.  A program may reach no safe point after the need: one that
+//! allocates its working set and then only computes over it.  So a large
+//! allocation that would carry the process past its low watermark wants
+//! the threads itself, before it is touched, and starts them there
+//! (`pager::expect_growth`).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 
