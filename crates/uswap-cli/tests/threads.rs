@@ -186,16 +186,23 @@ fn threads_start_when_first_needed() {
 /// A program that allocates its working set in one `malloc` and then only
 /// touches it (`programs/upfront.c`) reaches no safe point after that
 /// allocation, so the allocation starts the reclaimer, as it carries the
-/// process past its budget (`uswap::pager::expect_growth`).  Before, the
-/// need was found only by the faults, in a signal handler where no
-/// thread can start, and every page went out by a fault's own reclaim:
-/// xz -9 at 24 MiB on a swap file wrote each batch synchronously, 1.8x
-/// the kernel's time.  Every page reads back what its last pass wrote.
+/// process past its budget (`uswap::pager::expect_growth`) when its swap
+/// is on a disk.  Before, the need was found only by the faults, in a
+/// signal handler where no thread can start, and every page went out by
+/// a fault's own reclaim: xz -9 at 24 MiB on a swap file wrote each batch
+/// synchronously, 1.8x the kernel's time.  Every page reads back what its
+/// last pass wrote.
 #[test]
 fn a_program_that_allocates_up_front_gets_its_reclaimer() {
-    let dir = open_dir(false);
+    // World-writable: in SIGBUS mode as root the program runs as nobody,
+    // and its swap file is made in here.
+    let dir = open_dir(true);
     let bin = compile("upfront", dir.path());
     for mode in Mode::all() {
+        let swap = format!(
+            "file:{}:256M",
+            dir.path().join(format!("swap-{mode:?}")).display()
+        );
         let out = uswap_in(
             mode,
             &[
@@ -203,7 +210,7 @@ fn a_program_that_allocates_up_front_gets_its_reclaimer() {
                 "--budget",
                 "16M",
                 "--swap",
-                "ram:256M",
+                &swap,
                 "--",
                 bin.to_str().unwrap(),
                 "64",

@@ -374,6 +374,8 @@ const GROWTH_LOOK: usize = 1 << 20;
 /// safe point after it, and every page it sent out went by its own
 /// faults' reclaim: xz -9 at 24 MiB on a swap file wrote 470,000 pages
 /// in 7,381 batches of synchronous writes, its faults waiting on each.
+/// Only an instance whose swap waits on a disk wants them so early
+/// (`threads::expect` says why).
 pub fn expect_growth(bytes: usize) {
     if bytes >= GROWTH_LOOK {
         for inner in crate::pager::entry::fork::live_instances() {

@@ -25,10 +25,12 @@
 //! run`'s `malloc`, `calloc`, `realloc` and `mmap`).  Until then faults
 //! reclaim for themselves, as they do whenever the reclaimer falls
 //! behind.  A program may reach no safe point after the need: one that
-//! allocates its working set and then only computes over it.  So a large
-//! allocation that would carry the process past its low watermark wants
-//! the threads itself, before it is touched, and starts them there
-//! (`pager::expect_growth`).
+//! allocates its working set and then only computes over it.  So where
+//! the swap waits on a disk, a large allocation that would carry the
+//! process past its low watermark wants the threads itself, before it is
+//! touched, and starts them there (`pager::expect_growth`; on compressed
+//! RAM a fault's own reclaim is cheaper for the program than a reclaimer
+//! on the other CPU, `entry/threads.rs`'s `expect`).
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 
