@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 20] = [
+pub const ABLATIONS: [&str; 21] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -31,6 +31,7 @@ pub const ABLATIONS: [&str; 20] = [
     "no-neighbour-evict",
     "serial-reads",
     "lone-fault-reads",
+    "spread-slots",
 ];
 
 /// What an ablation sets.
@@ -72,6 +73,9 @@ pub struct Ablation {
     /// The fault's own read in its window's batch (SIGBUS mode); off:
     /// read alone before the window.
     pub fault_read_in_batch: bool,
+    /// Every device takes its freed and partly used clusters before
+    /// one never used; off: the kernel's order, a device swept whole.
+    pub compact_slots: bool,
 }
 
 /// The settings of ablation `name`.
@@ -93,6 +97,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         evict_neighbours: true,
         batched_reads: true,
         fault_read_in_batch: true,
+        compact_slots: true,
     };
     match name {
         "default" => {}
@@ -115,6 +120,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "no-neighbour-evict" => a.evict_neighbours = false,
         "serial-reads" => a.batched_reads = false,
         "lone-fault-reads" => a.fault_read_in_batch = false,
+        "spread-slots" => a.compact_slots = false,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)

@@ -404,6 +404,7 @@ impl Pager {
             .adaptive_clean(a.adaptive_clean)
             .batched_reads(a.batched_reads)
             .fault_read_in_batch(a.fault_read_in_batch)
+            .compact_slots(a.compact_slots)
             .evict_neighbours(a.evict_neighbours)
             // Published, as `uswap run` publishes.
             .publish(true)

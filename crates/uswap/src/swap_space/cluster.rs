@@ -60,7 +60,7 @@ pub struct ClusterLists {
     on: Box<[u8]>,
     implicit: std::ops::Range<u32>,
     /// A cluster that becomes free goes to the head of the free list, not
-    /// its tail (a device that grows: `SlotDeviceConfig::grows`), so that
+    /// its tail (a compact device: `SlotDeviceConfig::compact`), so that
     /// the clusters never used stay behind, in index order.
     freed_first: bool,
 }
@@ -139,7 +139,7 @@ impl ClusterLists {
     }
 
     /// Move `c` to `to` unless it is already on it (keeps its position):
-    /// to the tail, or, freed on a device that grows, to the head.
+    /// to the tail, or, freed on a compact device, to the head.
     #[inline]
     pub fn move_to(&mut self, c: u32, to: ListId) {
         let from = self.list_of(c);

@@ -83,7 +83,19 @@ pub struct SlotDeviceConfig {
     /// that grows): clusters freed are taken again first, then partly used
     /// ones, and a cluster never used only when there is neither, so that
     /// the backing's written part stays as small as the use allows.
+    /// Implies [`compact`](Self::compact).
     pub grows: bool,
+    /// Hand out slots as a growing device does (freed clusters, then
+    /// partly used ones, then one never used), whatever the backing.
+    /// Off (the kernel's order): a freed cluster goes behind every one
+    /// never used, and a device is swept whole before its first clusters
+    /// are taken again.  Each slot's metadata (a file's seal, the swap
+    /// cache's word) is committed at its first use and charged, in
+    /// `uswap run`, to the program's budget, where the kernel's is not:
+    /// swept whole, a 512 MiB encrypted swap file committed 4 MiB of
+    /// seals and cache words in a process (sort) whose live swap was a
+    /// fifth of it, under a budget of 40 MiB.
+    pub compact: bool,
 }
 
 impl SlotDeviceConfig {
@@ -94,6 +106,7 @@ impl SlotDeviceConfig {
             priority: 0,
             rotational: false,
             grows: false,
+            compact: false,
         }
     }
 
@@ -112,6 +125,13 @@ impl SlotDeviceConfig {
     /// Mark the device as one whose backing grows as it is written.
     pub fn grows(mut self, grows: bool) -> Self {
         self.grows = grows;
+        self
+    }
+
+    /// Keep the slots handed out within the clusters used so far while
+    /// any has room ([`SlotDeviceConfig::compact`]).
+    pub fn compact(mut self, compact: bool) -> Self {
+        self.compact = compact;
         self
     }
 }

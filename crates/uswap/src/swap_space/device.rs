@@ -95,10 +95,10 @@ pub(super) struct DeviceInner {
     /// CPUs work in different swap-cache trunks.
     pub(super) cluster_next_cpu: Box<[u64]>,
     pub(super) rng: u64,
-    /// A device that grows: the first cluster never used (the backing is
-    /// written below it only).
+    /// A compact device: the first cluster never used (the backing is
+    /// written, and the per-slot metadata committed, below it only).
     pub(super) fresh: u32,
-    /// A device that grows: where the next look for a partly used cluster
+    /// A compact device: where the next look for a partly used cluster
     /// below `fresh` starts (`partly_used_below_fresh`).
     pub(super) reuse_next: u32,
 }
@@ -122,8 +122,9 @@ pub struct SlotDevice {
     pub(super) index: u16,
     pub(super) priority: i32,
     pub(super) rotational: bool,
-    /// The backing grows as it is written (`SlotDeviceConfig::grows`).
-    pub(super) grows: bool,
+    /// Slots are taken from the clusters used so far while any has room
+    /// (`SlotDeviceConfig::compact`, and every device that grows).
+    pub(super) compact: bool,
     /// Slots the device has, header included (`si->max`).
     pub(super) max: u64,
     /// Usable slots: `max` less the header (`si->pages`).
@@ -180,7 +181,8 @@ impl SlotDevice {
             clusters.get_mut(Self::cluster_of(off)).count += 1;
         }
         let mut lists = ClusterLists::new(nr_clusters as u32)?;
-        lists.set_freed_first(cfg.grows);
+        let compact = cfg.grows || cfg.compact;
+        lists.set_freed_first(compact);
         let last = nr_clusters as usize - 1;
         for c in std::iter::once(0).chain((last > 0).then_some(last)) {
             let n = clusters.get_mut(c).count;
@@ -218,7 +220,7 @@ impl SlotDevice {
             index,
             priority: cfg.priority,
             rotational: cfg.rotational,
-            grows: cfg.grows,
+            compact,
             max,
             pages,
             switches,

@@ -42,7 +42,7 @@ impl SlotDevice {
 
     /// Whether a partly used cluster no CPU works through is on the
     /// nonfull or frag lists (with the nonfull lists switched on): a
-    /// device that grows takes one before a cluster never used.
+    /// compact device takes one before a cluster never used.
     fn has_partly_used(&self, si: &DeviceInner) -> bool {
         self.switches.nonfull_clusters
             && si
@@ -53,7 +53,7 @@ impl SlotDevice {
                 .any(|c| !si.percpu_cluster.iter().any(|p| p.index == Some(c)))
     }
 
-    /// A device that grows, without the nonfull lists: a cluster below
+    /// A compact device, without the nonfull lists: a cluster below
     /// the frontier with a quarter of its slots free or more, that no CPU
     /// works through, from a cursor that goes round the used clusters, a
     /// few looked at per call.  Without it every cluster switch took a
@@ -87,18 +87,19 @@ impl SlotDevice {
     fn try_ssd_cluster(&self, si: &mut DeviceInner, cpu: usize) -> Option<u64> {
         loop {
             if si.percpu_cluster[cpu].index.is_none() {
-                // A device that grows takes a freed cluster (they are at
+                // A compact device takes a freed cluster (they are at
                 // the head of the free list), then a partly used one, and
-                // a cluster never used (which grows its backing) last.
+                // a cluster never used (which grows a growing backing and
+                // commits its slots' metadata) last.
                 let free = si
                     .lists
                     .head(ListId::Free)
-                    .filter(|&c| !self.grows || c < si.fresh || !self.has_partly_used(si));
-                // Growing, with only a cluster never used at the head and
+                    .filter(|&c| !self.compact || c < si.fresh || !self.has_partly_used(si));
+                // Compact, with only a cluster never used at the head and
                 // no nonfull lists to say which are partly used: one of
                 // those below the frontier, if a few looked at have room.
                 let reused = match free {
-                    Some(c) if self.grows && c >= si.fresh && !self.switches.nonfull_clusters => {
+                    Some(c) if self.compact && c >= si.fresh && !self.switches.nonfull_clusters => {
                         self.partly_used_below_fresh(si)
                     }
                     _ => None,
@@ -128,7 +129,7 @@ impl SlotDevice {
                     si.lists.move_tail(c, ListId::Frag);
                     c
                 } else if let Some(c) = si.lists.head(ListId::Free) {
-                    // Growing, without the nonfull lists: a fresh one.
+                    // Compact, without the nonfull lists: a fresh one.
                     si.fresh = si.fresh.max(c + 1);
                     c
                 } else {

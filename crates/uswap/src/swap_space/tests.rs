@@ -553,14 +553,16 @@ proptest! {
     }
 }
 
-/// A device whose backing grows as it is written takes a cluster never
-/// used only when no freed or partly used one is left: filled, half
-/// freed, filled again, the slots handed out stay in the clusters used
-/// before; a device that does not grow moves on to fresh ones.
+/// A device whose backing grows as it is written, and any compact one,
+/// takes a cluster never used only when no freed or partly used one is
+/// left: filled, half freed, filled again, the slots handed out stay in
+/// the clusters used before; a device that is neither moves on to fresh
+/// ones (the kernel's order).
 #[test]
-fn a_growing_device_takes_freed_clusters_before_fresh_ones() {
-    for grows in [true, false] {
-        let s = space(&[SlotDeviceConfig::new(64 * CLUSTER_SLOTS).grows(grows)], Switches::DEFAULT, 1);
+fn a_compact_device_takes_freed_clusters_before_fresh_ones() {
+    for (grows, compact) in [(true, false), (false, true), (true, true), (false, false)] {
+        let cfg = SlotDeviceConfig::new(64 * CLUSTER_SLOTS).grows(grows).compact(compact);
+        let s = space(&[cfg], Switches::DEFAULT, 1);
         let first: Vec<SwapEntry> = (0..8 * CLUSTER_SLOTS).map(|_| s.alloc().unwrap()).collect();
         let highest = first.iter().map(|e| e.offset()).max().unwrap();
         // Free every other cluster's slots whole, and half of the others.
@@ -573,8 +575,8 @@ fn a_growing_device_takes_freed_clusters_before_fresh_ones() {
         s.drain_slot_caches();
         let again: Vec<SwapEntry> = (0..4 * CLUSTER_SLOTS).map(|_| s.alloc().unwrap()).collect();
         let past = again.iter().filter(|e| e.offset() > highest + CLUSTER_SLOTS).count();
-        if grows {
-            assert_eq!(past, 0, "a growing device took {past} slots of fresh clusters");
+        if grows || compact {
+            assert_eq!(past, 0, "grows {grows}, compact {compact}: {past} slots of fresh clusters");
         } else {
             assert!(past > 0, "the fifo free list moves on to fresh clusters");
         }
@@ -586,15 +588,31 @@ fn a_growing_device_takes_freed_clusters_before_fresh_ones() {
 /// clusters seldom empty whole, as a program's pages go at a small
 /// budget) keeps to the clusters it has used while a quarter or more of
 /// one is free: the span of slots ever written stays near the live
-/// count, not the number of allocations made.
+/// count, not the number of allocations made.  So does a compact device
+/// that does not grow; one in the kernel's order sweeps the device.
 #[test]
-fn a_growing_device_reuses_partly_used_clusters_under_churn() {
-    let s = space(&[SlotDeviceConfig::new(1024 * CLUSTER_SLOTS).grows(true)], Switches::DEFAULT, 1);
-    let live = 2 * CLUSTER_SLOTS as usize;
+fn a_compact_device_reuses_partly_used_clusters_under_churn() {
+    for (grows, compact) in [(true, false), (false, true), (false, false)] {
+        let cfg = SlotDeviceConfig::new(1024 * CLUSTER_SLOTS).grows(grows).compact(compact);
+        let highest = churn(cfg, 2 * CLUSTER_SLOTS as usize, 100 * CLUSTER_SLOTS);
+        // 100 clusters' worth of allocations, 2 live: the slots stay
+        // within a few clusters of the live count (8 would be 4x it).
+        if grows || compact {
+            assert!(highest < 8 * CLUSTER_SLOTS, "grows {grows}, compact {compact}: slots up to {highest}");
+        } else {
+            assert!(highest > 90 * CLUSTER_SLOTS, "the kernel's order stopped at {highest}");
+        }
+    }
+}
+
+/// `allocs` allocations on a device of `cfg`, `live` held at once and a
+/// random one freed for each past that; the highest slot handed out.
+fn churn(cfg: SlotDeviceConfig, live: usize, allocs: u64) -> u64 {
+    let s = space(&[cfg], Switches::DEFAULT, 1);
     let mut held: Vec<SwapEntry> = Vec::new();
     let mut highest = 0;
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
-    for _ in 0..100 * CLUSTER_SLOTS {
+    for _ in 0..allocs {
         let e = s.alloc().unwrap();
         highest = highest.max(e.offset());
         held.push(e);
@@ -607,10 +625,8 @@ fn a_growing_device_reuses_partly_used_clusters_under_churn() {
             s.free(held.swap_remove(i)).unwrap();
         }
     }
-    // 100 clusters' worth of allocations, 2 live: the slots stay within
-    // a few clusters of the live count (8 would be 4x it).
-    assert!(highest < 8 * CLUSTER_SLOTS, "slots up to {highest} for {live} live");
     s.check_invariants().unwrap();
+    highest
 }
 
 // ---- concurrency stress ----

@@ -65,6 +65,7 @@ pub struct SwapBuilder {
     trend_prefetch: bool,
     batched_reads: bool,
     fault_read_in_batch: bool,
+    compact_slots: bool,
     adaptive_seal: bool,
     adaptive_clean: bool,
     evict_neighbours: bool,
@@ -108,6 +109,7 @@ impl Default for SwapBuilder {
             trend_prefetch: true,
             batched_reads: true,
             fault_read_in_batch: true,
+            compact_slots: true,
             adaptive_seal: true,
             adaptive_clean: true,
             evict_neighbours: true,
@@ -312,6 +314,19 @@ impl SwapBuilder {
         self
     }
 
+    /// Compact slot allocation (on by default): every device hands out
+    /// slots from its freed clusters, then its partly used ones, and
+    /// takes a cluster never used last, as a swap file that grows does
+    /// (`SlotDeviceConfig::compact`).  Each slot's metadata (a file's
+    /// seal, the swap cache's word) is committed at its first use, in
+    /// the paged process and within its budget; swept whole in the
+    /// kernel's order, a device commits all of it whatever its live
+    /// swap.  Off: the kernel's order, but for a file that grows.
+    pub fn compact_slots(mut self, on: bool) -> Self {
+        self.compact_slots = on;
+        self
+    }
+
     /// Adaptive sealing (on by default): a page read back from a
     /// compressed device, which lets its copy go, comes in dirty but
     /// write-protected (sealed), so that evicted unwritten it is dropped
@@ -500,7 +515,8 @@ impl SwapBuilder {
             space = space.device(
                 SlotDeviceConfig::new(dev.slots())
                     .priority(prio)
-                    .grows(dev.grows()),
+                    .grows(dev.grows())
+                    .compact(self.compact_slots),
             );
             devices.push(dev);
         }
