@@ -536,8 +536,9 @@ fn run_model(devs: &[SlotDeviceConfig], sw: Switches, ops: &[Op]) -> Result<(), 
 
 fn devices() -> impl Strategy<Value = Vec<SlotDeviceConfig>> {
     prop::collection::vec(
-        ((2u64..5 * CLUSTER_SLOTS), 0i32..3, any::<bool>(), any::<bool>())
-            .prop_map(|(n, p, r, g)| SlotDeviceConfig::new(n).priority(p).rotational(r).grows(g)),
+        ((2u64..5 * CLUSTER_SLOTS), 0i32..3, any::<bool>(), any::<bool>(), any::<bool>()).prop_map(
+            |(n, p, r, g, c)| SlotDeviceConfig::new(n).priority(p).rotational(r).grows(g).compact(c),
+        ),
         1..4,
     )
 }
