@@ -227,6 +227,32 @@ fn ablate_flips_the_switch() {
     );
 }
 
+/// A tier's switch for pages that do not compress: by default the store
+/// keeps them whole and writes them back in their turn; flipped back,
+/// they go straight to the file, as zswap sent them before Linux 6.18.
+#[test]
+fn ablate_sends_a_tiers_random_pages_straight_to_its_file() {
+    let v = small_pmbench(&[
+        "--backend",
+        "uswap-zram-file",
+        "--data",
+        "random",
+        "--ablate",
+        "--variants",
+        "incompressible-to-file",
+    ]);
+    let (d, a) = (
+        variant(&v, "uswap-zram-file"),
+        variant(&v, "uswap-zram-file/incompressible-to-file"),
+    );
+    check_variant(a);
+    let whole = |x: &Value| x["store"]["whole_pages"].as_u64().unwrap();
+    assert_eq!(counter(d, "store_incompressible_to_file"), 0, "{d}");
+    assert!(whole(d) > 1000, "the default's store kept none whole: {d}");
+    assert!(counter(a, "store_incompressible_to_file") > 1000, "{a}");
+    assert_eq!(whole(a), 0, "{a}");
+}
+
 #[test]
 fn plots_png_and_svg() {
     let dir = tempfile::tempdir().unwrap();

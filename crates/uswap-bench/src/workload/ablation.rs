@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 21] = [
+pub const ABLATIONS: [&str; 22] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -32,6 +32,7 @@ pub const ABLATIONS: [&str; 21] = [
     "serial-reads",
     "lone-fault-reads",
     "spread-slots",
+    "incompressible-to-file",
 ];
 
 /// What an ablation sets.
@@ -76,6 +77,10 @@ pub struct Ablation {
     /// Every device takes its freed and partly used clusters before
     /// one never used; off: the kernel's order, a device swept whole.
     pub compact_slots: bool,
+    /// A tier sends pages that do not compress straight to its file, as
+    /// zswap did before Linux 6.18; off: stored whole, written back in
+    /// their turn.
+    pub incompressible_to_file: bool,
 }
 
 /// The settings of ablation `name`.
@@ -98,6 +103,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         batched_reads: true,
         fault_read_in_batch: true,
         compact_slots: true,
+        incompressible_to_file: false,
     };
     match name {
         "default" => {}
@@ -121,6 +127,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "serial-reads" => a.batched_reads = false,
         "lone-fault-reads" => a.fault_read_in_batch = false,
         "spread-slots" => a.compact_slots = false,
+        "incompressible-to-file" => a.incompressible_to_file = true,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)

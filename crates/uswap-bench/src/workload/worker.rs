@@ -384,7 +384,9 @@ impl Pager {
         };
         let device = match device {
             SwapDeviceSpec::Compressed { options, priority } => SwapDeviceSpec::Compressed {
-                options: options.keep_copies(a.keep_copies),
+                options: options
+                    .keep_copies(a.keep_copies)
+                    .incompressible_to_file(a.incompressible_to_file),
                 priority,
             },
             d => d,

@@ -588,6 +588,13 @@ impl IoDevice {
         self.short_writes.load(Ordering::Relaxed)
     }
 
+    /// Test hook: the writes and reads that worked, as calls (a call
+    /// of many pages counts one).
+    #[cfg(test)]
+    pub fn calls(&self) -> (u64, u64) {
+        (self.writes.get(), self.reads.get())
+    }
+
     /// Test hook: whether the write being queued is to come back short.
     #[cfg(test)]
     pub(crate) fn take_short_write(&self) -> bool {

@@ -141,7 +141,7 @@ impl CompressedOptions {
             codec: Codec::Lz4,
             file: None,
             nbd: None,
-            incompressible_to_file: true,
+            incompressible_to_file: false,
             sample_check: true,
             keep_copies: false,
         }
@@ -185,9 +185,15 @@ impl CompressedOptions {
         self.nbd.as_ref()
     }
 
-    /// With a file behind: pages that do not compress go straight to it
-    /// (default on), as zswap rejects them to the swap device; off, they
-    /// are stored whole and written back in their turn.
+    /// With a file behind: pages that do not compress go straight to it,
+    /// as zswap rejected them to the swap device before Linux 6.18; off
+    /// (the default), they are stored whole and written back in their
+    /// turn, as zswap has stored them since.  Whole, the store keeps the
+    /// LRU order of writeback (the coldest page goes first, whatever it
+    /// holds), a fault on a recent page is served from memory, and the
+    /// file is written in writeback's batches of neighbouring slots
+    /// rather than a page at a time from reclaim (measured in
+    /// docs/PERFORMANCE.md, pmbench over random data).
     pub fn incompressible_to_file(mut self, on: bool) -> Self {
         self.incompressible_to_file = on;
         self

@@ -18,17 +18,11 @@ impl PageStore for CompressedStore {
     }
 
     fn write(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
-        for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
-            self.write_page(offset + i as u64, page)?;
-        }
-        Ok(())
+        self.write_pages(offset, buf)
     }
 
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
-        for (i, page) in buf.chunks_exact_mut(PAGE_SIZE).enumerate() {
-            self.read_page(offset + i as u64, page)?;
-        }
-        Ok(())
+        self.read_pages(offset, buf)
     }
 
     fn needs_alignment(&self) -> bool {

@@ -311,11 +311,57 @@ impl CompressedStore {
         self.compacting.store(false, Ordering::Release);
     }
 
-    /// Store one page at `slot`.
-    fn write_page(&self, slot: u64, page: &[u8]) -> Result<(), IoError> {
-        self.maybe_compact();
-        let mut out = [0u8; MAX_PACKED];
-        let placement = self.place(page, &mut out);
+    /// Store `buf`'s pages at `offset..`: each where [`place`](Self::place)
+    /// puts it, a run of neighbouring pages placed in the file with one
+    /// write (the pager hands over a folio's run of slots at once, and a
+    /// page at a time would be a synchronous IO each).
+    fn write_pages(&self, offset: u64, buf: &[u8]) -> Result<(), IoError> {
+        // Pages placed in the file, their slots taken (`BUSY`) and not yet
+        // written: page indexes `run.0..run.0 + run.1` of `buf`.
+        let mut run: Option<(usize, usize)> = None;
+        for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
+            let slot = offset + i as u64;
+            self.maybe_compact();
+            let mut out = [0u8; MAX_PACKED];
+            let placement = self.place(page, &mut out);
+            if let Placement::File = placement {
+                let old = self.take(slot);
+                self.release(old);
+                run = Some(run.map_or((i, 1), |(s, n)| (s, n + 1)));
+                continue;
+            }
+            if let Some((s, n)) = run.take() {
+                self.write_file_run(offset + s as u64, &buf[s * PAGE_SIZE..(s + n) * PAGE_SIZE])?;
+            }
+            self.store_page(slot, page, placement, &out)?;
+        }
+        if let Some((s, n)) = run {
+            self.write_file_run(offset + s as u64, &buf[s * PAGE_SIZE..(s + n) * PAGE_SIZE])?;
+        }
+        Ok(())
+    }
+
+    /// Write a run of pages placed in the file, their slots `BUSY`: all
+    /// `FILE` when the write worked, all `EMPTY` when it failed (the
+    /// caller keeps the pages and tries again).
+    fn write_file_run(&self, first: u64, pages: &[u8]) -> Result<(), IoError> {
+        let n = (pages.len() / PAGE_SIZE) as u64;
+        let file = self.file.as_ref().expect("placed in a file");
+        let written = file.write(first, pages);
+        let new = if written.is_ok() { FILE << TAG_SHIFT } else { EMPTY };
+        for slot in first..first + n {
+            self.entry(slot).store(new, Ordering::Release);
+        }
+        if written.is_ok() {
+            self.acct.to_file.add(n);
+            self.acct.file.add(n as i64);
+        }
+        written
+    }
+
+    /// Store one page at `slot`, placed in memory: same-filled, or an
+    /// object (`out` holds its compressed bytes).
+    fn store_page(&self, slot: u64, page: &[u8], placement: Placement, out: &[u8]) -> Result<(), IoError> {
         let old = self.take(slot);
         self.release(old);
         let e = self.entry(slot);
@@ -325,16 +371,6 @@ impl CompressedStore {
                 self.acct.same.add(1);
                 self.acct.orig.add(PAGE as i64);
                 SAME << TAG_SHIFT
-            }
-            Placement::File => {
-                let file = self.file.as_ref().expect("placed in a file");
-                if let Err(err) = file.write(slot, page) {
-                    e.store(EMPTY, Ordering::Release);
-                    return Err(err);
-                }
-                self.acct.to_file.inc();
-                self.acct.file.add(1);
-                FILE << TAG_SHIFT
             }
             Placement::Packed { .. } | Placement::Whole => {
                 let (class, data) = match placement {
@@ -347,6 +383,7 @@ impl CompressedStore {
                 };
                 entry(STORED, h)
             }
+            Placement::File => unreachable!("a file run is written by write_file_run"),
         };
         if tag(new) == STORED && self.file.is_some() {
             let mut l = self.lru.lock();
@@ -536,6 +573,27 @@ impl CompressedStore {
             e.store(EMPTY, Ordering::Release);
             self.free_object(h);
         }
+    }
+
+    /// Read `buf`'s pages from `offset..`: a run of neighbouring slots in
+    /// the file with one read, the rest one by one from the store.  A
+    /// `FILE` entry stays while its owner reads it (only the owner moves a
+    /// slot out of `FILE`), so the run is the file's to read whole.
+    fn read_pages(&self, offset: u64, buf: &mut [u8]) -> Result<(), IoError> {
+        let pages = buf.len() / PAGE_SIZE;
+        let in_file = |i: usize| tag(self.entry(offset + i as u64).load(Ordering::Acquire)) == FILE;
+        let mut i = 0;
+        while i < pages {
+            if let Some(file) = self.file.as_ref().filter(|_| in_file(i)) {
+                let j = (i + 1..pages).find(|&j| !in_file(j)).unwrap_or(pages);
+                file.read(offset + i as u64, &mut buf[i * PAGE_SIZE..j * PAGE_SIZE])?;
+                i = j;
+            } else {
+                self.read_page(offset + i as u64, &mut buf[i * PAGE_SIZE..(i + 1) * PAGE_SIZE])?;
+                i += 1;
+            }
+        }
+        Ok(())
     }
 
     /// Read one page at `slot`.

@@ -240,42 +240,115 @@ fn tier(dir: &tempfile::TempDir, limit: u64, slots: u64, codec: Codec) -> Compre
         .file(FileOptions::new(dir.path().join("tier"), slots))
 }
 
+/// Write `pages` of `kind(slot)` at `first..` with one call, as the
+/// pager hands over a folio's run of slots.
+fn write_run(dev: &IoDevice, first: u64, pages: u64, kind: impl Fn(u64) -> Kind) -> Result<(), IoError> {
+    let mut b = Buf::new(pages as usize);
+    for (i, p) in b.bytes().chunks_exact_mut(PAGE_SIZE).enumerate() {
+        let slot = first + i as u64;
+        p.copy_from_slice(&page(kind(slot), slot));
+    }
+    dev.write(first, b.bytes())
+}
+
+/// Read `pages` at `first..` with one call and check each.
+fn check_run(dev: &IoDevice, first: u64, pages: u64, kind: impl Fn(u64) -> Kind, what: &str) {
+    let mut b = Buf::new(pages as usize);
+    dev.read(first, b.bytes())
+        .unwrap_or_else(|e| panic!("{what}: slots {first}+{pages}: {e}"));
+    for (i, p) in b.bytes().chunks_exact(PAGE_SIZE).enumerate() {
+        let slot = first + i as u64;
+        assert_eq!(p, &page(kind(slot), slot)[..], "{what}: slot {slot}");
+    }
+}
+
+/// A store of 1 MiB over 64 MiB of slots, written in runs of 16: the
+/// oldest pages go to the file, every page reads back (in runs across
+/// pages in the file and in the store, and one by one), and the
+/// accounts balance.  Pages that do not compress are stored whole and
+/// written back in their turn (zswap since Linux 6.18), or, switched,
+/// sent straight to the file (zswap before it).
 #[test]
 fn a_full_store_spills_its_oldest_pages_to_the_file_and_loses_none() {
     const N: u64 = 16384;
-    for codec in [Codec::Lz4, Codec::Zstd { level: 3 }] {
-        let dir = tempfile::tempdir().unwrap();
-        let r = Registry::new();
-        // 1 MiB of store (the least), 64 MiB of slots.
-        let dev = IoDevice::compressed(&tier(&dir, 0, N, codec), &r).unwrap();
-        assert!(dev.has_file());
-        for slot in 0..N {
-            write(&dev, slot, &page(KINDS[slot as usize % 4], slot)).unwrap();
-        }
-        let s = r.snapshot();
-        assert!(s.gauges.store_mem_bytes <= s.gauges.store_limit_bytes);
-        assert_eq!(
-            s.counters.store_incompressible_to_file,
-            N / 4,
-            "random pages go straight to the file"
-        );
-        assert!(s.counters.store_writebacks > 0, "{codec}: no writeback: {s:?}");
-        assert_eq!(s.gauges.store_file_pages, N / 4 + s.counters.store_writebacks);
-        // The oldest went first: slot 0's text page is in the file.
-        assert_eq!(tag(dev_entry(&dev, 0)), FILE);
-        for slot in 0..N {
+    const RUN: u64 = 16;
+    let kind = |slot: u64| KINDS[slot as usize % 4];
+    for to_file in [false, true] {
+        for codec in [Codec::Lz4, Codec::Zstd { level: 3 }] {
+            let what = format!("{codec} incompressible_to_file={to_file}");
+            let dir = tempfile::tempdir().unwrap();
+            let r = Registry::new();
+            // 1 MiB of store (the least), 64 MiB of slots.
+            let opts = tier(&dir, 0, N, codec).incompressible_to_file(to_file);
+            let dev = IoDevice::compressed(&opts, &r).unwrap();
+            assert!(dev.has_file());
+            for first in (0..N).step_by(RUN as usize) {
+                write_run(&dev, first, RUN, kind).unwrap();
+            }
+            let s = r.snapshot();
+            assert!(s.gauges.store_mem_bytes <= s.gauges.store_limit_bytes, "{what}");
+            let straight = if to_file { N / 4 } else { 0 };
             assert_eq!(
-                read(&dev, slot),
-                page(KINDS[slot as usize % 4], slot),
-                "{codec} slot {slot}"
+                s.counters.store_incompressible_to_file, straight,
+                "{what}: random pages straight to the file"
             );
+            assert!(s.counters.store_writebacks > 0, "{what}: no writeback: {s:?}");
+            assert_eq!(s.gauges.store_file_pages, straight + s.counters.store_writebacks, "{what}");
+            if !to_file {
+                assert!(s.gauges.store_whole_pages > 0, "{what}: {s:?}");
+            }
+            // The oldest went first: slot 0's text page is in the file.
+            assert_eq!(tag(dev_entry(&dev, 0)), FILE, "{what}");
+            // Runs that start in the file and end in the store, and runs
+            // the switch left half in the file (its random pages).
+            for first in (0..N).step_by(64) {
+                check_run(&dev, first, 64, kind, &what);
+            }
+            for slot in 0..N {
+                assert_eq!(read(&dev, slot), page(kind(slot), slot), "{what} slot {slot}");
+            }
+            dev.check_store().unwrap();
+            dev.slot_freed(0, N);
+            let s = r.snapshot();
+            assert_eq!(s.gauges.store_file_pages, 0, "{what}");
+            assert_eq!(s.gauges.store_orig_bytes, 0, "{what}");
         }
-        dev.check_store().unwrap();
-        dev.slot_freed(0, N);
-        let s = r.snapshot();
-        assert_eq!(s.gauges.store_file_pages, 0);
-        assert_eq!(s.gauges.store_orig_bytes, 0);
     }
+}
+
+/// A run of pages placed in the file goes with one write; when the
+/// file refuses it, none of its slots keeps an entry (each reads as
+/// never written), the error names the cause, and the same run written
+/// again once the file takes writes reads back.
+#[test]
+fn a_run_the_file_refuses_leaves_none_of_its_slots() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = Registry::new();
+    let opts = tier(&dir, 0, 4096, Codec::Lz4).incompressible_to_file(true);
+    let dev = IoDevice::compressed(&opts, &r).unwrap();
+    let file = dev.store.file_behind().unwrap();
+    let random = |_| Kind::Random;
+    file.inject_errors_for(IoOp::Write, libc::EIO, Duration::from_secs(3600));
+    let err = write_run(&dev, 100, 8, random).unwrap_err();
+    assert!(
+        matches!(&err, IoError::Write { offset: 100, source } if source.raw_os_error() == Some(libc::EIO)),
+        "{err:?}"
+    );
+    for slot in 100..108 {
+        assert_eq!(dev_entry(&dev, slot), EMPTY, "slot {slot}");
+        assert_eq!(read(&dev, slot), vec![0; PAGE_SIZE], "slot {slot}");
+    }
+    assert_eq!(r.snapshot().gauges.store_file_pages, 0);
+    file.inject_errors_for(IoOp::Write, libc::EIO, Duration::ZERO);
+    write_run(&dev, 100, 8, random).unwrap();
+    let s = r.snapshot();
+    assert_eq!((s.gauges.store_file_pages, s.counters.store_incompressible_to_file), (8, 8));
+    // One write for the run, one read for it read back as a run.
+    assert_eq!(file.calls(), (1, 0));
+    check_run(&dev, 100, 8, random, "after the file took writes again");
+    assert_eq!(file.calls(), (1, 1));
+    dev.slot_freed(100, 8);
+    assert_eq!(r.snapshot().gauges.store_file_pages, 0);
 }
 
 fn dev_entry(dev: &IoDevice, slot: u64) -> u64 {
