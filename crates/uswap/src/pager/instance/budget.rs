@@ -29,6 +29,14 @@
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+/// The widest gap the background reclaimer keeps below the budget, in
+/// pages: 32 MiB.  The gap is a sixteenth of the budget, which absorbs a
+/// burst of faults while the reclaimer writes; past 512 MiB a sixteenth
+/// is more than a burst needs and memory the program could have held
+/// (128 MiB of a 2 GiB budget, half a GiB of 8 GiB), each page of it a
+/// fault more for a program that touches more than its budget.
+const MAX_GAP: usize = 8192;
+
 /// What is resident against what may be.  The four bounds change together
 /// when the budget does (`Swap::set_budget`), each an atomic of its own:
 /// a reader that sees a mix of old and new bounds for an instant reclaims
@@ -155,7 +163,7 @@ impl Budget {
         }
         self.slack
             .store(self.slack_max.min(limit / 16), Ordering::Relaxed);
-        let low = limit - (limit / 16).max(32).min(limit / 2);
+        let low = limit - (limit / 16).min(MAX_GAP).max(32).min(limit / 2);
         self.low.store(low, Ordering::Relaxed);
         self.wake.store(low + (limit - low) / 2, Ordering::Relaxed);
         self.limit.store(limit, Ordering::Release);
@@ -405,6 +413,26 @@ mod tests {
             (0usize..64).prop_map(Op::Charge),
             (0u64..2 * DWELL).prop_map(|dt| Op::Look { dt }),
         ]
+    }
+
+    /// The reclaimer's gap below the budget: a sixteenth, at least 32
+    /// pages and at most half the budget, and never more than 32 MiB
+    /// (a budget of 2 GiB keeps 32 MiB free, not 128); the wake mark
+    /// halfway up it.
+    #[test]
+    fn the_gap_is_a_sixteenth_of_the_budget_up_to_32_mib() {
+        let b = Budget::new(10_000, 64, Overrun::default(), 128, 0);
+        for (limit, low) in [
+            (40, 20),
+            (1_000, 1_000 - 62),
+            (131_072, 131_072 - 8192),
+            (524_288, 524_288 - 8192),
+            (4 << 20, (4 << 20) - 8192),
+        ] {
+            b.share(limit);
+            assert_eq!((b.limit(), b.low()), (limit, low), "budget of {limit} pages");
+            assert_eq!(b.wake(), low + (limit - low) / 2, "budget of {limit} pages");
+        }
     }
 
     proptest! {
