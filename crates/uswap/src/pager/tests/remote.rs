@@ -97,8 +97,7 @@ fn a_compressed_tier_with_an_nbd_export_behind() {
         }
         let st = swap.stats();
         assert!(
-            st.counters.store_writebacks > 0
-                && (st.counters.store_incompressible_to_file > 0) == to_export,
+            st.counters.store_writebacks > 0 && (st.counters.store_incompressible_to_file > 0) == to_export,
             "{mode:?} to_export={to_export}: {:?}",
             st.counters
         );
