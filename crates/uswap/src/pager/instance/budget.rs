@@ -163,7 +163,7 @@ impl Budget {
         }
         self.slack
             .store(self.slack_max.min(limit / 16), Ordering::Relaxed);
-        let low = limit - (limit / 16).min(MAX_GAP).max(32).min(limit / 2);
+        let low = limit - (limit / 16).clamp(32, MAX_GAP).min(limit / 2);
         self.low.store(low, Ordering::Relaxed);
         self.wake.store(low + (limit - low) / 2, Ordering::Relaxed);
         self.limit.store(limit, Ordering::Release);
