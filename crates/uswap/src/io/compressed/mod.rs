@@ -319,6 +319,9 @@ impl CompressedStore {
         // Pages placed in the file, their slots taken (`BUSY`) and not yet
         // written: page indexes `run.0..run.0 + run.1` of `buf`.
         let mut run: Option<(usize, usize)> = None;
+        let flush = |(s, n): (usize, usize)| {
+            self.write_file_run(offset + s as u64, &buf[s * PAGE_SIZE..(s + n) * PAGE_SIZE])
+        };
         for (i, page) in buf.chunks_exact(PAGE_SIZE).enumerate() {
             let slot = offset + i as u64;
             self.maybe_compact();
@@ -330,15 +333,12 @@ impl CompressedStore {
                 run = Some(run.map_or((i, 1), |(s, n)| (s, n + 1)));
                 continue;
             }
-            if let Some((s, n)) = run.take() {
-                self.write_file_run(offset + s as u64, &buf[s * PAGE_SIZE..(s + n) * PAGE_SIZE])?;
+            if let Some(r) = run.take() {
+                flush(r)?;
             }
             self.store_page(slot, page, placement, &out)?;
         }
-        if let Some((s, n)) = run {
-            self.write_file_run(offset + s as u64, &buf[s * PAGE_SIZE..(s + n) * PAGE_SIZE])?;
-        }
-        Ok(())
+        run.map_or(Ok(()), flush)
     }
 
     /// Write a run of pages placed in the file, their slots `BUSY`: all
