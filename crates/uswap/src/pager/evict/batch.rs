@@ -512,9 +512,10 @@ fn stage_run(
 /// write-protected (a write to it now waits on the claims), copied into
 /// its staging frames (`UFFDIO_COPY`), and this process's mapping dropped
 /// in one `process_madvise` (one flush), the other process's copy left as
-/// it is.  Returns false, nothing changed but the write protection (a
-/// wake-up, no state), when the protection, the copy or the drop fails:
-/// the caller unshares as before.
+/// it is.  Returns false when the protection, the copy or the drop fails,
+/// the run as it was in its region and its frames empty again (a frame
+/// given back holding a copy would refuse the next page moved into it,
+/// `EEXIST`): the caller unshares as before.
 #[allow(clippy::too_many_arguments)]
 fn stage_shared(
     inner: &Inner,
@@ -529,12 +530,23 @@ fn stage_shared(
     let pool = &inner.frames().staging;
     let n = run.len() as u64;
     let at = inner.addrs().get(ids[idx[run.start] as usize]);
-    let to = pool.addr(f0 + run.start as u32);
-    let wp = inner.uffd().writeprotect(at, n * PAGE, true, false);
-    if wp.is_err() || inner.copy(to, at as *const u8, n * PAGE, false).is_err() {
-        if wp.is_ok() {
-            let _ = inner.uffd().writeprotect(at, n * PAGE, false, true);
-        }
+    let f1 = f0 + run.start as u32;
+    let to = pool.addr(f1);
+    // The frames `f1..f1 + k` emptied again: the caller returns them as
+    // free, and a free staging frame holds no page (frames.rs).
+    let empty = |k: u64| {
+        let frames: [u32; BATCH] = std::array::from_fn(|j| f1 + j as u32);
+        pool.discard_batch(&frames[..k as usize]);
+    };
+    if inner.uffd().writeprotect(at, n * PAGE, true, false).is_err() {
+        return false;
+    }
+    let unprotect = || {
+        let _ = inner.uffd().writeprotect(at, n * PAGE, false, true);
+    };
+    if let Err((done, _)) = inner.copy(to, at as *const u8, n * PAGE, false) {
+        empty(done.div_ceil(PAGE));
+        unprotect();
         return false;
     }
     if !inner
@@ -545,9 +557,17 @@ fn stage_shared(
         // their frames now; nothing writes them while the claims are held
         // (write-protected above).
         if unsafe { sys::discard_pages(at, (n * PAGE) as usize) }.is_err() {
-            // Still there, unchanged (the copies in the frames are dropped
-            // by the caller with the frames).
-            let _ = inner.uffd().writeprotect(at, n * PAGE, false, true);
+            // madvise stops at the first mapping that refuses (a run the
+            // program split with mlock): the pages before it are gone
+            // from the region, and come back from their frames.
+            for j in 0..n {
+                let page = at + j * PAGE;
+                if !sys::page_mapped(page) {
+                    let _ = inner.put_in(page, pool.addr(f1 + j as u32), PAGE);
+                }
+            }
+            empty(n);
+            unprotect();
             return false;
         }
     }

@@ -455,3 +455,89 @@ fn a_forked_child_publishes_statistics_of_its_own() {
         assert!(out.stderr.contains(who), "{out:?}");
     }
 }
+
+/// Dirty pages a fork shares with a child that still maps them go out in
+/// place (`batch.rs`'s `stage_shared`: copied into their frames, this
+/// process's mapping dropped), and read back.  Part of the region is
+/// locked (`mlock`) from a page that is not at a batch's edge, so that a
+/// run of neighbours spans the lock: its drop stops at the locked mapping
+/// after dropping the pages before it, which come back from their frames,
+/// and the run's frames are emptied before they are given back (one
+/// given back holding a copy refused the next move into it, `EEXIST`).
+#[test]
+fn pages_shared_with_a_forked_child_go_out_in_place() {
+    for mode in both_modes() {
+        let swap = Swap::builder()
+            .budget(8 * MIB)
+            .device(SwapDeviceSpec::ram(64 * MIB))
+            .fault_mode(mode)
+            .build()
+            .unwrap();
+        let region = swap.map((4 * MIB) as usize).unwrap();
+        let base = region.as_ptr();
+        let pages = region.len() / PAGE_SIZE;
+        write_seeded(base, 0..pages, 0x5e);
+        let locked = 700..800;
+        // SAFETY: pages of the live region, resident (written above).
+        let lock = unsafe {
+            libc::mlock(
+                base.add(locked.start * PAGE_SIZE).cast(),
+                locked.len() * PAGE_SIZE,
+            )
+        };
+        assert_eq!(lock, 0, "mlock: {}", std::io::Error::last_os_error());
+        let mut go = [0i32; 2];
+        // SAFETY: pipe fills `go`.
+        assert_eq!(unsafe { libc::pipe(go.as_mut_ptr()) }, 0);
+        // SAFETY: the child only blocks on the pipe and exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            let mut b = 0u8;
+            // SAFETY: reads one byte into `b`, then leaves without unwinding.
+            unsafe {
+                libc::close(go[1]);
+                libc::read(go[0], (&mut b as *mut u8).cast(), 1);
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: our end of the pipe.
+        unsafe { libc::close(go[0]) };
+        // Over the new budget: the faults of a second region reclaim, the
+        // shared pages first (the oldest).
+        swap.set_budget(MIB).unwrap();
+        let other = swap.map((2 * MIB) as usize).unwrap();
+        write_seeded(other.as_ptr(), 0..other.len() / PAGE_SIZE, 0x0e);
+        settle(&region);
+        let st = swap.stats().counters;
+        let bad = check_seeded(base, 0..pages, 0x5e);
+        // SAFETY: the write end: the child exits on its close.
+        unsafe { libc::close(go[1]) };
+        assert_eq!(wait_child(pid, Duration::from_secs(10)), Some(0));
+        assert_eq!(
+            bad,
+            None,
+            "{}: a page read back wrong while shared: {st:?}",
+            mode_name(mode)
+        );
+        assert!(
+            st.evict_shared > 0,
+            "{}: nothing went out in place: {st:?}",
+            mode_name(mode)
+        );
+        // SAFETY: as for the mlock.
+        unsafe {
+            libc::munlock(
+                base.add(locked.start * PAGE_SIZE).cast(),
+                locked.len() * PAGE_SIZE,
+            )
+        };
+        swap.set_budget(MIB / 2).unwrap();
+        assert_eq!(check_seeded(base, 0..pages, 0x5e), None, "{}", mode_name(mode));
+        assert_eq!(
+            check_seeded(other.as_ptr(), 0..other.len() / PAGE_SIZE, 0x0e),
+            None
+        );
+        drop((region, other));
+        assert_all_returned(&swap, mode_name(mode));
+    }
+}
