@@ -157,6 +157,32 @@ impl Drop for SharedMapping {
     }
 }
 
+/// A fresh private anonymous mapping of `len` bytes with no access yet
+/// (`at` a hint, or the place with `MAP_FIXED_NOREPLACE`): made so, a
+/// program's `mlockall(MCL_FUTURE)` locks it without filling it (the
+/// kernel fills only what may be accessed), where a readable and writable
+/// one would be faulted in whole at `mmap`, a swap device's worth.
+fn map_inaccessible(at: *mut libc::c_void, len: usize, flags: MapFlags) -> io::Result<*mut libc::c_void> {
+    // SAFETY: a fresh anonymous mapping, where the kernel chooses or where
+    // nothing is mapped (`MAP_FIXED_NOREPLACE`); nothing refers to it.
+    Ok(unsafe { mm::mmap_anonymous(at, len, ProtFlags::empty(), MapFlags::PRIVATE | MapFlags::NORESERVE | flags) }?)
+}
+
+/// Make `[p, p + len)`, from [`map_inaccessible`], uswap's to page: not
+/// locked (under `mlockall(MCL_FUTURE)` it came locked, and a locked range
+/// refuses `MADV_DONTNEED` and takes no page by `UFFDIO_MOVE` from an
+/// unlocked one: a staging frame could not be emptied or filled), then
+/// readable and writable, still empty.
+fn open_unlocked(p: *mut libc::c_void, len: usize) -> io::Result<()> {
+    // SAFETY: the caller's fresh mapping: unlocking it and opening it
+    // change no contents (it has none) and nothing refers to it yet.
+    unsafe {
+        mm::munlock(p, len)?;
+        mm::mprotect(p, len, mm::MprotectFlags::READ | mm::MprotectFlags::WRITE)?;
+    }
+    Ok(())
+}
+
 /// An anonymous private mapping, unmapped on drop.  A forked child
 /// inherits a copy, as it does any private memory (the pager adopts it
 /// there, `pager/fork.rs`): dropping the value in the child unmaps the
@@ -182,16 +208,7 @@ impl Mapping {
         }
         // Over-allocate by `align` and trim, for alignment.
         let total = len + align - PAGE_SIZE;
-        // SAFETY: a fresh anonymous mapping at an address of the kernel's
-        // choosing; nothing else refers to it.
-        let p = unsafe {
-            mm::mmap_anonymous(
-                std::ptr::null_mut(),
-                total,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE | MapFlags::NORESERVE,
-            )
-        }?;
+        let p = map_inaccessible(std::ptr::null_mut(), total, MapFlags::empty())?;
         let start = p as usize;
         let aligned = (start + align - 1) & !(align - 1);
         let end = start + total;
@@ -205,6 +222,11 @@ impl Mapping {
             if end > aligned + len {
                 let _ = mm::munmap((aligned + len) as *mut _, end - (aligned + len));
             }
+        }
+        if let Err(e) = open_unlocked(aligned as *mut _, len) {
+            // SAFETY: the mapping just made, which nothing refers to.
+            let _ = unsafe { mm::munmap(aligned as *mut _, len) };
+            return Err(e);
         }
         remember_memory(aligned as u64, len as u64);
         Ok(Mapping {
@@ -221,21 +243,18 @@ impl Mapping {
         if len == 0 || !addr.is_multiple_of(PAGE_SIZE as u64) {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
-        // SAFETY: a fresh anonymous mapping at an address nothing else
-        // holds (the kernel refuses one that is taken).
-        let p = unsafe {
-            mm::mmap_anonymous(
-                addr as *mut _,
-                len,
-                ProtFlags::READ | ProtFlags::WRITE,
-                MapFlags::PRIVATE | MapFlags::NORESERVE | MapFlags::FIXED_NOREPLACE,
-            )
-        }?;
+        // The kernel refuses an address that is taken.
+        let p = map_inaccessible(addr as *mut _, len, MapFlags::FIXED_NOREPLACE)?;
         if p as u64 != addr {
             // A kernel before 4.17 takes the flag for a hint.
             // SAFETY: the mapping just made, nobody else's.
             let _ = unsafe { mm::munmap(p, len) };
             return Err(io::Error::from_raw_os_error(libc::EEXIST));
+        }
+        if let Err(e) = open_unlocked(p, len) {
+            // SAFETY: as above.
+            let _ = unsafe { mm::munmap(p, len) };
+            return Err(e);
         }
         remember_memory(addr, len as u64);
         Ok(Mapping { addr, len })

@@ -474,3 +474,64 @@ fn first_touches_far_below_the_budget_fill_runs() {
         }
     }
 }
+
+// A program that locks its future memory (`mlockall(MCL_FUTURE)`, as a
+// latency-minded service does at start) and then makes an instance: the
+// instance's own mappings (staging frames, bounce frames, the store) come
+// locked, and a locked staging frame can neither take a page
+// (`UFFDIO_MOVE` wants both sides locked or neither: `EINVAL`) nor be
+// emptied (`MADV_DONTNEED` refuses a locked range).
+
+fn locked_future_scenario(arg: &str) {
+    let flags = if arg.contains("onfault") {
+        libc::MCL_FUTURE | libc::MCL_ONFAULT
+    } else {
+        libc::MCL_FUTURE
+    };
+    // SAFETY: changes how this child's later mappings are made.
+    let locked = unsafe { libc::mlockall(flags) };
+    assert_eq!(locked, 0, "{}", std::io::Error::last_os_error());
+    let mode = mode_from(arg);
+    let swap = Swap::builder()
+        .budget(4 * MIB)
+        .device(SwapDeviceSpec::compressed(crate::io::CompressedOptions::new(
+            64 * MIB,
+        )))
+        .fault_mode(mode)
+        .build()
+        .unwrap();
+    let region = swap.map((32 * MIB) as usize).unwrap();
+    let pages = region.len() / PAGE_SIZE;
+    write_pages(region.as_ptr(), 0..pages);
+    assert_eq!(check_pages(region.as_ptr(), 0..pages), None);
+    let st = swap.stats().counters;
+    eprintln!("{arg}: {st:?}");
+    assert!(
+        st.evictions > pages as u64 / 2,
+        "{arg}: {} evictions",
+        st.evictions
+    );
+    assert_eq!(st.unevictable, 0, "{arg}");
+    assert!(swap.resident_pages() <= swap.budget_pages() + 64, "{arg}");
+    drop(region);
+    assert_all_returned(&swap, arg);
+}
+
+#[test]
+fn an_instance_made_under_mlockall_future_pages() {
+    if let Some(arg) = child::scenario() {
+        locked_future_scenario(&arg);
+        child::exit(0);
+    }
+    for mode in both_modes() {
+        for lock in ["future", "future-onfault"] {
+            let arg = format!("{lock}-{}", mode_name(mode));
+            let out = child::run(
+                "pager::tests::memory::an_instance_made_under_mlockall_future_pages",
+                &arg,
+                Duration::from_secs(60),
+            );
+            assert!(out.code == Some(0), "{arg}: {out:?}");
+        }
+    }
+}
