@@ -46,6 +46,7 @@
 
 use crate::pager::instance::inner::Inner;
 use crate::pager::instance::page::{Kind, PageClaim, PageWord};
+use crate::pager::instance::report;
 use crate::pager::instance::staged;
 use crate::swap_space::{SwapEntry, SwapError};
 use crate::sys;
@@ -490,9 +491,15 @@ fn stage_run(
         // Page `s` will not move: undo its slot and frame, and say why.
         inner.backing().swap_cache.delete(slots[s]);
         inner.free_slot(slots[s]);
-        pool.put(frame(s));
         let claim = claims[idx[s] as usize].take().expect("claimed");
-        let how = refused(inner, claim, addr(s), err);
+        let how = if err.errno() == Some(libc::EEXIST) {
+            frame_held_a_page(inner, frame(s), addr(s));
+            drop(claim);
+            Evicted::Not
+        } else {
+            pool.put(frame(s));
+            refused(inner, claim, addr(s), err)
+        };
         out.settle(ids[idx[s] as usize], how);
         s += 1;
     }
@@ -646,6 +653,28 @@ fn discarded(inner: &Inner, claim: PageClaim<'_>) {
     inner.counters().discarded.inc();
     inner.budget().uncharge(1);
     claim.commit(PageWord::NEVER);
+}
+
+/// Staging frame `f` refused the page at `addr` (`EEXIST`): it was handed
+/// out holding a page, which no free frame may (frames.rs).  Given back,
+/// it refused every page moved into it after; it is set aside instead,
+/// never handed out again (one frame less in the pool), and the first of
+/// an instance is said with where the page was: a populated free frame is
+/// a uswap bug whose cause is not known (docs/RELIABILITY.md), and a page
+/// missing from its region here is the sign its sightings share.
+pub(crate) fn frame_held_a_page(inner: &Inner, f: u32, addr: u64) {
+    inner.counters().unevictable.inc();
+    let region = if sys::page_mapped(addr) {
+        "in its region"
+    } else {
+        "missing from its region"
+    };
+    report::once(
+        &inner.reports().full_frame,
+        format_args!(
+            "uswap: staging frame {f} was handed out holding a page (UFFDIO_MOVE into it failed with EEXIST) as the page at {addr:#x}, {region}, went out; the frame is set aside. This is a uswap bug: please report this line (docs/RELIABILITY.md)"
+        ),
+    );
 }
 
 /// `UFFDIO_MOVE` would not move page `addr` out (claimed; nothing else

@@ -565,6 +565,10 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
     if !dirty && w.slot().is_none() {
         inner.counters().evict_moves.inc();
         if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
+            if err.errno() == Some(libc::EEXIST) {
+                evict::frame_held_a_page(inner, f, addr);
+                return Evicted::Not;
+            }
             inner.frames().staging.put(f);
             return refused(inner, claim, addr, err);
         }
@@ -604,6 +608,10 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
         inner.backing().swap_cache.delete(e);
         if new_slot {
             inner.free_slot(e);
+        }
+        if err.errno() == Some(libc::EEXIST) {
+            evict::frame_held_a_page(inner, f, addr);
+            return Evicted::Not;
         }
         inner.frames().staging.put(f);
         return refused(inner, claim, addr, err);

@@ -236,6 +236,7 @@ pub(crate) struct Reports {
     pub install_retry: AtomicBool,
     pub bad_slot: AtomicBool,
     pub not_ours: AtomicBool,
+    pub full_frame: AtomicBool,
 }
 
 /// What the builder made for an instance: the parts it configured.
