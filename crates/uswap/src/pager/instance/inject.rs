@@ -12,6 +12,9 @@ use crate::PAGE_SIZE;
 pub(crate) struct Inject {
     /// Moves out of regions: count, pages moved before failing, errno.
     pub move_out: (AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32),
+    /// Pages a failed move out moves past what it reports (a move the
+    /// caller would not know of: docs/RELIABILITY.md's sightings).
+    pub move_out_unreported: AtomicUsize,
     /// Moves into regions.
     pub move_in: (AtomicUsize, AtomicUsize, std::sync::atomic::AtomicI32),
     /// The copies that finish a move in that failed.

@@ -237,6 +237,7 @@ pub(crate) struct Reports {
     pub bad_slot: AtomicBool,
     pub not_ours: AtomicBool,
     pub full_frame: AtomicBool,
+    pub unreported_move: AtomicBool,
 }
 
 /// What the builder made for an instance: the parts it configured.
