@@ -492,14 +492,7 @@ fn stage_run(
         inner.backing().swap_cache.delete(slots[s]);
         inner.free_slot(slots[s]);
         let claim = claims[idx[s] as usize].take().expect("claimed");
-        let how = if err.errno() == Some(libc::EEXIST) {
-            frame_held_a_page(inner, frame(s), addr(s));
-            drop(claim);
-            Evicted::Not
-        } else {
-            pool.put(frame(s));
-            refused(inner, claim, addr(s), err)
-        };
+        let how = not_moved(inner, claim, frame(s), addr(s), err);
         out.settle(ids[idx[s] as usize], how);
         s += 1;
     }
@@ -662,7 +655,7 @@ fn discarded(inner: &Inner, claim: PageClaim<'_>) {
 /// an instance is said with where the page was: a populated free frame is
 /// a uswap bug whose cause is not known (docs/RELIABILITY.md), and a page
 /// missing from its region here is the sign its sightings share.
-pub(crate) fn frame_held_a_page(inner: &Inner, f: u32, addr: u64) {
+fn frame_held_a_page(inner: &Inner, f: u32, addr: u64) {
     inner.counters().unevictable.inc();
     let region = if sys::page_mapped(addr) {
         "in its region"
@@ -675,6 +668,20 @@ pub(crate) fn frame_held_a_page(inner: &Inner, f: u32, addr: u64) {
             "uswap: staging frame {f} was handed out holding a page (UFFDIO_MOVE into it failed with EEXIST) as the page at {addr:#x}, {region}, went out; the frame is set aside. This is a uswap bug: please report this line (docs/RELIABILITY.md)"
         ),
     );
+}
+
+/// `UFFDIO_MOVE` would not move page `addr` (claimed) out into staging
+/// frame `f`, taken for it: the frame goes back to the pool, or is set
+/// aside if it refused the page for holding one (`EEXIST`), and the page
+/// stays.
+pub(crate) fn not_moved(inner: &Inner, claim: PageClaim<'_>, f: u32, addr: u64, err: UffdError) -> Evicted {
+    if err.errno() == Some(libc::EEXIST) {
+        frame_held_a_page(inner, f, addr);
+        drop(claim);
+        return Evicted::Not;
+    }
+    inner.frames().staging.put(f);
+    refused(inner, claim, addr, err)
 }
 
 /// `UFFDIO_MOVE` would not move page `addr` out (claimed; nothing else

@@ -47,7 +47,7 @@
 use std::sync::atomic::Ordering;
 
 use crate::io::WriteRing;
-use crate::pager::evict::batch::{self as evict, enqueue, refused, Evicted, Outcome};
+use crate::pager::evict::batch::{self as evict, enqueue, Evicted, Outcome};
 use crate::pager::evict::unit;
 use crate::pager::evict::writeback::{
     write_back_down_to, write_back_oldest, write_back_queued, writeback, writeback_held, writes_failing,
@@ -565,12 +565,7 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
     if !dirty && w.slot().is_none() {
         inner.counters().evict_moves.inc();
         if let Err((_, err)) = inner.move_out(frame_addr, addr, PAGE) {
-            if err.errno() == Some(libc::EEXIST) {
-                evict::frame_held_a_page(inner, f, addr);
-                return Evicted::Not;
-            }
-            inner.frames().staging.put(f);
-            return refused(inner, claim, addr, err);
+            return evict::not_moved(inner, claim, f, addr, err);
         }
         inner.counters().evict_clean.inc();
         inner.counters().evictions.inc();
@@ -609,12 +604,7 @@ fn stage(inner: &Inner, id: u32) -> Evicted {
         if new_slot {
             inner.free_slot(e);
         }
-        if err.errno() == Some(libc::EEXIST) {
-            evict::frame_held_a_page(inner, f, addr);
-            return Evicted::Not;
-        }
-        inner.frames().staging.put(f);
-        return refused(inner, claim, addr, err);
+        return evict::not_moved(inner, claim, f, addr, err);
     }
     // A dirty page's old slot (if any) is stale: it has the new one.
     if new_slot {

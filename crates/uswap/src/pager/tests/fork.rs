@@ -477,14 +477,11 @@ fn pages_shared_with_a_forked_child_go_out_in_place() {
         let base = region.as_ptr();
         let pages = region.len() / PAGE_SIZE;
         write_seeded(base, 0..pages, 0x5e);
-        let locked = 700..800;
+        // Pages 700..800.
+        // SAFETY: inside the live region.
+        let (locked, locked_len) = (unsafe { base.add(700 * PAGE_SIZE) }.cast(), 100 * PAGE_SIZE);
         // SAFETY: pages of the live region, resident (written above).
-        let lock = unsafe {
-            libc::mlock(
-                base.add(locked.start * PAGE_SIZE).cast(),
-                locked.len() * PAGE_SIZE,
-            )
-        };
+        let lock = unsafe { libc::mlock(locked, locked_len) };
         assert_eq!(lock, 0, "mlock: {}", std::io::Error::last_os_error());
         let mut go = [0i32; 2];
         // SAFETY: pipe fills `go`.
@@ -525,12 +522,7 @@ fn pages_shared_with_a_forked_child_go_out_in_place() {
             mode_name(mode)
         );
         // SAFETY: as for the mlock.
-        unsafe {
-            libc::munlock(
-                base.add(locked.start * PAGE_SIZE).cast(),
-                locked.len() * PAGE_SIZE,
-            )
-        };
+        unsafe { libc::munlock(locked, locked_len) };
         swap.set_budget(MIB / 2).unwrap();
         assert_eq!(check_seeded(base, 0..pages, 0x5e), None, "{}", mode_name(mode));
         assert_eq!(

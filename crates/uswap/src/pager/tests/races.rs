@@ -258,84 +258,82 @@ fn a_fault_that_waits_for_another_is_a_claim_wait_stall() {
 /// number, add to one word in 513, then read it all back twice.  A page
 /// that comes back wrong is reported with what it holds (zeros, the fill
 /// without the addition, another thread's pages) and its state word.
-/// `rounds` instances one after another, each closed before the next, as
-/// in a Python process that runs the package's tests.
-fn threads_with_regions_of_their_own(mode: FaultMode, rounds: usize) {
+/// The instance is closed at the end, as each of the Python package's
+/// tests closes its own.
+fn threads_with_regions_of_their_own(mode: FaultMode) {
     const THREADS: usize = 8;
     const WORDS: usize = (32 << 20) / 8;
     const STRIDE: usize = 513;
-    for round in 0..rounds {
-        let swap = Swap::builder()
-            .budget(64 * MIB)
-            .fault_mode(mode)
-            .device(SwapDeviceSpec::compressed(crate::io::CompressedOptions::new(
-                256 * MIB,
-            )))
-            .build()
-            .unwrap();
-        let errors: Vec<String> = std::thread::scope(|s| {
-            let swap = &swap;
-            let workers: Vec<_> = (0..THREADS)
-                .map(|k| {
-                    s.spawn(move || {
-                        let region = swap.map(WORDS * 8).unwrap();
-                        let base = region.as_ptr() as *mut u64;
-                        // SAFETY: the region is WORDS words, this thread's alone.
-                        let a = unsafe { std::slice::from_raw_parts_mut(base, WORDS) };
-                        a.iter_mut().for_each(|w| *w = k as u64);
-                        for (j, w) in a.iter_mut().step_by(STRIDE).enumerate() {
-                            *w += j as u64;
-                        }
-                        let want = |i: usize| k as u64 + if i.is_multiple_of(STRIDE) { (i / STRIDE) as u64 } else { 0 };
-                        let mut bad = Vec::new();
-                        for pass in 0..2 {
-                            for (p, page) in a.chunks(PAGE_SIZE / 8).enumerate() {
-                                let first = p * PAGE_SIZE / 8;
-                                let wrong = page.iter().enumerate().filter(|&(i, &w)| w != want(first + i)).count();
-                                if wrong == 0 {
-                                    continue;
-                                }
-                                let zeros = page.iter().all(|&w| w == 0);
-                                let fill_only = page.iter().all(|&w| w == k as u64);
-                                let id = region.id_base + p as u32;
-                                bad.push(format!(
-                                    "round {round} thread {k} pass {pass} page {p} ({:#x}): {wrong} words wrong, {}; state {:?}",
-                                    base as usize + p * PAGE_SIZE,
-                                    if zeros {
-                                        "all zeros".to_string()
-                                    } else if fill_only {
-                                        "the fill without the addition".to_string()
-                                    } else {
-                                        format!("first words {:?}", &page[..4])
-                                    },
-                                    swap.inner.states()[id as usize].load(),
-                                ));
+    let swap = Swap::builder()
+        .budget(64 * MIB)
+        .fault_mode(mode)
+        .device(SwapDeviceSpec::compressed(crate::io::CompressedOptions::new(
+            256 * MIB,
+        )))
+        .build()
+        .unwrap();
+    let errors: Vec<String> = std::thread::scope(|s| {
+        let swap = &swap;
+        let workers: Vec<_> = (0..THREADS)
+            .map(|k| {
+                s.spawn(move || {
+                    let region = swap.map(WORDS * 8).unwrap();
+                    let base = region.as_ptr() as *mut u64;
+                    // SAFETY: the region is WORDS words, this thread's alone.
+                    let a = unsafe { std::slice::from_raw_parts_mut(base, WORDS) };
+                    a.iter_mut().for_each(|w| *w = k as u64);
+                    for (j, w) in a.iter_mut().step_by(STRIDE).enumerate() {
+                        *w += j as u64;
+                    }
+                    let want = |i: usize| k as u64 + if i.is_multiple_of(STRIDE) { (i / STRIDE) as u64 } else { 0 };
+                    let mut bad = Vec::new();
+                    for pass in 0..2 {
+                        for (p, page) in a.chunks(PAGE_SIZE / 8).enumerate() {
+                            let first = p * PAGE_SIZE / 8;
+                            let wrong = page.iter().enumerate().filter(|&(i, &w)| w != want(first + i)).count();
+                            if wrong == 0 {
+                                continue;
                             }
+                            let zeros = page.iter().all(|&w| w == 0);
+                            let fill_only = page.iter().all(|&w| w == k as u64);
+                            let id = region.id_base + p as u32;
+                            bad.push(format!(
+                                "thread {k} pass {pass} page {p} ({:#x}): {wrong} words wrong, {}; state {:?}",
+                                base as usize + p * PAGE_SIZE,
+                                if zeros {
+                                    "all zeros".to_string()
+                                } else if fill_only {
+                                    "the fill without the addition".to_string()
+                                } else {
+                                    format!("first words {:?}", &page[..4])
+                                },
+                                swap.inner.states()[id as usize].load(),
+                            ));
                         }
-                        drop(region);
-                        bad
-                    })
+                    }
+                    drop(region);
+                    bad
                 })
-                .collect();
-            workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
-        });
-        let st = swap.stats();
-        assert!(
-            errors.is_empty(),
-            "{} wrong pages:\n{}\n{:?}",
-            errors.len(),
-            errors.join("\n"),
-            st.counters
-        );
-        assert!(st.counters.evictions > 0, "{:?}", st.counters);
-        assert_all_returned(&swap, "");
-    }
+            })
+            .collect();
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect()
+    });
+    let st = swap.stats();
+    assert!(
+        errors.is_empty(),
+        "{} wrong pages:\n{}\n{:?}",
+        errors.len(),
+        errors.join("\n"),
+        st.counters
+    );
+    assert!(st.counters.evictions > 0, "{:?}", st.counters);
+    assert_all_returned(&swap, "");
 }
 
 #[test]
 fn threads_with_regions_of_their_own_read_back_what_they_wrote() {
     for mode in both_modes() {
-        threads_with_regions_of_their_own(mode, 1);
+        threads_with_regions_of_their_own(mode);
     }
 }
 
@@ -354,7 +352,7 @@ fn threads_with_regions_of_their_own_soak() {
     let start = std::time::Instant::now();
     let mut rounds = 0;
     while start.elapsed() < Duration::from_secs(secs) {
-        threads_with_regions_of_their_own(mode.unwrap_or(both_modes()[rounds % 2]), 1);
+        threads_with_regions_of_their_own(mode.unwrap_or(both_modes()[rounds % 2]));
         rounds += 1;
     }
     eprintln!("{rounds} rounds clean in {:.0} s", start.elapsed().as_secs_f64());
