@@ -10,7 +10,7 @@ use uswap::swap_space::{ScanBase, Switches};
 
 /// The switches a run flips back: "default" or one ablation (the seeds',
 /// and the pager's readahead and batched eviction).
-pub const ABLATIONS: [&str; 22] = [
+pub const ABLATIONS: [&str; 23] = [
     "default",
     "no-slot-cache",
     "no-fragmented-scan",
@@ -33,6 +33,7 @@ pub const ABLATIONS: [&str; 22] = [
     "lone-fault-reads",
     "spread-slots",
     "incompressible-to-file",
+    "reclaim-ahead",
 ];
 
 /// What an ablation sets.
@@ -81,6 +82,10 @@ pub struct Ablation {
     /// zswap did before Linux 6.18; off: stored whole, written back in
     /// their turn.
     pub incompressible_to_file: bool,
+    /// On a device in memory the reclaimer keeps the low watermark ahead
+    /// of the faults, as on a swap file; off: the faults reclaim at the
+    /// budget themselves.
+    pub reclaim_ahead_in_memory: bool,
 }
 
 /// The settings of ablation `name`.
@@ -104,6 +109,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         fault_read_in_batch: true,
         compact_slots: true,
         incompressible_to_file: false,
+        reclaim_ahead_in_memory: false,
     };
     match name {
         "default" => {}
@@ -128,6 +134,7 @@ pub fn ablation(name: &str) -> Result<Ablation> {
         "lone-fault-reads" => a.fault_read_in_batch = false,
         "spread-slots" => a.compact_slots = false,
         "incompressible-to-file" => a.incompressible_to_file = true,
+        "reclaim-ahead" => a.reclaim_ahead_in_memory = true,
         other => bail!("unknown ablation {other:?}; there are: {}", ABLATIONS.join(", ")),
     }
     Ok(a)

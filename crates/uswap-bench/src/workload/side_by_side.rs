@@ -51,7 +51,7 @@ pub struct SwapOpts {
     pub compare: bool,
     /// Run uswap once per switch, each flipped back to the behaviour before
     /// it (every seed's, no-readahead, per-page-evict, unpaced-reclaim,
-    /// narrow-fault-around, activate-all-refaults, no-trend-prefetch, no-neighbour-evict, spread-slots and, for a compressed device, zram-keeps-copies and always-seal; for a tier,
+    /// narrow-fault-around, activate-all-refaults, no-trend-prefetch, no-neighbour-evict, spread-slots and, for a compressed device, zram-keeps-copies, always-seal and reclaim-ahead; for a tier,
     /// incompressible-to-file; for a swap file,
     /// plaintext-files, always-clean, serial-reads and lone-fault-reads; pick some with --variants), against the default.
     #[arg(long)]

@@ -399,6 +399,7 @@ impl Pager {
             .readahead(a.readahead)
             .per_page_evict(a.per_page_evict)
             .paced_reclaim(a.paced)
+            .reclaim_ahead_in_memory(a.reclaim_ahead_in_memory)
             .wide_fault_around(a.wide_fault_around)
             .refault_distance(a.refault_distance)
             .trend_prefetch(a.trend_prefetch)

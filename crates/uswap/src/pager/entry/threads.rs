@@ -81,8 +81,9 @@ pub(crate) fn start_wanted(inner: &Inner) {
 /// local; a reclaimer started early moves the program's pages from the
 /// other CPU, and each move is a shootdown the program's CPU must take
 /// (the same xz on zram: 25 s and 9 s of system time without it, 30-36 s
-/// and 35-42 s with it).  There the reclaimer waits, as before, for the
-/// safe point after a fault has found the need.
+/// and 35-42 s with it).  There the reclaimer waits for the safe point
+/// after a fault has found the need, and then takes nothing ahead of the
+/// faults (`SwapBuilder::reclaim_ahead_in_memory`).
 pub(crate) fn expect(inner: &Inner, pages: usize) {
     if !inner.background().running()
         && inner.backing().devices.iter().any(|d| d.waits_on_disk())

@@ -33,14 +33,21 @@
 //! page back in its region; one that may pass (`ENOSPC`, `EAGAIN`, ...)
 //! leaves the page staged and pauses writeback, 1 ms at first, doubling to
 //! 1 s while the errors go on: a burst of them must not eat the swap
-//! space.  Never lost, never zeros.  The background reclaimer keeps
-//! resident pages (staged ones included) under the low watermark.  Where
-//! it cannot keep up (the program's threads fill the CPUs), faults pace
-//! reclaim with devices in memory: within a batch of the budget, each
-//! fault that installs a page first does a page or two of the work
-//! (`pace`).  A faulting thread reclaims a whole batch itself only when
-//! the budget is exceeded by more than a batch (the reclaimer and the
-//! pace fell behind, or there is no reclaimer).
+//! space.  Never lost, never zeros.
+//!
+//! Who reclaims depends on where the swap is.  Where it waits on a disk,
+//! the background reclaimer keeps resident pages (staged ones included)
+//! under the low watermark, writing ahead, and a faulting thread
+//! reclaims a whole batch itself only when the budget is exceeded by
+//! more than a batch (the reclaimer fell behind, or there is none).  On
+//! devices in memory the faults reclaim for themselves, at the budget,
+//! as a memory cgroup's charge does: a move out of the program's address
+//! space from a reclaimer on another CPU is a TLB shootdown the
+//! program's CPU takes, where the fault's own is a local flush
+//! (`SwapBuilder::reclaim_ahead_in_memory`); the reclaimer takes back
+//! only what the faults leave past the budget.  Faults pace reclaim with
+//! devices in memory: within a batch of the budget, each fault that
+//! installs a page first does a page or two of the work (`pace`).
 //!
 //! 2 MB units (seed 003) go out whole (`unit.rs`).
 
@@ -95,7 +102,12 @@ pub(crate) fn make_room(inner: &Inner) -> Room {
         return Room::default();
     }
     inner.counters().direct_reclaim.inc();
-    reclaim_for_fault(inner, BATCH, 1, 1, || {
+    // A batch, or what is past the budget up to four (one call's most): a
+    // cut of the budget (a share the tree's other processes took, the
+    // store's own growth) is followed by the faults after it in a few of
+    // them, where the faults reclaim for themselves.
+    let want = resident.saturating_sub(b.limit()).clamp(BATCH, 4 * BATCH);
+    reclaim_for_fault(inner, want, 1, 1, || {
         inner.budget().charged() >= b.limit() + b.slack()
     })
 }
@@ -160,6 +172,9 @@ fn need_background(inner: &Inner, charged: usize) {
         return;
     }
     let resident = inner.budget().resident();
+    // The high-water mark, which a reclaimer that sleeps while the faults
+    // reclaim for themselves (or none yet) does not see.
+    inner.budget().note_peak(resident);
     if !running {
         inner.publish_levels(resident, false);
     }
@@ -169,8 +184,13 @@ fn need_background(inner: &Inner, charged: usize) {
     // the domain's share, taken by the faults too while a reclaimer runs
     // (a process that faults at full speed grows tens of MiB past a share
     // cut under it in 100 ms: a spawned pool worker starts with the whole
-    // tree's budget).
-    if inner.tell_domain(resident, running) && running && inner.budget().charged() > inner.budget().low() {
+    // tree's budget).  Where the faults reclaim for themselves (no reclaim
+    // ahead), they follow the cut too, from this one on.
+    if inner.tell_domain(resident, running)
+        && running
+        && inner.budget().ahead()
+        && inner.budget().charged() > inner.budget().low()
+    {
         bg.kick();
     }
 }

@@ -24,7 +24,8 @@
 //! allocation or mapping the program makes from its own code (`uswap
 //! run`'s `malloc`, `calloc`, `realloc` and `mmap`).  Until then faults
 //! reclaim for themselves, as they do whenever the reclaimer falls
-//! behind.  A program may reach no safe point after the need: one that
+//! behind, and always on devices in memory, where the reclaimer takes
+//! nothing ahead of them (`SwapBuilder::reclaim_ahead_in_memory`).  A program may reach no safe point after the need: one that
 //! allocates its working set and then only computes over it.  So where
 //! the swap waits on a disk, a large allocation that would carry the
 //! process past its low watermark wants the threads itself, before it is

@@ -42,23 +42,32 @@ const MAX_GAP: usize = 8192;
 /// a reader that sees a mix of old and new bounds for an instant reclaims
 /// a little more or less than it would have, nothing worse.
 pub(crate) struct Budget {
-    /// Resident pages at most: the background reclaimer keeps them
-    /// under `low`, and a fault that finds `limit + slack` or more
-    /// reclaims first.
+    /// Resident pages at most: a fault that finds `limit + slack` or more
+    /// reclaims first, and the background reclaimer keeps them under
+    /// `low`.
     limit: AtomicUsize,
     /// How far faults may run over `limit` before one reclaims itself:
-    /// one eviction batch while the background reclaimer runs (eviction
-    /// stays off the fault path unless the reclaimer falls a batch
-    /// behind), none without it.
+    /// one eviction batch while the background reclaimer reclaims ahead
+    /// (eviction stays off the fault path unless the reclaimer falls a
+    /// batch behind), none where the faults reclaim for themselves.
     slack: AtomicUsize,
     /// The background reclaimer's target: resident pages down to this.
+    /// Below `limit` when it reclaims ahead of the faults; `limit` itself
+    /// where the faults reclaim for themselves (`ahead` false).
     low: AtomicUsize,
     /// Where a fault wakes the sleeping reclaimer: halfway from `low` to
     /// `limit`.  Woken at `low` itself, it would take a page or two a pass
     /// (as many as the faults put over) and write them back a run of one
     /// or two; woken here, it takes half the gap at least, in batches, as
     /// kswapd, woken at the low watermark, reclaims up to the high one.
+    /// Without reclaim ahead, out of reach: the faults reclaim for
+    /// themselves, and a fault that wakes the reclaimer puts it beside
+    /// the program's CPU for nothing.
     wake: AtomicUsize,
+    /// Whether the background reclaimer reclaims ahead of the faults, to
+    /// `low` below the budget (`SwapBuilder::reclaim_ahead_in_memory`):
+    /// where the swap waits on a disk.  Fixed at build.
+    ahead: bool,
     /// How far past `limit` faults may take the resident set when nothing
     /// can be evicted, before the process is killed (`overrun.rs`);
     /// `usize::MAX`: no bound.
@@ -112,6 +121,7 @@ impl Budget {
     pub fn new(
         limit: usize,
         slack_max: usize,
+        ahead: bool,
         overrun: crate::pager::instance::overrun::Overrun,
         staging_target: usize,
         probation_max: usize,
@@ -121,6 +131,7 @@ impl Budget {
             slack: AtomicUsize::new(0),
             low: AtomicUsize::new(0),
             wake: AtomicUsize::new(0),
+            ahead,
             held: std::sync::atomic::AtomicBool::new(false),
             for_good: std::sync::atomic::AtomicBool::new(false),
             wanted: AtomicUsize::new(0),
@@ -163,9 +174,15 @@ impl Budget {
         }
         self.slack
             .store(self.slack_max.min(limit / 16), Ordering::Relaxed);
-        let low = limit - (limit / 16).clamp(32, MAX_GAP).min(limit / 2);
+        let (low, wake) = if self.ahead {
+            let low = limit - (limit / 16).clamp(32, MAX_GAP).min(limit / 2);
+            (low, low + (limit - low) / 2)
+        } else {
+            // A fault never wakes it (out of reach, as while held).
+            (limit, HELD)
+        };
         self.low.store(low, Ordering::Relaxed);
-        self.wake.store(low + (limit - low) / 2, Ordering::Relaxed);
+        self.wake.store(wake, Ordering::Relaxed);
         self.limit.store(limit, Ordering::Release);
     }
 
@@ -311,6 +328,11 @@ impl Budget {
         self.wake.load(Ordering::Relaxed)
     }
 
+    /// Whether the reclaimer reclaims ahead of the faults (`ahead`).
+    pub fn ahead(&self) -> bool {
+        self.ahead
+    }
+
     pub fn max_overrun(&self) -> usize {
         self.max_overrun.load(Ordering::Relaxed)
     }
@@ -421,7 +443,7 @@ mod tests {
     /// halfway up it.
     #[test]
     fn the_gap_is_a_sixteenth_of_the_budget_up_to_32_mib() {
-        let b = Budget::new(10_000, 64, Overrun::default(), 128, 0);
+        let b = Budget::new(10_000, 64, true, Overrun::default(), 128, 0);
         for (limit, low) in [
             (40, 20),
             (1_000, 1_000 - 62),
@@ -432,6 +454,23 @@ mod tests {
             b.share(limit);
             assert_eq!((b.limit(), b.low()), (limit, low), "budget of {limit} pages");
             assert_eq!(b.wake(), low + (limit - low) / 2, "budget of {limit} pages");
+        }
+    }
+
+    /// Where the faults reclaim for themselves (devices in memory), the
+    /// reclaimer's target is the budget itself, no fault wakes it, and
+    /// the faults get no slack.
+    #[test]
+    fn without_reclaim_ahead_the_reclaimer_keeps_the_budget_itself() {
+        let b = Budget::new(10_000, 0, false, Overrun::default(), 128, 0);
+        for limit in [40, 1_000, 131_072, 4 << 20] {
+            b.share(limit);
+            assert_eq!(
+                (b.limit(), b.low(), b.slack()),
+                (limit, limit, 0),
+                "budget of {limit} pages"
+            );
+            assert_eq!(b.wake(), HELD, "budget of {limit} pages");
         }
     }
 
@@ -448,7 +487,7 @@ mod tests {
             ops in proptest::collection::vec(op(), 1..200),
         ) {
             let max = 3000;
-            let b = Budget::new(10_000, 64, Overrun::default(), 128, max);
+            let b = Budget::new(10_000, 64, true, Overrun::default(), 128, max);
             b.set_dwell(dwell);
             let (mut now, mut until, mut model) = (0u64, 0u64, 0usize);
             let mut wanted = 10_000usize;
