@@ -25,8 +25,9 @@
 //! run`'s `malloc`, `calloc`, `realloc` and `mmap`).  Until then faults
 //! reclaim for themselves, as they do whenever the reclaimer falls
 //! behind, and always on devices in memory, where the reclaimer takes
-//! nothing ahead of them (`SwapBuilder::reclaim_ahead_in_memory`).  A program may reach no safe point after the need: one that
-//! allocates its working set and then only computes over it.  So where
+//! nothing ahead of them (`SwapBuilder::reclaim_ahead_in_memory`).  A
+//! program may reach no safe point after the need: one that allocates
+//! its working set and then only computes over it.  So where
 //! the swap waits on a disk, a large allocation that would carry the
 //! process past its low watermark wants the threads itself, before it is
 //! touched, and starts them there (`pager::expect_growth`; on compressed
