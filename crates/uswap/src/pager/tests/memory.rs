@@ -58,17 +58,9 @@ fn pinned_pages_stay_resident() {
 fn unit_scenario(arg: &str) {
     let mode = mode_from(arg);
     let dir = tempfile::tempdir().unwrap();
-    let device = if arg.contains("file") {
-        SwapDeviceSpec::file(FileOptions::new(
-            dir.path().join("swap"),
-            64 * MIB / PAGE_SIZE as u64,
-        ))
-    } else {
-        SwapDeviceSpec::ram(64 * MIB)
-    };
     let swap = Swap::builder()
         .budget(4 * MIB)
-        .device(device)
+        .device(ram_or_file_of(64 * MIB, arg.contains("file"), &dir, "unit"))
         .fault_mode(mode)
         .build()
         .unwrap();

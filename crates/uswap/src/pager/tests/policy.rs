@@ -569,17 +569,9 @@ fn in_memory_the_faults_reclaim_at_the_budget_on_a_file_the_reclaimer_ahead() {
                 mode_name(mode)
             );
             let dir = tempfile::tempdir().unwrap();
-            let device = if file {
-                SwapDeviceSpec::file(FileOptions::new(
-                    dir.path().join("swap"),
-                    128 * MIB / PAGE_SIZE as u64,
-                ))
-            } else {
-                SwapDeviceSpec::ram(128 * MIB)
-            };
             let swap = Swap::builder()
                 .budget((BUDGET * PAGE_SIZE) as u64)
-                .device(device)
+                .device(ram_or_file_of(128 * MIB, file, &dir, "ahead"))
                 .fault_mode(mode)
                 .reclaim_ahead_in_memory(ahead_in_memory)
                 .build()

@@ -114,13 +114,18 @@ pub(super) const MODES_AND_DEVICES: [(FaultMode, bool); 4] = [
 
 /// A 32 MiB swap device: RAM, or a file named after `what` in `dir`.
 pub(super) fn ram_or_file(file: bool, dir: &tempfile::TempDir, what: &str) -> SwapDeviceSpec {
+    ram_or_file_of(32 * MIB, file, dir, what)
+}
+
+/// [`ram_or_file`] of `bytes`.
+pub(super) fn ram_or_file_of(bytes: u64, file: bool, dir: &tempfile::TempDir, what: &str) -> SwapDeviceSpec {
     if file {
         SwapDeviceSpec::file(FileOptions::new(
             dir.path().join(format!("swap-{what}")),
-            32 * MIB / PAGE_SIZE as u64,
+            bytes / PAGE_SIZE as u64,
         ))
     } else {
-        SwapDeviceSpec::ram(32 * MIB)
+        SwapDeviceSpec::ram(bytes)
     }
 }
 
