@@ -13,7 +13,6 @@ use crate::pager::entry::fork;
 use crate::pager::entry::sigbus;
 use crate::pager::entry::sigbus::FaultMode;
 use crate::pager::entry::threads;
-use crate::pager::evict::reclaim;
 use crate::pager::instance::addrs;
 use crate::pager::instance::budget::Budget;
 use crate::pager::instance::frames::{FramePool, Mapping, UnitPool};
@@ -685,7 +684,6 @@ impl SwapBuilder {
             },
             budget: Budget::new(
                 budget,
-                if ahead { reclaim::SLACK } else { 0 },
                 ahead,
                 self.overrun,
                 window_frames as usize / 2,

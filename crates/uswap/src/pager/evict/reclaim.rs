@@ -72,8 +72,8 @@ const PAGE: u64 = PAGE_SIZE as u64;
 /// Victims taken from the LRU per pass: one eviction batch.
 const BATCH: usize = evict::BATCH;
 
-/// How far past the budget faults may go before one reclaims itself, while
-/// the background reclaimer runs: one batch.
+/// How far past the budget faults may go before one reclaims itself, where
+/// the background reclaimer reclaims ahead: one batch (`Budget::slack`).
 pub(crate) const SLACK: usize = BATCH;
 
 /// Called by a faulting thread before it installs a page: reclaim when the

@@ -74,8 +74,8 @@ pub(crate) struct Budget {
     max_overrun: AtomicUsize,
     /// What `max_overrun` is made from, for a new budget.
     pub overrun: crate::pager::instance::overrun::Overrun,
-    /// The slack at most: an eviction batch while a background reclaimer
-    /// runs, else 0.
+    /// The slack at most: an eviction batch where the reclaimer reclaims
+    /// ahead (`ahead`), else 0.
     pub slack_max: usize,
     /// Pages resident now, staged ones included.
     resident: AtomicUsize,
@@ -120,7 +120,6 @@ impl Budget {
     /// A budget of `limit` pages (at least 64).
     pub fn new(
         limit: usize,
-        slack_max: usize,
         ahead: bool,
         overrun: crate::pager::instance::overrun::Overrun,
         staging_target: usize,
@@ -137,7 +136,11 @@ impl Budget {
             wanted: AtomicUsize::new(0),
             max_overrun: AtomicUsize::new(0),
             overrun,
-            slack_max,
+            slack_max: if ahead {
+                crate::pager::evict::reclaim::SLACK
+            } else {
+                0
+            },
             resident: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
             staged: AtomicUsize::new(0),
@@ -443,7 +446,7 @@ mod tests {
     /// halfway up it.
     #[test]
     fn the_gap_is_a_sixteenth_of_the_budget_up_to_32_mib() {
-        let b = Budget::new(10_000, 64, true, Overrun::default(), 128, 0);
+        let b = Budget::new(10_000, true, Overrun::default(), 128, 0);
         for (limit, low) in [
             (40, 20),
             (1_000, 1_000 - 62),
@@ -462,7 +465,7 @@ mod tests {
     /// the faults get no slack.
     #[test]
     fn without_reclaim_ahead_the_reclaimer_keeps_the_budget_itself() {
-        let b = Budget::new(10_000, 0, false, Overrun::default(), 128, 0);
+        let b = Budget::new(10_000, false, Overrun::default(), 128, 0);
         for limit in [40, 1_000, 131_072, 4 << 20] {
             b.share(limit);
             assert_eq!(
@@ -487,7 +490,7 @@ mod tests {
             ops in proptest::collection::vec(op(), 1..200),
         ) {
             let max = 3000;
-            let b = Budget::new(10_000, 64, true, Overrun::default(), 128, max);
+            let b = Budget::new(10_000, true, Overrun::default(), 128, max);
             b.set_dwell(dwell);
             let (mut now, mut until, mut model) = (0u64, 0u64, 0usize);
             let mut wanted = 10_000usize;
