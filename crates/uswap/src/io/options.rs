@@ -124,7 +124,8 @@ pub struct CompressedOptions {
     pub(crate) file: Option<FileOptions>,
     pub(crate) nbd: Option<NbdTarget>,
     pub(crate) incompressible_to_file: bool,
-    pub(crate) sample_check: bool,
+    /// `None`: by the codec ([`Codec::gives_up_fast`]).
+    pub(crate) sample_check: Option<bool>,
     pub(crate) keep_copies: bool,
 }
 
@@ -142,7 +143,7 @@ impl CompressedOptions {
             file: None,
             nbd: None,
             incompressible_to_file: false,
-            sample_check: true,
+            sample_check: None,
             keep_copies: false,
         }
     }
@@ -199,14 +200,23 @@ impl CompressedOptions {
         self
     }
 
-    /// Look at a sample of each page's bytes before compressing it (on by
-    /// default): a sample of almost all distinct bytes (random, encrypted
-    /// or compressed data) is stored whole without trying, as btrfs's
+    /// Look at a sample of each page's bytes before compressing it: a
+    /// sample of almost all distinct bytes (random, encrypted or
+    /// compressed data) is stored whole without trying, as btrfs's
     /// compression heuristic does.  Off, every page is compressed and
-    /// stored whole only when that did not pay.
+    /// stored whole only when that did not pay.  By default on only for a
+    /// codec that is slow to give up on such a page, zstd at level 1 and
+    /// above ([`Codec::gives_up_fast`]): LZ4 gives up in less time than
+    /// the check takes.
     pub fn sample_check(mut self, on: bool) -> Self {
-        self.sample_check = on;
+        self.sample_check = Some(on);
         self
+    }
+
+    /// Whether pages are sampled before they are compressed: as set, or
+    /// by the codec.
+    pub fn samples(&self) -> bool {
+        self.sample_check.unwrap_or(!self.codec.gives_up_fast())
     }
 
     /// The store's memory limit in bytes.

@@ -159,7 +159,7 @@ impl CompressedStore {
             codec,
             file,
             incompressible_to_file: opts.incompressible_to_file,
-            sample_check: opts.sample_check,
+            sample_check: opts.samples(),
             keep_copies: opts.keep_copies,
             lru: StatMutex::new(
                 IndexLists::new_lazy(lru_len, "compressed store LRU")?,

@@ -505,3 +505,31 @@ fn the_sample_check_tells_random_from_text_and_numbers() {
     almost[2000] = 1;
     assert_eq!(same_word(&almost), None);
 }
+
+#[test]
+fn the_sample_check_is_on_by_default_only_for_a_codec_slow_to_give_up() {
+    let on = |codec, set: Option<bool>| {
+        let opts = CompressedOptions::new(1 << 20).codec(codec);
+        let opts = match set {
+            Some(s) => opts.sample_check(s),
+            None => opts,
+        };
+        let store = CompressedStore::new(&opts, &Registry::new()).unwrap();
+        assert_eq!(store.sample_check, opts.samples(), "{codec}");
+        store.sample_check
+    };
+    assert!(!on(Codec::Lz4, None));
+    assert!(!on(Codec::Zstd { level: -1 }, None));
+    assert!(on(Codec::Zstd { level: 1 }, None));
+    assert!(on(Codec::Zstd { level: 9 }, None));
+    assert!(on(Codec::Lz4, Some(true)));
+    assert!(!on(Codec::Zstd { level: 3 }, Some(false)));
+    // Either way a random page goes in whole and comes back the same.
+    for set in [true, false] {
+        let r = Registry::new();
+        let dev = IoDevice::compressed(&CompressedOptions::new(1 << 20).sample_check(set), &r).unwrap();
+        write(&dev, 3, &page(Kind::Random, 5)).unwrap();
+        assert!(read(&dev, 3) == page(Kind::Random, 5), "sample check {set}: read back different");
+        assert_eq!(r.snapshot().gauges.store_whole_pages, 1, "sample check {set}");
+    }
+}
