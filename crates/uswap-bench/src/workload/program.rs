@@ -464,6 +464,8 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
         (Runner::KernelAuto, Some(g)) => Some(GroupAuto::new(g, a.budget, auto_tuning(&a.auto))),
         _ => None,
     };
+    // Nor this run for anything before it.
+    settle_disk(&a.swap_dir);
     let (mut run, out, status) = timed(cmd, group.as_ref(), auto)?;
     if r == Runner::KernelZram {
         run.zram_peak_mib = kernel_swap::zram_peak_bytes().map(|b| b as f64 / (1 << 20) as f64);
@@ -475,6 +477,7 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
     // The group goes before the swap (drop order), the program gone.
     drop(group);
     drop(held);
+    settle_disk(&a.swap_dir);
     if run.oom_killed {
         return Ok((run, None));
     }
@@ -482,6 +485,40 @@ fn one(a: &ProgramArgs, r: Runner, swap: u64) -> Result<(Run, Option<Vec<u8>>)> 
         bail!("{} under {}: {status}", a.program.join(" "), r.name());
     }
     Ok((run, Some(out)))
+}
+
+/// Wait (up to 30 s) until the disk under `dir` is quiet: no IO in
+/// flight and none done in 20 ms, three times running, so that no run
+/// pays for the one before.  A uswap run's unnamed swap file is freed
+/// after the program has gone, by the kernel's io_uring teardown
+/// (`WriteRing::hold_files`), its discards (one after another) still on
+/// the disk when the run's time is taken, where the kernel runners' swap
+/// file is removed before this, in the time between runs.  Nothing to
+/// wait for where the disk's counters cannot be read.
+fn settle_disk(dir: &std::path::Path) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(dev) = std::fs::metadata(dir).map(|m| m.dev()) else {
+        return;
+    };
+    let sys = format!("/sys/dev/block/{}:{}", libc::major(dev), libc::minor(dev));
+    let look = || {
+        let inflight = std::fs::read_to_string(format!("{sys}/inflight")).ok()?;
+        let done = std::fs::read_to_string(format!("{sys}/stat")).ok()?;
+        Some((inflight.split_whitespace().all(|n| n == "0"), done))
+    };
+    let start = std::time::Instant::now();
+    let Some(mut last) = look() else {
+        return;
+    };
+    let mut quiet = 0;
+    while quiet < 3 && start.elapsed() < std::time::Duration::from_secs(30) {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let Some(now) = look() else {
+            return;
+        };
+        quiet = if now.0 && now.1 == last.1 { quiet + 1 } else { 0 };
+        last = now;
+    }
 }
 
 /// The compressed store's limit in a tier and zswap's pool's, whole

@@ -149,6 +149,10 @@ pub trait PageStore: Send + Sync {
     fn sealer(&self) -> Option<&crypt::Sealer> {
         None
     }
+    /// The descriptors of the store's files that have no name (made
+    /// unnamed, or unlinked since), each given to `f`: their blocks are
+    /// freed at their last close (`WriteRing::hold_files`).
+    fn unlinked_files(&self, _f: &mut dyn FnMut(std::os::fd::RawFd)) {}
     /// The owner freed slots `offset..offset + pages`: a store that keeps
     /// memory per slot lets it go (zram's `swap_slot_free_notify`), an
     /// encrypted one forgets their seals.
@@ -330,6 +334,14 @@ impl IoDevice {
     /// Whether some pages may be in a file (see [`PageStore::has_file`]).
     pub fn has_file(&self) -> bool {
         self.store.has_file()
+    }
+
+    /// The descriptors of this device's files that have no name (see
+    /// [`PageStore::unlinked_files`]).
+    pub fn unlinked_files(&self) -> Vec<std::os::fd::RawFd> {
+        let mut fds = Vec::new();
+        self.store.unlinked_files(&mut |fd| fds.push(fd));
+        fds
     }
 
     /// Whether a backing grows as it is written (see [`PageStore::grows`]).

@@ -468,6 +468,17 @@ impl PageStore for FileStore {
         }
     }
 
+    /// The base's files with no link left (a forked child's layers are
+    /// made later, in the child, and not counted).
+    fn unlinked_files(&self, f: &mut dyn FnMut(std::os::fd::RawFd)) {
+        use std::os::unix::fs::MetadataExt;
+        for file in &self.files {
+            if file.metadata().is_ok_and(|m| m.nlink() == 0) {
+                f(file.as_raw_fd());
+            }
+        }
+    }
+
     /// Freed slots forget their seals: their blocks cannot be read back.
     fn slot_freed(&self, offset: u64, pages: u64) {
         for slot in offset..offset + pages {

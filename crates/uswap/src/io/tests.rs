@@ -1179,3 +1179,42 @@ fn a_write_cut_short_without_an_errno_is_transient() {
     };
     assert!(!read.is_transient());
 }
+
+/// The files uswap made unnamed are freed at their last close, which a
+/// write ring takes over (`WriteRing::hold_files`): a device names them
+/// (a file behind a compressed store too), not a file that has a name,
+/// and once held they outlive their device until the ring goes.
+#[test]
+fn a_write_ring_holds_the_unnamed_swap_files_past_their_device() {
+    let dir = tempfile::tempdir().unwrap();
+    let reg = Registry::new();
+    let named = dir.path().join("named");
+    private_file(&named, &vec![0u8; 16 * PAGE_SIZE]);
+    let named = IoDevice::file(&FileOptions::new(&named, 16), &reg).unwrap();
+    assert!(named.unlinked_files().is_empty(), "a named file is not held");
+    let tier = IoDevice::compressed(
+        &CompressedOptions::new(1 << 20).file(FileOptions::new(dir.path(), 16)),
+        &reg,
+    )
+    .unwrap();
+    assert_eq!(tier.unlinked_files().len(), 1, "the file behind a store");
+    drop(tier);
+    let dev = IoDevice::file(&FileOptions::new(dir.path(), 64), &reg).unwrap();
+    let fds = dev.unlinked_files();
+    assert_eq!(fds.len(), 1);
+    let mut page = AlignedBuf::new(1);
+    page.fill(5);
+    dev.write(3, &page).unwrap();
+    let mut ring = WriteRing::new().unwrap();
+    ring.hold_files(&fds).unwrap();
+    let fdinfo = || std::fs::read_to_string(format!("/proc/self/fdinfo/{}", ring.raw_fd())).unwrap();
+    drop(dev);
+    assert!(unnamed_files_in(dir.path()).is_empty(), "the device's descriptor is closed");
+    let info = fdinfo();
+    assert!(
+        info.contains("UserFiles:\t1") && info.contains(&*dir.path().to_string_lossy()),
+        "the ring holds no file of the device:\n{info}"
+    );
+    drop(ring);
+    drop(named);
+}

@@ -57,6 +57,12 @@ impl PageStore for CompressedStore {
         self.file.is_some()
     }
 
+    fn unlinked_files(&self, f: &mut dyn FnMut(std::os::fd::RawFd)) {
+        if let Some(file) = &self.file {
+            file.store.unlinked_files(f);
+        }
+    }
+
     fn compact(&self) -> usize {
         CompressedStore::compact(self)
     }

@@ -270,7 +270,19 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                     }
                 }
                 match WriteRing::new() {
-                    Ok(r) => Some(r),
+                    Ok(mut r) => {
+                        // The unnamed files' last close is the ring's,
+                        // after the exit (`WriteRing::hold_files`); a
+                        // refusal only leaves it to the exit, as before.
+                        let fds: Vec<_> = inner
+                            .backing()
+                            .devices
+                            .iter()
+                            .flat_map(|d| d.unlinked_files())
+                            .collect();
+                        let _ = r.hold_files(&fds);
+                        Some(r)
+                    }
                     Err(e) => {
                         let errno = e.raw_os_error().unwrap_or(0);
                         inner
