@@ -66,7 +66,7 @@ pub use error::IoError;
 pub(crate) use file::MAX_LAYERS;
 pub use growth::reserve_for;
 pub use options::{CompressedOptions, FileOptions};
-pub use uring::{Borrowed, LentRing, ReadJob, ReadRing, WriteJob, WriteRing};
+pub use uring::{Borrowed, FileHold, LentRing, ReadJob, ReadRing, WriteJob, WriteRing};
 
 #[cfg(test)]
 mod tests;

@@ -1197,8 +1197,15 @@ fn a_write_ring_holds_the_unnamed_swap_files_past_their_device() {
         &reg,
     )
     .unwrap();
-    assert_eq!(tier.unlinked_files().len(), 1, "the file behind a store");
+    let fds = tier.unlinked_files();
+    assert_eq!(fds.len(), 1, "the file behind a store");
+    // Where there is no write ring, a ring that only holds them.
+    let hold = FileHold::new(&fds).unwrap();
     drop(tier);
+    assert!(unnamed_files_in(dir.path()).is_empty(), "the tier's descriptor is closed");
+    let info = std::fs::read_to_string(format!("/proc/self/fdinfo/{}", hold.raw_fd())).unwrap();
+    assert!(info.contains("UserFiles:\t1"), "the hold holds no file:\n{info}");
+    drop(hold);
     let dev = IoDevice::file(&FileOptions::new(dir.path(), 64), &reg).unwrap();
     let fds = dev.unlinked_files();
     assert_eq!(fds.len(), 1);

@@ -58,11 +58,11 @@ pub struct WriteRing {
     bounce: Mapping,
 }
 
-/// A ring of [`ENTRIES`], or why none can be had (`ENOSYS`: a kernel
+/// A ring of `entries`, or why none can be had (`ENOSYS`: a kernel
 /// without io_uring, or a seccomp profile refusing it; `EPERM`:
 /// `kernel.io_uring_disabled`).
-fn new_ring() -> io::Result<IoUring> {
-    let ring = IoUring::new(ENTRIES)?;
+fn new_ring(entries: u32) -> io::Result<IoUring> {
+    let ring = IoUring::new(entries)?;
     // Out of the program's way (`descriptors`): the same ring under a
     // placed duplicate of its descriptor, mapped again through it; the
     // first value's mappings and descriptor go as it drops.
@@ -80,6 +80,30 @@ fn new_ring() -> io::Result<IoUring> {
             unsafe { IoUring::from_fd(fd, ring.params().clone()) }?
         }
     })
+}
+
+/// A ring that does no IO and only holds files (registered), for a
+/// process whose swap has no write ring of its own (a tier, whose store
+/// writes its file itself): its unnamed files' last close is then the
+/// ring's, after the exit (see [`WriteRing::hold_files`]).
+pub struct FileHold {
+    _ring: IoUring,
+}
+
+impl FileHold {
+    /// A hold on `fds`' files, or why none can be had (as
+    /// [`WriteRing::new`], or the registration's error).
+    pub fn new(fds: &[std::os::fd::RawFd]) -> io::Result<FileHold> {
+        let ring = new_ring(1)?;
+        ring.submitter().register_files(fds)?;
+        Ok(FileHold { _ring: ring })
+    }
+
+    /// The ring's descriptor, for a test to read its `fdinfo`.
+    #[cfg(test)]
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self._ring.as_raw_fd()
+    }
 }
 
 /// The pieces one call has queued on a ring: each one's job, and the
@@ -159,7 +183,7 @@ impl WriteRing {
     /// io_uring; `EPERM`: `kernel.io_uring_disabled`).
     pub fn new() -> io::Result<WriteRing> {
         Ok(WriteRing {
-            ring: new_ring()?,
+            ring: new_ring(ENTRIES)?,
             bounce: Mapping::new(BOUNCE_PAGES * PAGE_SIZE, PAGE_SIZE)?,
         })
     }
@@ -287,7 +311,7 @@ pub struct ReadRing {
 impl ReadRing {
     /// A ring, or why none can be had (as [`WriteRing::new`]).
     pub fn new() -> io::Result<ReadRing> {
-        Ok(ReadRing { ring: new_ring()? })
+        Ok(ReadRing { ring: new_ring(ENTRIES)? })
     }
 
     /// Read every job, those from files in flight together; `ok[i]` says

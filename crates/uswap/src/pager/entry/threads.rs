@@ -299,6 +299,23 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             }
             _ => None,
         };
+        // Where there is no write ring (a tier: its store writes its file
+        // itself), a ring that only holds its unnamed files, for the same
+        // reason; held as long as this thread runs.
+        let _hold = match Inner::upgrade(&weak) {
+            Some(inner) if ring.is_none() => {
+                let fds: Vec<_> = inner
+                    .backing()
+                    .devices
+                    .iter()
+                    .flat_map(|d| d.unlinked_files())
+                    .collect();
+                (!fds.is_empty())
+                    .then(|| crate::io::FileHold::new(&fds).ok())
+                    .flatten()
+            }
+            _ => None,
+        };
         loop {
             let Some(inner) = Inner::upgrade(&weak) else {
                 return;
