@@ -270,19 +270,7 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
                     }
                 }
                 match WriteRing::new() {
-                    Ok(mut r) => {
-                        // The unnamed files' last close is the ring's,
-                        // after the exit (`WriteRing::hold_files`); a
-                        // refusal only leaves it to the exit, as before.
-                        let fds: Vec<_> = inner
-                            .backing()
-                            .devices
-                            .iter()
-                            .flat_map(|d| d.unlinked_files())
-                            .collect();
-                        let _ = r.hold_files(&fds);
-                        Some(r)
-                    }
+                    Ok(r) => Some(r),
                     Err(e) => {
                         let errno = e.raw_os_error().unwrap_or(0);
                         inner
@@ -299,23 +287,29 @@ pub(crate) fn spawn_reclaimer(weak: Weak<Inner>, watching: bool) -> UswapThread 
             }
             _ => None,
         };
-        // Where there is no write ring (a tier: its store writes its file
-        // itself), a ring that only holds its unnamed files, for the same
-        // reason; held as long as this thread runs.
-        let _hold = match Inner::upgrade(&weak) {
-            Some(inner) if ring.is_none() => {
-                let fds: Vec<_> = inner
-                    .backing()
-                    .devices
-                    .iter()
-                    .flat_map(|d| d.unlinked_files())
-                    .collect();
-                (!fds.is_empty())
-                    .then(|| crate::io::FileHold::new(&fds).ok())
-                    .flatten()
+        // The unnamed files' last close is a ring's, after the exit
+        // (`WriteRing::hold_files`): the write ring's, or where there is
+        // none (a tier: its store writes its file itself) one that only
+        // holds them, for as long as this thread runs.  A refusal leaves
+        // it to the exit, as before.
+        let _hold = Inner::upgrade(&weak).and_then(|inner| {
+            let fds: Vec<_> = inner
+                .backing()
+                .devices
+                .iter()
+                .flat_map(|d| d.unlinked_files())
+                .collect();
+            if fds.is_empty() {
+                return None;
             }
-            _ => None,
-        };
+            match ring.as_mut() {
+                Some(r) => {
+                    let _ = r.hold_files(&fds);
+                    None
+                }
+                None => crate::io::FileHold::new(&fds).ok(),
+            }
+        });
         loop {
             let Some(inner) = Inner::upgrade(&weak) else {
                 return;
